@@ -1,0 +1,13 @@
+#include "common/enums.h"
+
+#include "common/error.h"
+
+namespace hir {
+
+void throwBadEnum(std::string_view pointer, std::string_view what, std::string_view text,
+                  const std::string& choices) {
+  throw ParseError(std::string(pointer),
+                   fmt::format("unknown {} '{}'; expected one of {}", what, text, choices));
+}
+
+}  // namespace hir

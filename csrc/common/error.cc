@@ -1,0 +1,22 @@
+#include "common/error.h"
+
+namespace hir {
+
+namespace {
+
+// One line per issue, "PATH: message", so each line names its place.
+std::string joinIssues(const std::vector<ValidationError::Issue>& issues) {
+  std::string out;
+  for (const auto& issue : issues) {
+    if (!out.empty()) out += '\n';
+    out += fmt::format("{}: {}", issue.path.empty() ? "/" : issue.path, issue.message);
+  }
+  return out;
+}
+
+}  // namespace
+
+ValidationError::ValidationError(std::vector<Issue> issues)
+    : Error(joinIssues(issues)), issues_(std::move(issues)) {}
+
+}  // namespace hir
