@@ -1,0 +1,666 @@
+#include "ir/expr.h"
+
+#include <fmt/format.h>
+
+#include <climits>
+
+#include "common/error.h"
+
+namespace hir {
+
+namespace {
+
+// Deepest nesting of parentheses, calls and unary operators the parser takes;
+// beyond it, a hostile input could exhaust the C++ stack.
+constexpr int kMaxParseDepth = 100;
+// Most nodes in one expression: trees are walked recursively, and a long
+// chain like 1 + 1 + ... builds a deep tree without any nesting in the text.
+constexpr int kMaxParseNodes = 1000;
+// Operand stack of CompiledExpr::eval; deeper expressions are rejected at
+// compile time.
+constexpr int kEvalStackSize = 64;
+
+// Precedence: a larger number binds tighter. Unary operators sit above every
+// binary one; literals, names and calls are primaries.
+constexpr int kUnaryPrecedence = 12;
+constexpr int kPrimaryPrecedence = 13;
+
+struct OpInfo {
+  std::string_view symbol;
+  int precedence;
+  int arity;
+};
+
+OpInfo opInfo(ExprOp op) {
+  switch (op) {
+    case ExprOp::Const: return {"", kPrimaryPrecedence, 0};
+    case ExprOp::Var: return {"", kPrimaryPrecedence, 0};
+    case ExprOp::Neg: return {"-", kUnaryPrecedence, 1};
+    case ExprOp::Not: return {"!", kUnaryPrecedence, 1};
+    case ExprOp::BitNot: return {"~", kUnaryPrecedence, 1};
+    case ExprOp::Mul: return {"*", 11, 2};
+    case ExprOp::Div: return {"/", 11, 2};
+    case ExprOp::Mod: return {"%", 11, 2};
+    case ExprOp::Add: return {"+", 10, 2};
+    case ExprOp::Sub: return {"-", 10, 2};
+    case ExprOp::Shl: return {"<<", 9, 2};
+    case ExprOp::Shr: return {">>", 9, 2};
+    case ExprOp::Lt: return {"<", 8, 2};
+    case ExprOp::Le: return {"<=", 8, 2};
+    case ExprOp::Gt: return {">", 8, 2};
+    case ExprOp::Ge: return {">=", 8, 2};
+    case ExprOp::Eq: return {"==", 7, 2};
+    case ExprOp::Ne: return {"!=", 7, 2};
+    case ExprOp::BitAnd: return {"&", 6, 2};
+    case ExprOp::BitXor: return {"^", 5, 2};
+    case ExprOp::BitOr: return {"|", 4, 2};
+    case ExprOp::LogAnd: return {"&&", 3, 2};
+    case ExprOp::LogOr: return {"||", 2, 2};
+    case ExprOp::Min: return {"min", kPrimaryPrecedence, 2};
+    case ExprOp::Max: return {"max", kPrimaryPrecedence, 2};
+  }
+  HIR_INTERNAL_ASSERT(false, "unknown ExprOp {}", static_cast<int>(op));
+  return {};
+}
+
+bool isCall(ExprOp op) { return op == ExprOp::Min || op == ExprOp::Max; }
+bool isIdentStart(char c) { return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || c == '_'; }
+bool isIdentChar(char c) { return isIdentStart(c) || (c >= '0' && c <= '9'); }
+bool isDigit(char c) { return c >= '0' && c <= '9'; }
+bool isSpace(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
+
+// ------------------------------------------------------------------ printing
+
+void printNode(const ExprNode& n, std::string& out);
+
+void printOperand(const ExprNode& child, bool parens, std::string& out) {
+  if (parens) out += '(';
+  printNode(child, out);
+  if (parens) out += ')';
+}
+
+// Minimal parentheses under left associativity: a left operand needs them
+// when it binds more loosely than the operator, a right operand also when it
+// binds equally (a - (b - c)). "-3" is a literal to the parser, so negating a
+// literal prints as -(3); a double negation prints as -(-x) for readability.
+void printNode(const ExprNode& n, std::string& out) {
+  const OpInfo info = opInfo(n.op);
+  switch (info.arity) {
+    case 0:
+      out += n.op == ExprOp::Const ? std::to_string(n.value) : n.name;
+      return;
+    case 1: {
+      const ExprNode& a = *n.args[0];
+      bool parens = opInfo(a.op).precedence < kUnaryPrecedence ||
+                    (n.op == ExprOp::Neg && (a.op == ExprOp::Const || a.op == ExprOp::Neg));
+      out += info.symbol;
+      printOperand(a, parens, out);
+      return;
+    }
+    default:
+      break;
+  }
+  const ExprNode& a = *n.args[0];
+  const ExprNode& b = *n.args[1];
+  if (isCall(n.op)) {
+    out += info.symbol;
+    out += '(';
+    printNode(a, out);
+    out += ", ";
+    printNode(b, out);
+    out += ')';
+    return;
+  }
+  printOperand(a, opInfo(a.op).precedence < info.precedence, out);
+  out += ' ';
+  out += info.symbol;
+  out += ' ';
+  printOperand(b, opInfo(b.op).precedence <= info.precedence, out);
+}
+
+std::string nodeText(const ExprNode& n) {
+  std::string out;
+  printNode(n, out);
+  return out;
+}
+
+// ------------------------------------------------------------------- parsing
+
+struct Token {
+  enum Kind { End, Int, Ident, Punct, Invalid } kind = End;
+  std::string_view text;
+  int column = 1;  // 1-based
+};
+
+// Recursive descent, one function per precedence level of the binary
+// operators (table kBinaryLevels, loosest first).
+class Parser {
+ public:
+  Parser(std::string_view text, std::string_view pointer) : text_(text), pointer_(pointer) {
+    advance();
+  }
+
+  std::shared_ptr<const ExprNode> parseAll() {
+    auto e = parseExpr();
+    if (tok_.kind != Token::End) fail("an operator or end of expression");
+    return e;
+  }
+
+ private:
+  static constexpr std::string_view kPuncts[] = {"||", "&&", "==", "!=", "<=", ">=", "<<", ">>",
+                                                 "|",  "^",  "&",  "<",  ">",  "+",  "-",  "*",
+                                                 "/",  "%",  "!",  "~",  "(",  ")",  ","};
+  static constexpr int kLevels = 10;
+  static constexpr ExprOp kBinaryLevels[kLevels][4] = {
+      {ExprOp::LogOr},  {ExprOp::LogAnd}, {ExprOp::BitOr}, {ExprOp::BitXor},
+      {ExprOp::BitAnd}, {ExprOp::Eq, ExprOp::Ne},
+      {ExprOp::Lt, ExprOp::Le, ExprOp::Gt, ExprOp::Ge},
+      {ExprOp::Shl, ExprOp::Shr}, {ExprOp::Add, ExprOp::Sub},
+      {ExprOp::Mul, ExprOp::Div, ExprOp::Mod}};
+  static constexpr int kLevelSizes[kLevels] = {1, 1, 1, 1, 1, 2, 4, 2, 2, 3};
+
+  void advance() {
+    while (pos_ < text_.size() && isSpace(text_[pos_])) ++pos_;
+    tok_.column = static_cast<int>(pos_) + 1;
+    if (pos_ >= text_.size()) {
+      tok_ = {Token::End, {}, tok_.column};
+      return;
+    }
+    std::size_t start = pos_;
+    char c = text_[pos_];
+    if (isDigit(c)) {
+      while (pos_ < text_.size() && isDigit(text_[pos_])) ++pos_;
+      tok_.kind = Token::Int;
+    } else if (isIdentStart(c)) {
+      while (pos_ < text_.size() && isIdentChar(text_[pos_])) ++pos_;
+      tok_.kind = Token::Ident;
+    } else {
+      tok_.kind = Token::Invalid;
+      pos_ += 1;
+      for (std::string_view p : kPuncts) {
+        if (text_.substr(start, p.size()) == p) {
+          tok_.kind = Token::Punct;
+          pos_ = start + p.size();
+          break;
+        }
+      }
+    }
+    tok_.text = text_.substr(start, pos_ - start);
+  }
+
+  bool isPunct(std::string_view p) const { return tok_.kind == Token::Punct && tok_.text == p; }
+
+  [[noreturn]] void failAt(int column, const std::string& message) const {
+    throw ParseError(std::string(pointer_),
+                     fmt::format("expression '{}': column {}: {}", text_, column, message));
+  }
+  [[noreturn]] void fail(std::string_view expected) const {
+    std::string found = tok_.kind == Token::End ? std::string("end of expression")
+                                                : fmt::format("'{}'", tok_.text);
+    failAt(tok_.column, fmt::format("expected {}, found {}", expected, found));
+  }
+
+  void expect(std::string_view punct) {
+    if (!isPunct(punct)) fail(fmt::format("'{}'", punct));
+    advance();
+  }
+
+  // Guards recursion (parentheses, calls, unary chains) against stack overflow.
+  struct DepthGuard {
+    Parser& p;
+    explicit DepthGuard(Parser& parser) : p(parser) {
+      if (++p.depth_ > kMaxParseDepth)
+        p.failAt(p.tok_.column, fmt::format("nested more than {} levels deep", kMaxParseDepth));
+    }
+    ~DepthGuard() { --p.depth_; }
+  };
+
+  std::shared_ptr<ExprNode> node(ExprOp op, std::vector<std::shared_ptr<const ExprNode>> args = {}) {
+    if (++nodes_ > kMaxParseNodes)
+      failAt(tok_.column, fmt::format("more than {} operators and operands", kMaxParseNodes));
+    return std::make_shared<ExprNode>(ExprNode{op, 0, {}, std::move(args)});
+  }
+
+  std::shared_ptr<const ExprNode> parseExpr() {
+    DepthGuard guard(*this);
+    return parseLevel(0);
+  }
+
+  std::shared_ptr<const ExprNode> parseLevel(int level) {
+    if (level == kLevels) return parseUnary();
+    auto lhs = parseLevel(level + 1);
+    for (;;) {
+      std::optional<ExprOp> op = binaryOpAt(level);
+      if (!op) return lhs;
+      advance();
+      auto rhs = parseLevel(level + 1);
+      lhs = node(*op, {std::move(lhs), std::move(rhs)});
+    }
+  }
+
+  std::optional<ExprOp> binaryOpAt(int level) const {
+    if (tok_.kind != Token::Punct) return std::nullopt;
+    for (int i = 0; i < kLevelSizes[level]; ++i)
+      if (opInfo(kBinaryLevels[level][i]).symbol == tok_.text) return kBinaryLevels[level][i];
+    return std::nullopt;
+  }
+
+  // '-' directly before a literal folds into a negative literal, so that
+  // every Const (INT64_MIN included) prints as text that parses back to it.
+  std::shared_ptr<const ExprNode> parseUnary() {
+    DepthGuard guard(*this);
+    ExprOp op;
+    if (isPunct("-"))
+      op = ExprOp::Neg;
+    else if (isPunct("!"))
+      op = ExprOp::Not;
+    else if (isPunct("~"))
+      op = ExprOp::BitNot;
+    else
+      return parsePrimary();
+    advance();
+    if (op == ExprOp::Neg && tok_.kind == Token::Int) return parseLiteral(true);
+    return node(op, {parseUnary()});
+  }
+
+  std::shared_ptr<const ExprNode> parseLiteral(bool negative) {
+    // Magnitudes up to 2^63 fit when negated.
+    const uint64_t limit = negative ? uint64_t{1} << 63 : uint64_t{INT64_MAX};
+    uint64_t magnitude = 0;
+    for (char c : tok_.text) {
+      uint64_t digit = static_cast<uint64_t>(c - '0');
+      if (magnitude > (limit - digit) / 10)
+        failAt(tok_.column, fmt::format("integer literal '{}{}' does not fit in 64 bits",
+                                        negative ? "-" : "", tok_.text));
+      magnitude = magnitude * 10 + digit;
+    }
+    advance();
+    auto n = node(ExprOp::Const);
+    n->value = negative ? static_cast<int64_t>(uint64_t{0} - magnitude)
+                        : static_cast<int64_t>(magnitude);
+    return n;
+  }
+
+  std::shared_ptr<const ExprNode> parsePrimary() {
+    if (tok_.kind == Token::Int) return parseLiteral(false);
+    if (isPunct("(")) {
+      advance();
+      auto e = parseExpr();
+      expect(")");
+      return e;
+    }
+    if (tok_.kind != Token::Ident) fail("an operand");
+    if (tok_.text == "min" || tok_.text == "max") return parseCall();
+    auto n = node(ExprOp::Var);
+    n->name = std::string(tok_.text);
+    advance();
+    return n;
+  }
+
+  std::shared_ptr<const ExprNode> parseCall() {
+    ExprOp op = tok_.text == "min" ? ExprOp::Min : ExprOp::Max;
+    std::string_view name = tok_.text;
+    advance();
+    if (!isPunct("(")) fail(fmt::format("'(' after '{}' (a call: {}(a, b))", name, name));
+    advance();
+    auto a = parseExpr();
+    expect(",");
+    auto b = parseExpr();
+    expect(")");
+    return node(op, {std::move(a), std::move(b)});
+  }
+
+  std::string_view text_;
+  std::string_view pointer_;
+  std::size_t pos_ = 0;
+  Token tok_;
+  int depth_ = 0;
+  int nodes_ = 0;
+};
+
+// ---------------------------------------------------------------- evaluation
+
+using Lookup = std::function<std::optional<int64_t>(std::string_view)>;
+
+// Re-throws an operator failure naming the expression text it happened in.
+[[noreturn]] void rethrowIn(const ProgramError& e, std::string_view text) {
+  throw ProgramError(fmt::format("{} in '{}'", e.what(), text));
+}
+
+int64_t evalNode(const ExprNode& n, const Lookup& lookup, const ExprNode& root) {
+  switch (n.op) {
+    case ExprOp::Const:
+      return n.value;
+    case ExprOp::Var: {
+      std::optional<int64_t> v = lookup(n.name);
+      HIR_CHECK(v.has_value(), "unknown name '{}' in expression '{}'", n.name, nodeText(root));
+      return *v;
+    }
+    case ExprOp::LogAnd:  // short-circuit, as in C: `i > 0 && n / i > 1` is safe
+      return evalNode(*n.args[0], lookup, root) != 0 && evalNode(*n.args[1], lookup, root) != 0;
+    case ExprOp::LogOr:
+      return evalNode(*n.args[0], lookup, root) != 0 || evalNode(*n.args[1], lookup, root) != 0;
+    default:
+      break;
+  }
+  int64_t a = evalNode(*n.args[0], lookup, root);
+  int64_t b = n.args.size() > 1 ? evalNode(*n.args[1], lookup, root) : 0;
+  try {
+    return applyExprOp(n.op, a, b);
+  } catch (const ProgramError& e) {
+    rethrowIn(e, nodeText(n));
+  }
+}
+
+bool sameTree(const ExprNode& a, const ExprNode& b) {
+  if (&a == &b) return true;
+  if (a.op != b.op || a.value != b.value || a.name != b.name || a.args.size() != b.args.size())
+    return false;
+  for (std::size_t i = 0; i < a.args.size(); ++i)
+    if (!sameTree(*a.args[i], *b.args[i])) return false;
+  return true;
+}
+
+void collectNames(const ExprNode& n, std::vector<std::string>& out) {
+  if (n.op == ExprOp::Var) out.push_back(n.name);
+  for (const auto& a : n.args) collectNames(*a, out);
+}
+
+std::string appliedText(ExprOp op, int64_t a, int64_t b) {
+  const OpInfo info = opInfo(op);
+  if (info.arity == 1) return fmt::format("{}{}", info.symbol, a);
+  return fmt::format("{} {} {}", a, info.symbol, b);
+}
+
+int64_t floorDiv(int64_t a, int64_t b) {
+  int64_t q = a / b;
+  if (a % b != 0 && ((a < 0) != (b < 0))) --q;
+  return q;
+}
+
+// Takes the sign of the divisor (never negative for a positive divisor).
+int64_t floorMod(int64_t a, int64_t b) {
+  if (b == -1) return 0;  // INT64_MIN % -1 is undefined in C++
+  int64_t r = a % b;
+  if (r != 0 && ((r < 0) != (b < 0))) r += b;
+  return r;
+}
+
+}  // namespace
+
+// ------------------------------------------------------------------- Expr
+
+bool isIdentifier(std::string_view s) {
+  if (s.empty() || !isIdentStart(s[0])) return false;
+  for (char c : s)
+    if (!isIdentChar(c)) return false;
+  return true;
+}
+
+
+Expr::Expr(int64_t v) {
+  auto n = std::make_shared<ExprNode>();
+  n->op = ExprOp::Const;
+  n->value = v;
+  node_ = std::move(n);
+}
+
+Expr::Expr(const char* text) : Expr(parse(text, "")) {}
+Expr::Expr(const std::string& text) : Expr(parse(text, "")) {}
+
+Expr Expr::parse(std::string_view text, std::string_view pointer) {
+  return Expr(Parser(text, pointer).parseAll());
+}
+
+Expr Expr::var(std::string name) {
+  HIR_CHECK(isIdentifier(name) && name != "min" && name != "max",
+            "'{}' cannot be a name in an expression: expected [A-Za-z_][A-Za-z0-9_]*, "
+            "not min or max",
+            name);
+  auto n = std::make_shared<ExprNode>();
+  n->op = ExprOp::Var;
+  n->name = std::move(name);
+  return Expr(std::move(n));
+}
+
+Expr Expr::make(ExprOp op, std::vector<Expr> args) {
+  const int arity = opInfo(op).arity;
+  HIR_INTERNAL_ASSERT(arity > 0, "Expr::make takes an operator; use Expr(int64_t) or Expr::var");
+  HIR_INTERNAL_ASSERT(static_cast<int>(args.size()) == arity, "'{}' takes {} operands, got {}",
+                      opInfo(op).symbol, arity, args.size());
+  auto n = std::make_shared<ExprNode>();
+  n->op = op;
+  for (auto& a : args) {
+    HIR_INTERNAL_ASSERT(!a.empty(), "empty operand of '{}'", opInfo(op).symbol);
+    n->args.push_back(std::move(a.node_));
+  }
+  return Expr(std::move(n));
+}
+
+std::optional<int64_t> Expr::constant() const {
+  if (node_ && node_->op == ExprOp::Const) return node_->value;
+  return std::nullopt;
+}
+
+std::string Expr::str() const { return node_ ? nodeText(*node_) : std::string(); }
+
+void Expr::names(std::vector<std::string>& out) const {
+  if (node_) collectNames(*node_, out);
+}
+
+int64_t Expr::evaluate(const Lookup& lookup) const {
+  HIR_INTERNAL_ASSERT(node_ != nullptr, "evaluating an empty expression");
+  return evalNode(*node_, lookup, *node_);
+}
+
+bool operator==(const Expr& a, const Expr& b) {
+  if (!a.node_ || !b.node_) return a.node_ == b.node_;
+  return sameTree(*a.node_, *b.node_);
+}
+
+int64_t applyExprOp(ExprOp op, int64_t a, int64_t b) {
+  int64_t r = 0;
+  auto overflow = [&]() -> int64_t {
+    throw ProgramError(fmt::format("integer overflow ({})", appliedText(op, a, b)));
+  };
+  switch (op) {
+    case ExprOp::Neg: return __builtin_sub_overflow(int64_t{0}, a, &r) ? overflow() : r;
+    case ExprOp::Not: return a == 0;
+    case ExprOp::BitNot: return ~a;
+    case ExprOp::Mul: return __builtin_mul_overflow(a, b, &r) ? overflow() : r;
+    case ExprOp::Add: return __builtin_add_overflow(a, b, &r) ? overflow() : r;
+    case ExprOp::Sub: return __builtin_sub_overflow(a, b, &r) ? overflow() : r;
+    case ExprOp::Div:
+    case ExprOp::Mod:
+      HIR_CHECK(b != 0, "{} by zero ({})", op == ExprOp::Div ? "division" : "modulo",
+                appliedText(op, a, b));
+      if (op == ExprOp::Mod) return floorMod(a, b);
+      return (a == INT64_MIN && b == -1) ? overflow() : floorDiv(a, b);
+    case ExprOp::Shl:
+    case ExprOp::Shr:
+      HIR_CHECK(b >= 0 && b <= 63, "shift count {} outside [0, 63] ({})", b, appliedText(op, a, b));
+      // C++20: << wraps modulo 2^64 and >> is arithmetic.
+      return op == ExprOp::Shl ? static_cast<int64_t>(static_cast<uint64_t>(a) << b) : a >> b;
+    case ExprOp::Lt: return a < b;
+    case ExprOp::Le: return a <= b;
+    case ExprOp::Gt: return a > b;
+    case ExprOp::Ge: return a >= b;
+    case ExprOp::Eq: return a == b;
+    case ExprOp::Ne: return a != b;
+    case ExprOp::BitAnd: return a & b;
+    case ExprOp::BitXor: return a ^ b;
+    case ExprOp::BitOr: return a | b;
+    case ExprOp::LogAnd: return a != 0 && b != 0;
+    case ExprOp::LogOr: return a != 0 || b != 0;
+    case ExprOp::Min: return std::min(a, b);
+    case ExprOp::Max: return std::max(a, b);
+    case ExprOp::Const:
+    case ExprOp::Var:
+      break;
+  }
+  HIR_INTERNAL_ASSERT(false, "applyExprOp on a leaf ({})", static_cast<int>(op));
+  return 0;
+}
+
+// ------------------------------------------------------------- CompiledExpr
+//
+// Postfix code. Const pushes arg; Var pushes slots[arg]; unary operators
+// replace the top; binary operators pop one and replace the top. LogAnd and
+// LogOr are jumps that short-circuit as in C: `a && b` compiles to
+//   a, LogAnd(n), b, Not, Not
+// where LogAnd keeps a 0 on top and skips the n following steps, or pops and
+// falls through to b (normalized to 0/1 by the double Not). LogOr likewise
+// keeps a 1 and skips when its operand is non-zero.
+
+namespace {
+
+// A template on Step only because CompiledExpr::Step is private: compile()
+// names it, and this helper just uses its public fields.
+template <class Step>
+class Compiler {
+ public:
+  Compiler(std::vector<Step>& code, const std::function<int(std::string_view)>& slot_of,
+           const std::string& text)
+      : code_(code), slot_of_(slot_of), text_(text) {}
+
+  void emit(const ExprNode& n) {
+    switch (n.op) {
+      case ExprOp::Const:
+        code_.push_back({ExprOp::Const, n.value});
+        return;
+      case ExprOp::Var: {
+        int slot = slot_of_(n.name);
+        HIR_CHECK(slot >= 0, "unknown name '{}' in expression '{}'", n.name, text_);
+        code_.push_back({ExprOp::Var, slot});
+        return;
+      }
+      case ExprOp::LogAnd:
+      case ExprOp::LogOr:
+        emitLogic(n);
+        return;
+      default:
+        break;
+    }
+    const std::size_t start = code_.size();
+    for (const auto& a : n.args) emit(*a);
+    code_.push_back({n.op, 0});
+    foldIfConstant(start);
+  }
+
+ private:
+  // Is code_[at..] a single constant?
+  bool constantAt(std::size_t at) const {
+    return code_.size() == at + 1 && code_[at].op == ExprOp::Const;
+  }
+
+  // Folds [start, end) = const, (const,) op into one constant. An operator
+  // that fails (1 / 0) is left to fail at run time: its branch may never run.
+  void foldIfConstant(std::size_t start) {
+    const std::size_t n = code_.size() - start;
+    if (n < 2 || n > 3) return;
+    for (std::size_t i = start; i + 1 < code_.size(); ++i)
+      if (code_[i].op != ExprOp::Const) return;
+    const ExprOp op = code_.back().op;
+    const int64_t a = code_[start].arg;
+    const int64_t b = n == 3 ? code_[start + 1].arg : 0;
+    try {
+      const int64_t v = applyExprOp(op, a, b);
+      code_.resize(start);
+      code_.push_back({ExprOp::Const, v});
+    } catch (const ProgramError&) {
+    }
+  }
+
+  void emitLogic(const ExprNode& n) {
+    const std::size_t start = code_.size();
+    emit(*n.args[0]);
+    const bool a_constant = constantAt(start);
+    const int64_t a = code_[start].arg;
+    const std::size_t jump = code_.size();
+    code_.push_back({n.op, 0});
+    const std::size_t b_start = code_.size();
+    emit(*n.args[1]);  // always compiled, so that unknown names are reported
+    const bool b_constant = constantAt(b_start);
+    const int64_t b = code_[b_start].arg;
+    code_.push_back({ExprOp::Not, 0});
+    code_.push_back({ExprOp::Not, 0});
+    code_[jump].arg = static_cast<int64_t>(code_.size() - jump - 1);
+    if (!a_constant) return;
+    const bool decided = n.op == ExprOp::LogAnd ? a == 0 : a != 0;
+    if (!decided && !b_constant) return;
+    const int64_t v = decided ? (n.op == ExprOp::LogOr) : (b != 0);
+    code_.resize(start);
+    code_.push_back({ExprOp::Const, v});
+  }
+
+  std::vector<Step>& code_;
+  const std::function<int(std::string_view)>& slot_of_;
+  const std::string& text_;
+};
+
+}  // namespace
+
+CompiledExpr CompiledExpr::compile(const Expr& e,
+                                   const std::function<int(std::string_view)>& slot_of) {
+  HIR_INTERNAL_ASSERT(!e.empty(), "compiling an empty expression");
+  CompiledExpr c;
+  c.text_ = e.str();
+  Compiler<Step>(c.code_, slot_of, c.text_).emit(e.node());
+  // Stack height along the fall-through path, the deepest one: a taken jump
+  // lands with the same height the skipped steps would have left.
+  int height = 0, deepest = 0;
+  for (const Step& s : c.code_) {
+    switch (opInfo(s.op).arity) {
+      case 0: ++height; break;
+      case 1: break;
+      default: --height; break;
+    }
+    deepest = std::max(deepest, height);
+  }
+  HIR_CHECK(deepest <= kEvalStackSize,
+            "expression '{}' is nested too deeply: it needs {} operand stack entries, at most {}",
+            c.text_, deepest, kEvalStackSize);
+  return c;
+}
+
+int64_t CompiledExpr::eval(const int64_t* slots) const {
+  HIR_INTERNAL_ASSERT(!code_.empty(), "evaluating an empty CompiledExpr");
+  int64_t stack[kEvalStackSize];
+  int sp = 0;
+  const std::size_t n = code_.size();
+  try {
+    for (std::size_t pc = 0; pc < n; ++pc) {
+      const Step& s = code_[pc];
+      switch (s.op) {
+        case ExprOp::Const: stack[sp++] = s.arg; break;
+        case ExprOp::Var: stack[sp++] = slots[s.arg]; break;
+        case ExprOp::Neg:
+        case ExprOp::Not:
+        case ExprOp::BitNot: stack[sp - 1] = applyExprOp(s.op, stack[sp - 1], 0); break;
+        case ExprOp::LogAnd:
+          if (stack[sp - 1] == 0)
+            pc += static_cast<std::size_t>(s.arg);
+          else
+            --sp;
+          break;
+        case ExprOp::LogOr:
+          if (stack[sp - 1] != 0) {
+            stack[sp - 1] = 1;
+            pc += static_cast<std::size_t>(s.arg);
+          } else {
+            --sp;
+          }
+          break;
+        default:
+          --sp;
+          stack[sp - 1] = applyExprOp(s.op, stack[sp - 1], stack[sp]);
+          break;
+      }
+    }
+  } catch (const ProgramError& e) {
+    rethrowIn(e, text_);
+  }
+  return stack[0];
+}
+
+}  // namespace hir

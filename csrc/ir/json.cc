@@ -1,0 +1,602 @@
+// JSON load and save share one description per node type: fields() lists
+// its keys in file order, each with a codec (how a value is read and
+// written) and, for optional keys, the default that saving omits. Three
+// visitors walk it: KeyCollector (the accepted keys, for "unknown key"
+// errors), Loader and Saver.
+#include "ir/json.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <concepts>
+#include <cstring>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "common/error.h"
+
+namespace hir {
+
+namespace {
+
+// ordered_json keeps keys in file order: params stay in declaration order and
+// saved files list "op" first.
+using Json = nlohmann::ordered_json;
+
+std::string keyPath(std::string_view parent, const std::string& key) {
+  return std::string(parent) + (Json::json_pointer() / key).to_string();
+}
+
+std::string indexPath(std::string_view parent, std::size_t i) {
+  return fmt::format("{}/{}", parent, i);
+}
+
+// "an integer (5)", "an array": what a value is, for "found ..." messages.
+std::string describe(const Json& j) {
+  auto shown = [&] {
+    std::string text = j.dump();
+    return text.size() > 40 ? text.substr(0, 37) + "..." : text;
+  };
+  switch (j.type()) {
+    case Json::value_t::null: return "null";
+    case Json::value_t::boolean: return fmt::format("a boolean ({})", shown());
+    case Json::value_t::number_integer:
+    case Json::value_t::number_unsigned: return fmt::format("an integer ({})", shown());
+    case Json::value_t::number_float: return fmt::format("a non-integer number ({})", shown());
+    case Json::value_t::string: return fmt::format("a string ({})", shown());
+    case Json::value_t::array: return "an array";
+    case Json::value_t::object: return "an object";
+    default: return "an unsupported value";
+  }
+}
+
+[[noreturn]] void wrongType(const Json& j, const std::string& ptr, std::string_view expected) {
+  throw ParseError(ptr, fmt::format("expected {}, found {}", expected, describe(j)));
+}
+
+std::string joinNames(const std::vector<std::string_view>& names) {
+  std::string out;
+  for (std::string_view n : names) out += fmt::format("{}{}", out.empty() ? "" : ", ", n);
+  return out;
+}
+
+// ------------------------------------------------------------------ codecs
+// Each codec: T read(const Json&, const std::string& pointer) and
+// Json write(const T&).
+
+struct StringCodec {
+  std::string read(const Json& j, const std::string& ptr) const {
+    if (!j.is_string()) wrongType(j, ptr, "a string");
+    return j.get<std::string>();
+  }
+  Json write(const std::string& s) const { return s; }
+};
+
+// Names of tensors, communications and groups: referenced from tensor
+// references and waits, so they must be identifiers. `symbol` names (params,
+// loop indices) appear in expressions and cannot shadow rank, world, min, max.
+struct NameCodec {
+  bool symbol = false;
+  std::string read(const Json& j, const std::string& ptr) const {
+    std::string s = StringCodec{}.read(j, ptr);
+    if (!isIdentifier(s))
+      throw ParseError(ptr, fmt::format("expected a name ([A-Za-z_][A-Za-z0-9_]*), found '{}'", s));
+    if (symbol && (s == "rank" || s == "world" || s == "min" || s == "max"))
+      throw ParseError(ptr, fmt::format("'{}' is reserved in expressions; choose another name", s));
+    return s;
+  }
+  Json write(const std::string& s) const { return s; }
+};
+
+struct IntCodec {
+  int64_t min = INT64_MIN;
+  int64_t read(const Json& j, const std::string& ptr) const {
+    if (!j.is_number_integer()) wrongType(j, ptr, "an integer");
+    if (j.is_number_unsigned() && j.get<uint64_t>() > uint64_t{INT64_MAX})
+      throw ParseError(ptr, fmt::format("integer {} does not fit in 64 bits", j.dump()));
+    int64_t v = j.get<int64_t>();
+    if (v < min) throw ParseError(ptr, fmt::format("expected an integer >= {}, found {}", min, v));
+    return v;
+  }
+  Json write(int64_t v) const { return v; }
+};
+
+// An expression: a JSON integer or a string. Constants are saved as integers.
+struct ExprCodec {
+  Expr read(const Json& j, const std::string& ptr) const {
+    if (j.is_number_integer()) return Expr(IntCodec{}.read(j, ptr));
+    if (j.is_string()) return Expr::parse(j.get<std::string>(), ptr);
+    wrongType(j, ptr, "an integer or an expression string");
+  }
+  Json write(const Expr& e) const {
+    HIR_INTERNAL_ASSERT(!e.empty(), "saving an empty expression");
+    if (auto c = e.constant()) return *c;
+    return e.str();
+  }
+};
+
+struct RefCodec {
+  TensorRef read(const Json& j, const std::string& ptr) const {
+    return TensorRef::parse(StringCodec{}.read(j, ptr), ptr);
+  }
+  Json write(const TensorRef& r) const { return r.str(); }
+};
+
+struct ToleranceCodec {
+  double read(const Json& j, const std::string& ptr) const {
+    if (!j.is_number()) wrongType(j, ptr, "a non-negative number");
+    double v = j.get<double>();
+    if (!(v >= 0)) throw ParseError(ptr, fmt::format("expected a non-negative number, found {}", v));
+    return v;
+  }
+  Json write(double v) const { return v; }
+};
+
+template <class E, std::size_t N>
+struct EnumCodec {
+  const std::pair<E, std::string_view> (*table)[N];
+  std::string_view what;
+  E read(const Json& j, const std::string& ptr) const {
+    return parseEnum(*table, StringCodec{}.read(j, ptr), ptr, what);
+  }
+  Json write(E v) const { return std::string(enumName(*table, v)); }
+};
+template <class E, std::size_t N>
+EnumCodec<E, N> enumCodec(const std::pair<E, std::string_view> (&table)[N], std::string_view what) {
+  return {&table, what};
+}
+
+// Backends are named by string (registered at run time); the format accepts
+// these four.
+constexpr std::pair<int, std::string_view> kBackendNames[] = {
+    {0, "auto"}, {1, "nccl"}, {2, "ipc"}, {3, "mpi"}};
+
+struct BackendCodec {
+  std::string read(const Json& j, const std::string& ptr) const {
+    return std::string(enumName(kBackendNames, enumCodec(kBackendNames, "backend").read(j, ptr)));
+  }
+  Json write(const std::string& s) const { return s; }
+};
+
+template <class Element>
+struct ListCodec {
+  Element element;
+  auto read(const Json& j, const std::string& ptr) const {
+    if (!j.is_array()) wrongType(j, ptr, "an array");
+    std::vector<decltype(element.read(j, ptr))> out;
+    for (std::size_t i = 0; i < j.size(); ++i) out.push_back(element.read(j[i], indexPath(ptr, i)));
+    return out;
+  }
+  template <class T>
+  Json write(const std::vector<T>& values) const {
+    Json out = Json::array();
+    for (const T& v : values) out.push_back(element.write(v));
+    return out;
+  }
+};
+
+// "all" or a list of rank expressions.
+struct TeamCodec {
+  Team read(const Json& j, const std::string& ptr) const {
+    if (j.is_string() && j.get<std::string>() == "all") return Team{};
+    if (!j.is_array()) wrongType(j, ptr, "\"all\" or an array of rank expressions");
+    return Team{false, ListCodec<ExprCodec>{}.read(j, ptr)};
+  }
+  Json write(const Team& t) const {
+    return t.all ? Json("all") : ListCodec<ExprCodec>{}.write(t.ranks);
+  }
+};
+
+// Params: an object name -> integer, in file order.
+struct ParamsCodec {
+  std::vector<Param> read(const Json& j, const std::string& ptr) const {
+    if (!j.is_object()) wrongType(j, ptr, "an object of integer params");
+    std::vector<Param> out;
+    for (const auto& [name, value] : j.items()) {
+      std::string p = keyPath(ptr, name);
+      out.push_back({NameCodec{true}.read(Json(name), p), IntCodec{}.read(value, p)});
+    }
+    return out;
+  }
+  Json write(const std::vector<Param>& params) const {
+    Json out = Json::object();
+    for (const Param& p : params) out[p.name] = p.value;
+    return out;
+  }
+};
+
+struct BodyCodec {
+  Body read(const Json& j, const std::string& ptr) const;
+  Json write(const Body& body) const;
+};
+
+constexpr StringCodec kString;
+constexpr NameCodec kName;
+constexpr NameCodec kSymbol{true};
+constexpr ExprCodec kExpr;
+constexpr RefCodec kRef;
+constexpr BodyCodec kBody;
+constexpr ListCodec<NameCodec> kNameList;
+constexpr ListCodec<ExprCodec> kExprList;
+
+// ---------------------------------------------------------------- visitors
+
+// Collects the accepted keys of an object, in order.
+struct KeyCollector {
+  std::vector<std::string_view> keys;
+  template <class T, class C>
+  void required(const char* key, T&, const C&) { keys.push_back(key); }
+  template <class T, class C>
+  void optional(const char* key, T&, const C&, const T&) { keys.push_back(key); }
+  template <class T, class C>
+  void optional(const char* key, std::optional<T>&, const C&) { keys.push_back(key); }
+};
+
+class Loader {
+ public:
+  // Rejects a non-object and any key outside `accepted`.
+  Loader(const Json& obj, std::string ptr, std::string what,
+         const std::vector<std::string_view>& accepted)
+      : obj_(obj), ptr_(std::move(ptr)), what_(std::move(what)) {
+    if (!obj_.is_object()) wrongType(obj_, ptr_, fmt::format("{} object", what_));
+    for (const auto& item : obj_.items()) {
+      if (std::find(accepted.begin(), accepted.end(), item.key()) == accepted.end())
+        throw ParseError(keyPath(ptr_, item.key()),
+                         fmt::format("unknown key '{}' in {}; expected one of: {}", item.key(),
+                                     what_, joinNames(accepted)));
+    }
+  }
+
+  template <class T, class C>
+  void required(const char* key, T& out, const C& codec) {
+    if (!obj_.contains(key))
+      throw ParseError(ptr_, fmt::format("missing required key '{}' in {}", key, what_));
+    out = codec.read(obj_.at(key), keyPath(ptr_, key));
+  }
+  template <class T, class C>
+  void optional(const char* key, T& out, const C& codec, const T& /*default*/) {
+    if (obj_.contains(key)) out = codec.read(obj_.at(key), keyPath(ptr_, key));
+  }
+  template <class T, class C>
+  void optional(const char* key, std::optional<T>& out, const C& codec) {
+    if (obj_.contains(key)) out = codec.read(obj_.at(key), keyPath(ptr_, key));
+  }
+
+ private:
+  const Json& obj_;
+  std::string ptr_;
+  std::string what_;
+};
+
+// Writes every field, omitting optional ones that hold their default, so
+// that load(save(p)) == p and saved files stay short.
+class Saver {
+ public:
+  explicit Saver(Json& out) : out_(out) {}
+  template <class T, class C>
+  void required(const char* key, const T& v, const C& codec) {
+    out_[key] = codec.write(v);
+  }
+  template <class T, class C>
+  void optional(const char* key, const T& v, const C& codec, const T& def) {
+    if (!(v == def)) out_[key] = codec.write(v);
+  }
+  template <class T, class C>
+  void optional(const char* key, const std::optional<T>& v, const C& codec) {
+    if (v) out_[key] = codec.write(*v);
+  }
+
+ private:
+  Json& out_;
+};
+
+// --------------------------------------------------- field descriptions
+// One overload per node type (const for saving, mutable for loading). A new
+// node kind without one fails to build in readNode and writeNode.
+
+template <class N, class T>
+concept Is = std::same_as<std::remove_const_t<N>, T>;
+
+void fields(auto& v, Is<Allocate> auto& n) {
+  v.required("name", n.name, kName);
+  v.required("dtype", n.dtype, enumCodec(kDTypeNames, "dtype"));
+  v.required("shape", n.shape, kExprList);
+}
+
+void fields(auto& v, Is<Deallocate> auto& n) { v.required("name", n.name, kName); }
+
+void fields(auto& v, Is<Communication> auto& n) {
+  static const Communication d;
+  v.required("name", n.name, kName);
+  v.required("type", n.type, enumCodec(kCommTypeNames, "communication type"));
+  v.optional("input", n.input, kRef);
+  v.optional("output", n.output, kRef);
+  v.optional("tensor", n.tensor, kRef);
+  v.optional("peer", n.peer, kExpr);
+  v.optional("root", n.root, kExpr);
+  v.optional("team", n.team, TeamCodec{}, d.team);
+  v.optional("reduce", n.reduce, enumCodec(kReduceOpNames, "reduce op"));
+  v.optional("backend", n.backend, BackendCodec{}, d.backend);
+  v.optional("protocol", n.protocol, enumCodec(kProtocolNames, "protocol"), d.protocol);
+}
+
+void fields(auto& v, Is<ShareMemHandles> auto& n) {
+  v.required("communications", n.communications, kNameList);
+}
+
+void fields(auto& v, Is<Wait> auto& n) {
+  static const Wait d;
+  v.required("communication", n.communication, kName);
+  v.optional("mode", n.mode, enumCodec(kWaitModeNames, "wait mode"), d.mode);
+}
+
+void fields(auto& v, Is<ForLoop> auto& n) {
+  static const ForLoop d;
+  v.required("index", n.index, kSymbol);
+  v.optional("start", n.start, kExpr, d.start);
+  v.required("stop", n.stop, kExpr);
+  v.optional("step", n.step, kExpr, d.step);
+  v.required("body", n.body, kBody);
+}
+
+void fields(auto& v, Is<If> auto& n) {
+  static const If d;
+  v.required("cond", n.cond, kExpr);
+  v.required("then", n.then_body, kBody);
+  v.optional("else", n.else_body, kBody, d.else_body);
+}
+
+void fields(auto& v, Is<SetStream> auto& n) { v.required("stream", n.stream, kExpr); }
+void fields(auto& v, Is<SyncStream> auto& n) { v.required("stream", n.stream, kExpr); }
+
+void fields(auto& v, Is<Group> auto& n) {
+  v.required("name", n.name, kName);
+  v.required("body", n.body, kBody);
+}
+
+void fields(auto& v, Is<Fill> auto& n) {
+  static const Fill d;
+  v.required("tensor", n.tensor, kRef);
+  v.required("value", n.value, kExpr);
+  v.optional("step", n.step, kExpr, d.step);
+}
+
+void fields(auto& v, Is<Copy> auto& n) {
+  v.required("src", n.src, kRef);
+  v.required("dst", n.dst, kRef);
+}
+
+void fields(auto& v, Is<Check> auto& n) {
+  static const Check d;
+  v.required("tensor", n.tensor, kRef);
+  v.required("value", n.value, kExpr);
+  v.optional("step", n.step, kExpr, d.step);
+  v.optional("tolerance", n.tolerance, ToleranceCodec{}, d.tolerance);
+}
+
+// The program's keys after "format", which is checked first on its own.
+void fields(auto& v, Is<Program> auto& p) {
+  static const Program d;
+  v.required("name", p.name, kString);
+  v.optional("world_size", p.world_size, IntCodec{1});
+  v.optional("params", p.params, ParamsCodec{}, d.params);
+  v.optional("inputs", p.inputs, kNameList, d.inputs);
+  v.optional("outputs", p.outputs, kNameList, d.outputs);
+  v.required("body", p.body, kBody);
+}
+
+// Accepted keys of T's object, `first` ("op" or "format") leading.
+template <class T>
+const std::vector<std::string_view>& acceptedKeys(std::string_view first) {
+  static const std::vector<std::string_view> keys = [&] {
+    KeyCollector c{{first}};
+    T dummy;
+    fields(c, dummy);
+    return c.keys;
+  }();
+  return keys;
+}
+
+// ------------------------------------------------------------ nodes, bodies
+
+std::string opChoices() {
+  std::string out;
+  constexpr std::size_t n = std::size(kNodeOpNames);
+  for (std::size_t i = 0; i < n; ++i)
+    out += fmt::format("{}\"{}\"", i == 0 ? "" : (i + 1 == n ? " or " : ", "), kNodeOpNames[i]);
+  return out;
+}
+
+template <class T>
+Node readNodeOf(const Json& j, const std::string& ptr, std::string_view op) {
+  T node;
+  Loader loader(j, ptr, fmt::format("'{}' node", op), acceptedKeys<T>("op"));
+  fields(loader, node);
+  return node;
+}
+
+Node readNode(const Json& j, const std::string& ptr) {
+  if (!j.is_object()) wrongType(j, ptr, "a node object");
+  if (!j.contains("op")) throw ParseError(ptr, "missing required key 'op' in node");
+  const std::string op_ptr = keyPath(ptr, "op");
+  const std::string op = kString.read(j.at("op"), op_ptr);
+#define HIR_X(Type, name) \
+  if (op == name) return readNodeOf<Type>(j, ptr, op);
+  HIR_NODE_KINDS(HIR_X)
+#undef HIR_X
+  throwBadEnum(op_ptr, "op", op, opChoices());
+}
+
+Json writeNode(const Node& node) {
+  Json out = Json::object();
+  out["op"] = std::string(node.op());
+  Saver saver(out);
+  // fields() has one overload per node type and no catch-all.
+  std::visit([&](const auto& n) { fields(saver, n); }, node.v);
+  return out;
+}
+
+Body BodyCodec::read(const Json& j, const std::string& ptr) const {
+  if (!j.is_array()) wrongType(j, ptr, "an array of nodes");
+  Body body;
+  body.reserve(j.size());
+  for (std::size_t i = 0; i < j.size(); ++i) body.push_back(readNode(j[i], indexPath(ptr, i)));
+  return body;
+}
+
+Json BodyCodec::write(const Body& body) const {
+  Json out = Json::array();
+  for (const Node& n : body) out.push_back(writeNode(n));
+  return out;
+}
+
+// ---------------------------------------------------------- the document
+
+// Deepest JSON nesting accepted (a node nests two levels: its object and a
+// body array). Every pass over the IR recurses over nested bodies, so a
+// hostile file must not reach them with unbounded depth.
+constexpr std::size_t kMaxJsonDepth = 200;
+
+// Checks, while nlohmann parses, what it would let through: duplicate keys
+// (it keeps the last one silently) and excessive nesting. A stack of frames
+// tracks the JSON pointer so the error names the place.
+class StrictnessCheck {
+ public:
+  bool operator()(int /*depth*/, Json::parse_event_t event, Json& parsed) {
+    using E = Json::parse_event_t;
+    switch (event) {
+      case E::object_start:
+      case E::array_start:
+        childBegins();
+        if (frames_.size() >= kMaxJsonDepth)
+          throw ParseError(pointer(), fmt::format("JSON nested more than {} levels deep",
+                                                  kMaxJsonDepth));
+        frames_.push_back({event == E::array_start, {}, -1, {}});
+        break;
+      case E::object_end:
+      case E::array_end:
+        frames_.pop_back();
+        break;
+      case E::key: {
+        Frame& f = frames_.back();
+        f.key = parsed.get<std::string>();
+        if (std::find(f.seen.begin(), f.seen.end(), f.key) != f.seen.end())
+          throw ParseError(pointer(), fmt::format("duplicate key '{}'", f.key));
+        f.seen.push_back(f.key);
+        break;
+      }
+      case E::value:
+        childBegins();
+        break;
+    }
+    return true;
+  }
+
+ private:
+  struct Frame {
+    bool array;
+    std::string key;  // objects: the current key
+    long index;       // arrays: the current element
+    std::vector<std::string> seen;
+  };
+  void childBegins() {
+    if (!frames_.empty() && frames_.back().array) ++frames_.back().index;
+  }
+  std::string pointer() const {
+    std::string out;
+    for (const Frame& f : frames_)
+      out = f.array ? indexPath(out, static_cast<std::size_t>(f.index)) : keyPath(out, f.key);
+    return out;
+  }
+  std::vector<Frame> frames_;
+};
+
+// Line and column (1-based) of the byte nlohmann stopped at.
+std::pair<std::size_t, std::size_t> lineColumn(std::string_view text, std::size_t byte) {
+  const std::size_t at = std::min(byte > 0 ? byte - 1 : 0, text.size());
+  const std::string_view before = text.substr(0, at);
+  const std::size_t line = 1 + static_cast<std::size_t>(std::count(before.begin(), before.end(), '\n'));
+  const std::size_t nl = before.rfind('\n');
+  return {line, nl == std::string_view::npos ? at + 1 : at - nl};
+}
+
+// nlohmann's message without its "[json.exception...] parse error at line L,
+// column C: " prefix (we compute the place ourselves).
+std::string parseErrorDetail(const std::string& what) {
+  std::size_t col = what.find("column ");
+  std::size_t colon = col == std::string::npos ? std::string::npos : what.find(": ", col);
+  if (colon != std::string::npos) return what.substr(colon + 2);
+  std::size_t bracket = what.find("] ");
+  return bracket == std::string::npos ? what : what.substr(bracket + 2);
+}
+
+Json parseJson(std::string_view text, std::string_view source) {
+  StrictnessCheck strictness;
+  try {
+    return Json::parse(text.begin(), text.end(), std::ref(strictness));
+  } catch (const nlohmann::json::parse_error& e) {
+    auto [line, column] = lineColumn(text, e.byte);
+    throw ParseError("", fmt::format("{}: invalid JSON at line {}, column {}: {}", source, line,
+                                     column, parseErrorDetail(e.what())));
+  }
+}
+
+}  // namespace
+
+Program parseProgram(std::string_view text, std::string_view source) {
+  const Json doc = parseJson(text, source);
+  if (!doc.is_object()) wrongType(doc, "", "a program object");
+  if (!doc.contains("format"))
+    throw ParseError("", fmt::format("missing required key 'format' in program (\"format\": \"{}\")",
+                                     kFormatName));
+  const std::string format = kString.read(doc.at("format"), "/format");
+  if (format != kFormatName)
+    throw ParseError("/format",
+                     fmt::format("unsupported format '{}'; expected \"{}\"", format, kFormatName));
+  Program program;
+  Loader loader(doc, "", "program", acceptedKeys<Program>("format"));
+  fields(loader, program);
+  return program;
+}
+
+Program loadProgram(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw ParseError("", fmt::format("cannot read '{}': {}", path, std::strerror(errno)));
+  std::ostringstream text;
+  text << in.rdbuf();
+  if (in.bad()) throw ParseError("", fmt::format("cannot read '{}': {}", path, std::strerror(errno)));
+  return parseProgram(text.str(), path);
+}
+
+std::string saveProgram(const Program& program, int indent) {
+  Json doc = Json::object();
+  doc["format"] = std::string(kFormatName);
+  Saver saver(doc);
+  fields(saver, program);
+  try {
+    return doc.dump(indent);
+  } catch (const nlohmann::json::type_error& e) {  // a string that is not UTF-8
+    throw ProgramError(fmt::format("cannot save program '{}' as JSON: {}", program.name, e.what()));
+  }
+}
+
+void applyParamOverrides(Program& program,
+                         const std::vector<std::pair<std::string, int64_t>>& overrides) {
+  for (const auto& [name, value] : overrides) {
+    auto it = std::find_if(program.params.begin(), program.params.end(),
+                           [&](const Param& p) { return p.name == name; });
+    if (it != program.params.end()) {
+      it->value = value;
+      continue;
+    }
+    std::vector<std::string_view> declared;
+    for (const Param& p : program.params) declared.push_back(p.name);
+    throw ParseError("/params", fmt::format("unknown param '{}' given on the command line; {}", name,
+                                            declared.empty() ? "the program declares none"
+                                                             : "declared: " + joinNames(declared)));
+  }
+}
+
+}  // namespace hir

@@ -1,0 +1,247 @@
+// The nodes of the host IR. Each node is plain data; its comment says what it
+// means. Cross-references (a tensor, a communication) are names here and
+// become slots after lowering (lower/plan.h).
+//
+// HIR_NODE_KINDS is the one list of node kinds. It generates NodeKind, the
+// JSON op names and the std::variant `Node::Variant`, so a new node kind
+// breaks the build in every pass that dispatches with std::visit.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <string_view>
+#include <variant>
+#include <vector>
+
+#include "common/enums.h"
+#include "ir/expr.h"
+#include "ir/tensor_ref.h"
+
+namespace hir {
+
+// X(Type, "json op")
+#define HIR_NODE_KINDS(X)                  \
+  X(Allocate, "allocate")                  \
+  X(Deallocate, "deallocate")              \
+  X(Communication, "communication")        \
+  X(ShareMemHandles, "share_mem_handles")  \
+  X(Wait, "wait")                          \
+  X(ForLoop, "for")                        \
+  X(If, "if")                              \
+  X(SetStream, "set_stream")               \
+  X(SyncStream, "sync_stream")             \
+  X(Group, "group")                        \
+  X(Fill, "fill")                          \
+  X(Copy, "copy")                          \
+  X(Check, "check")
+
+struct Node;
+using Body = std::vector<Node>;
+
+// Allocates a tensor of `dtype` and `shape` (row-major) on the rank's device,
+// named `name` until a Deallocate. Shape extents are evaluated when the node
+// runs. If `name` is a program input or output that the caller bound, the
+// caller's buffer is used instead. Memory is cached per Allocate node across
+// runs, so every run sees the same address.
+struct Allocate {
+  std::string name;
+  DType dtype = DType::Float32;
+  std::vector<Expr> shape;
+  friend bool operator==(const Allocate&, const Allocate&) = default;
+};
+
+// Ends the lifetime of a tensor. Memory still used by a pending communication
+// is released only after that communication completes.
+struct Deallocate {
+  std::string name;
+  friend bool operator==(const Deallocate&, const Deallocate&) = default;
+};
+
+// Which ranks take part in a collective: every rank, or the listed ranks in
+// team order (team rank i is ranks[i]). Rank lists may use world and params,
+// never rank or loop indices: teams are fixed at load.
+struct Team {
+  bool all = true;
+  std::vector<Expr> ranks;
+  friend bool operator==(const Team&, const Team&) = default;
+};
+
+// Posts a communication; never blocks the host. Collectives read `input` and
+// write `output` (same reference for in place, where NCCL allows it); `root`
+// is an absolute rank; ranks outside `team` skip the node. send/recv move
+// `tensor` to/from the absolute rank `peer`. Inputs become ready on the
+// current stream; completion is observed by a Wait on `name` (or on the
+// enclosing Group). `backend` is "auto", "nccl", "ipc" or "mpi"; `protocol`
+// applies to ipc send/recv only.
+struct Communication {
+  std::string name;
+  CommType type = CommType::Allreduce;
+  std::optional<TensorRef> input, output;  // collectives
+  std::optional<TensorRef> tensor;         // send / recv
+  std::optional<Expr> peer;                // send / recv
+  std::optional<Expr> root;                // broadcast, reduce, gather, scatter
+  Team team;
+  std::optional<ReduceOp> reduce;          // allreduce, reduce_scatter, reduce
+  std::string backend = "auto";
+  Protocol protocol = Protocol::Auto;
+  friend bool operator==(const Communication&, const Communication&) = default;
+};
+
+// Exchanges, in one batch through the bootstrap, what the listed IPC
+// communications need (memory handles, semaphores). Cached: exchanging the
+// same keys again does nothing.
+struct ShareMemHandles {
+  std::vector<std::string> communications;
+  friend bool operator==(const ShareMemHandles&, const ShareMemHandles&) = default;
+};
+
+// Waits for the latest post of a communication or group. Stream mode: the
+// current stream waits on its completion event and the host goes on. Host
+// mode: the host blocks until it completes (with the run's timeout).
+struct Wait {
+  std::string communication;
+  WaitMode mode = WaitMode::Stream;
+  friend bool operator==(const Wait&, const Wait&) = default;
+};
+
+// Runs `body` with `index` = start, start + step, ... while index < stop.
+// start and stop are evaluated once, on entry. `index` is visible in body only.
+struct ForLoop {
+  std::string index;
+  Expr start = Expr(int64_t{0});
+  Expr stop;
+  Expr step = Expr(int64_t{1});
+  Body body;
+  bool operator==(const ForLoop&) const;
+};
+
+// Runs `then_body` if `cond` is non-zero, else `else_body` (rank-dependent
+// control flow; every rank must still agree on its communications).
+struct If {
+  Expr cond;
+  Body then_body;
+  Body else_body;
+  bool operator==(const If&) const;
+};
+
+// Makes stream `stream` current: following nodes enqueue work on it.
+// Stream 0 is the default stream (the caller's stream when embedded).
+struct SetStream {
+  Expr stream;
+  friend bool operator==(const SetStream&, const SetStream&) = default;
+};
+
+// Makes the current stream wait for everything enqueued so far on `stream`.
+struct SyncStream {
+  Expr stream;
+  friend bool operator==(const SyncStream&, const SyncStream&) = default;
+};
+
+// Posts the communications of `body` as one unit (one NCCL group) with one
+// completion handle, waited on by the name `name`. The body holds
+// communications, and for/if around them, nothing else.
+struct Group {
+  std::string name;
+  Body body;
+  bool operator==(const Group&) const;
+};
+
+// Writes element k of `tensor` := value + step * k, on the current stream.
+struct Fill {
+  TensorRef tensor;
+  Expr value;
+  Expr step = Expr(int64_t{0});
+  friend bool operator==(const Fill&, const Fill&) = default;
+};
+
+// Copies `src` into `dst` (equal sizes and dtypes) on the current stream.
+struct Copy {
+  TensorRef src, dst;
+  friend bool operator==(const Copy&, const Copy&) = default;
+};
+
+// Verifies element k of `tensor` == value + step * k (within `tolerance`), on
+// the current stream. Mismatches (rank, tensor, index, got, expected) are
+// reported after the run and make `hir run` exit 1.
+struct Check {
+  TensorRef tensor;
+  Expr value;
+  Expr step = Expr(int64_t{0});
+  double tolerance = 0.0;
+  friend bool operator==(const Check&, const Check&) = default;
+};
+
+enum class NodeKind : uint8_t {
+#define HIR_X(Type, op) Type,
+  HIR_NODE_KINDS(HIR_X)
+#undef HIR_X
+};
+
+inline constexpr std::string_view kNodeOpNames[] = {
+#define HIR_X(Type, op) op,
+    HIR_NODE_KINDS(HIR_X)
+#undef HIR_X
+};
+
+namespace detail {
+// Builds std::variant<A, B, ...> from the pack "A, B, ..., void" that the
+// X-macro expands to (the trailing void absorbs the last comma).
+template <class... Acc>
+struct TypeList {};
+template <class List, class... Ts>
+struct VariantOfList;
+template <class... Acc>
+struct VariantOfList<TypeList<Acc...>, void> {
+  using type = std::variant<Acc...>;
+};
+template <class... Acc, class T, class... Ts>
+struct VariantOfList<TypeList<Acc...>, T, Ts...> {
+  using type = typename VariantOfList<TypeList<Acc..., T>, Ts...>::type;
+};
+}  // namespace detail
+
+struct Node {
+#define HIR_X(Type, op) Type,
+  using Variant = typename detail::VariantOfList<detail::TypeList<>, HIR_NODE_KINDS(HIR_X) void>::type;
+#undef HIR_X
+  Variant v;
+
+  Node() = default;
+  template <class T>
+  Node(T n) : v(std::move(n)) {}  // NOLINT: implicit from any node struct
+  NodeKind kind() const { return static_cast<NodeKind>(v.index()); }
+  std::string_view op() const { return kNodeOpNames[v.index()]; }
+  friend bool operator==(const Node&, const Node&) = default;
+};
+
+inline bool ForLoop::operator==(const ForLoop& o) const {
+  return index == o.index && start == o.start && stop == o.stop && step == o.step &&
+         body == o.body;
+}
+inline bool If::operator==(const If& o) const {
+  return cond == o.cond && then_body == o.then_body && else_body == o.else_body;
+}
+inline bool Group::operator==(const Group& o) const { return name == o.name && body == o.body; }
+
+// A whole program (format hostir/1).
+struct Param {
+  std::string name;
+  int64_t value = 0;
+  friend bool operator==(const Param&, const Param&) = default;
+};
+
+struct Program {
+  std::string name;
+  std::optional<int64_t> world_size;  // runs only at this world size
+  std::vector<Param> params;          // in file order
+  std::vector<std::string> inputs;    // allocations a caller may bind
+  std::vector<std::string> outputs;
+  Body body;
+  friend bool operator==(const Program&, const Program&) = default;
+};
+
+// The JSON pointer of child `i` of a body at `parent` ("" for the top):
+// childPath("", "body", 2) == "/body/2".
+std::string childPath(std::string_view parent, std::string_view field, std::size_t i);
+
+}  // namespace hir

@@ -1,0 +1,13 @@
+// A readable listing of a program, one node a line, each prefixed with its
+// node path (the JSON pointer used in every error message).
+#pragma once
+
+#include <string>
+
+#include "ir/nodes.h"
+
+namespace hir {
+
+std::string printProgram(const Program& program);
+
+}  // namespace hir

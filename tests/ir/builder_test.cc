@@ -1,0 +1,123 @@
+#include "ir/builder.h"
+
+#include <gtest/gtest.h>
+
+#include "common/error.h"
+#include "ir/ir_samples.h"
+#include "ir/json.h"
+
+namespace hir {
+namespace {
+
+TEST(Builder, RingAllgatherEqualsTheParsedProgram) {
+  ProgramBuilder b("ring_allgather");
+  b.param("n", 1048576).output("buf");
+  b.allocate("buf", DType::Float32, {"world", "n"});
+  b.fill("buf[rank]", "rank * 1000", 1);
+  CommOptions ipc{.backend = "ipc"};
+  b.forLoop("i", 0, "world - 1", [&](BodyBuilder& l) {
+    l.shareMemHandles({"s", "r"});
+    l.send("s", "buf[(rank - i + world) % world]", "(rank + 1) % world", ipc);
+    l.recv("r", "buf[(rank - i - 1 + world) % world]", "(rank - 1 + world) % world", ipc);
+    l.wait("r").wait("s");
+  });
+  b.forLoop("j", 0, "world", [](BodyBuilder& l) { l.check("buf[j]", "j * 1000", 1); });
+  EXPECT_EQ(b.build(), parseProgram(test::kRingAllgatherJson));
+}
+
+// kEveryNodeJson, built in C++: every node kind, every communication type,
+// teams, backends, protocols, nested loops, if/else and a group.
+Program buildEveryNode() {
+  ProgramBuilder b("every_node");
+  b.worldSize(4).param("n", 8).param("chunks", 2).input("x").output("y");
+  b.allocate("x", DType::Float32, {"world", "n"})
+      .allocate("y", DType::BFloat16, {"world", "n"})
+      .allocate("z", DType::Int64, {4, "n * chunks"});
+  b.fill("x[rank]", "rank * 100", 1);
+  b.setStream(1);
+  b.group("g", [](BodyBuilder& g) {
+    g.allgather("ag", "x[rank]", "y", {.backend = "nccl"});
+    g.allreduce("ar", "x", "x", ReduceOp::Sum, {.team = std::vector<Expr>{0, 1, "world - 1"}});
+  });
+  b.wait("g", WaitMode::Host);
+  b.syncStream(1).setStream(0);
+  b.reduceScatter("rs", "x", "y[rank]", ReduceOp::Max);
+  b.broadcast("bc", "x", "x", 0, {.backend = "mpi"});
+  b.reduce("rd", "x", "y", "world - 1", ReduceOp::Avg);
+  b.gather("ga", "x[rank]", "y", 1);
+  b.scatter("sc", "y", "x[rank]", 2);
+  b.alltoall("aa", "x", "y");
+  b.wait("aa");
+  b.forLoop(
+      "i", 1, "world",
+      [](BodyBuilder& l) {
+        l.shareMemHandles({"s", "r"});
+        l.ifThen(
+            "rank % 2 == 0 && i < world",
+            [](BodyBuilder& t) {
+              t.send("s", "z[0][0:n]", "(rank + i) % world",
+                     {.backend = "ipc", .protocol = Protocol::Get});
+            },
+            [](BodyBuilder& e) {
+              e.recv("r", "z[1][n:2 * n]", "(rank - i + world) % world",
+                     {.backend = "ipc", .protocol = Protocol::Put});
+            });
+        l.wait("s");
+      },
+      2);
+  b.ifThen("!(rank & 1)", [](BodyBuilder& t) { t.copy("z[1]", "z[2]"); });
+  b.check("x[rank]", "rank * 100", 1, 0.5);
+  b.check("z[3][0:2]", -1);
+  b.deallocate("z");
+  return b.build();
+}
+
+TEST(Builder, EveryNodeKindEqualsTheParsedProgram) {
+  Program built = buildEveryNode();
+  Program parsed = parseProgram(test::kEveryNodeJson);
+  ASSERT_EQ(built.body.size(), parsed.body.size());
+  for (std::size_t i = 0; i < built.body.size(); ++i)
+    EXPECT_EQ(built.body[i], parsed.body[i]) << "at /body/" << i << " (" << built.body[i].op() << ")";
+  EXPECT_EQ(built, parsed);
+  EXPECT_EQ(saveProgram(built), saveProgram(parsed));
+}
+
+TEST(Builder, CollectivesSetTheFieldsTheirTypeUses) {
+  ProgramBuilder b("t");
+  b.broadcast("bc", "x", "y", "world - 1");
+  b.send("s", "x[1]", 3);
+  const auto& bc = std::get<Communication>(b.program().body[0].v);
+  EXPECT_EQ(bc.type, CommType::Broadcast);
+  EXPECT_EQ(bc.input->str(), "x");
+  EXPECT_EQ(bc.output->str(), "y");
+  EXPECT_EQ(bc.root, Expr("world - 1"));
+  EXPECT_FALSE(bc.tensor.has_value());
+  EXPECT_FALSE(bc.peer.has_value());
+  EXPECT_FALSE(bc.reduce.has_value());
+  const auto& s = std::get<Communication>(b.program().body[1].v);
+  EXPECT_EQ(s.tensor->str(), "x[1]");
+  EXPECT_EQ(s.peer, Expr(3));
+  EXPECT_FALSE(s.input.has_value());
+  EXPECT_FALSE(s.root.has_value());
+}
+
+TEST(Builder, BadTensorReferenceIsAParseErrorFromTheBuilder) {
+  ProgramBuilder b("t");
+  try {
+    b.fill("buf[0:1][0]", 0);
+    ADD_FAILURE() << "built";
+  } catch (const ParseError& e) {
+    EXPECT_EQ(e.pointer(), "(builder)");
+    EXPECT_NE(std::string(e.what()).find("a range must be the last index"), std::string::npos);
+  }
+  EXPECT_TRUE(b.program().body.empty());
+}
+
+TEST(Builder, BadExpressionTextIsAParseError) {
+  ProgramBuilder b("t");
+  EXPECT_THROW(b.setStream("1 +"), ParseError);
+  EXPECT_TRUE(b.program().body.empty());
+}
+
+}  // namespace
+}  // namespace hir
