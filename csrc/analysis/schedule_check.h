@@ -1,0 +1,38 @@
+// The cross-rank check: runs a Plan "dry" (no device, no data) once per rank
+// 0..world-1, evaluating every expression with that rank's values, then
+// compares what the ranks would do. Finds, with node path, rank and loop
+// indices:
+// - per rank: references out of their allocation, shapes that do not fit the
+//   communication type for the team size (allgather output = team size x
+//   input, ...), dtype mismatches, roots and peers outside the team or the
+//   world, waits on communications not posted, streams out of range, copies
+//   of unequal sizes, ipc-shared allocations whose shape differs by rank;
+// - across ranks: collectives of each team in the same order with the same
+//   type, root, count, dtype and reduce op; every send matched by a recv of
+//   the same size and dtype, in the same order per pair of ranks;
+// - hazards: a tensor read, written or deallocated while a communication
+//   writing it is still pending (not waited), or written while one reading
+//   it is pending.
+// Throws ValidationError listing every problem (capped at 20).
+#pragma once
+
+#include <cstdint>
+
+#include "lower/plan.h"
+
+namespace hir {
+
+struct ScheduleCheckOptions {
+  // Stop simulating a rank after this many executed instructions; the check
+  // then covers only the prefix (and says so through `truncated`).
+  int64_t max_steps_per_rank = 4'000'000;
+};
+
+struct ScheduleCheckResult {
+  bool truncated = false;
+  int64_t communications = 0;  // posts over all ranks
+};
+
+ScheduleCheckResult checkSchedule(const Plan& plan, const ScheduleCheckOptions& options = {});
+
+}  // namespace hir

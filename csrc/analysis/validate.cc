@@ -1,0 +1,651 @@
+// Static validation of a Program (see validate.h). Two walks over the tree:
+// the first collects where every allocation, communication and group is
+// declared (so messages can say "allocated later, at /body/5" and
+// share_mem_handles may list communications that come later); the second
+// checks every node in pre-order with the scopes it sees. Every problem
+// becomes one Issue; one ValidationError carries them all.
+//
+// Rules that are deliberately simple (the cross-rank schedule check, which
+// runs the lowered plan per rank, catches what they let through):
+// - A wait may name any communication or group that appears earlier in the
+//   pre-order walk, wherever it is (even in the other branch of an if).
+// - A deallocate inside a nested body ends the allocation only for the rest
+//   of that body; nodes after the nested body still see it.
+#include "analysis/validate.h"
+
+#include <fmt/format.h>
+
+#include <cmath>
+#include <map>
+#include <optional>
+#include <set>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/error.h"
+#include "lower/plan.h"
+
+namespace hir {
+namespace {
+
+using Issue = ValidationError::Issue;
+
+std::string fieldPath(std::string_view node_path, std::string_view field) {
+  return fmt::format("{}/{}", node_path, field);
+}
+
+bool isIdentifier(std::string_view s) {
+  auto alpha = [](char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_'; };
+  auto digit = [](char c) { return c >= '0' && c <= '9'; };
+  if (s.empty() || !alpha(s[0])) return false;
+  for (char c : s)
+    if (!alpha(c) && !digit(c)) return false;
+  return true;
+}
+
+std::string joinNames(const std::vector<std::string>& names) {
+  std::string out;
+  for (const std::string& n : names) {
+    if (!out.empty()) out += ", ";
+    out += n;
+  }
+  return out;
+}
+
+// Where each name of the program is declared (the first declaration when a
+// name is declared twice, which is itself an issue).
+struct Declarations {
+  struct Alloc {
+    std::string path;
+    DType dtype;
+    std::size_t dims;
+  };
+  struct Comm {
+    std::string path;
+    std::string backend;
+  };
+  std::map<std::string, Alloc> allocs;
+  std::vector<std::string> alloc_order;  // names in program order, for messages
+  std::map<std::string, Comm> comms;
+  std::map<std::string, std::string> groups;  // name -> path
+};
+
+// First walk: declarations and their uniqueness.
+class Collector {
+ public:
+  Collector(Declarations& decl, std::vector<Issue>& issues) : decl_(decl), issues_(issues) {}
+
+  // `parent` is a copy: it is often path_, which changes below.
+  void walk(const Body& body, const std::string parent, std::string_view field) {
+    std::string saved = path_;
+    for (std::size_t i = 0; i < body.size(); ++i) {
+      path_ = childPath(parent, field, i);
+      std::visit(*this, body[i].v);
+    }
+    path_ = saved;
+  }
+
+  void operator()(const Allocate& a) {
+    if (auto it = decl_.allocs.find(a.name); it != decl_.allocs.end()) {
+      issue(fieldPath(path_, "name"), fmt::format("allocation name '{}' is already used by the "
+                                                  "allocate at {}; allocation names are unique",
+                                                  a.name, it->second.path));
+      return;
+    }
+    decl_.allocs[a.name] = {path_, a.dtype, a.shape.size()};
+    decl_.alloc_order.push_back(a.name);
+  }
+  void operator()(const Deallocate&) {}
+  void operator()(const Communication& c) {
+    if (claimPostName(c.name)) decl_.comms[c.name] = {path_, c.backend};
+  }
+  void operator()(const ShareMemHandles&) {}
+  void operator()(const Wait&) {}
+  void operator()(const ForLoop& f) { walk(f.body, path_, "body"); }
+  void operator()(const If& i) {
+    walk(i.then_body, path_, "then");
+    walk(i.else_body, path_, "else");
+  }
+  void operator()(const SetStream&) {}
+  void operator()(const SyncStream&) {}
+  void operator()(const Group& g) {
+    if (claimPostName(g.name)) decl_.groups[g.name] = path_;
+    walk(g.body, path_, "body");
+  }
+  void operator()(const Fill&) {}
+  void operator()(const Copy&) {}
+  void operator()(const Check&) {}
+
+ private:
+  // Communications and groups share one namespace: a wait names either.
+  bool claimPostName(const std::string& name) {
+    std::string previous;
+    if (auto it = decl_.comms.find(name); it != decl_.comms.end())
+      previous = "the communication at " + it->second.path;
+    else if (auto g = decl_.groups.find(name); g != decl_.groups.end())
+      previous = "the group at " + g->second;
+    if (previous.empty()) return true;
+    issue(fieldPath(path_, "name"),
+          fmt::format("name '{}' is already used by {}; communication and group names are unique",
+                      name, previous));
+    return false;
+  }
+
+  void issue(std::string path, std::string message) {
+    issues_.push_back({std::move(path), std::move(message)});
+  }
+
+  Declarations& decl_;
+  std::vector<Issue>& issues_;
+  std::string path_;
+};
+
+// Second walk: every rule, in pre-order, with scopes.
+class Validator {
+ public:
+  Validator(const Program& program, const ValidateOptions& options, const Declarations& decl,
+            std::vector<Issue>& issues)
+      : program_(program), options_(options), decl_(decl), issues_(issues) {}
+
+  void run() {
+    walk(program_.body, "", "body");
+    checkBindables(program_.inputs, "inputs");
+    checkBindables(program_.outputs, "outputs");
+  }
+
+  // ---------------------------------------------------------------- nodes
+  void operator()(const Allocate& a) {
+    for (std::size_t i = 0; i < a.shape.size(); ++i)
+      checkExpr(a.shape[i], childPath(path_, "shape", i));
+    // A duplicate allocate was reported by the collector; only the first
+    // declaration defines the name.
+    if (decl_.allocs.at(a.name).path != path_) return;
+    scopes_.back().allocated.insert(a.name);
+    allocated_.insert(a.name);
+  }
+
+  void operator()(const Deallocate& d) {
+    std::string where;
+    Liveness live = liveness(d.name, where);
+    if (live != Liveness::Live) {
+      issue(fieldPath(path_, "name"), deadMessage(d.name, live, where, /*dealloc=*/true));
+      return;
+    }
+    scopes_.back().deallocated[d.name] = path_;
+  }
+
+  void operator()(const Communication& c) {
+    posted_.insert(c.name);
+    if (group_) group_->members.push_back({c.name, c.backend, path_});
+    checkCommFields(c);
+    if (c.input) checkRef(*c.input, fieldPath(path_, "input"));
+    if (c.output) checkRef(*c.output, fieldPath(path_, "output"));
+    if (c.tensor) checkRef(*c.tensor, fieldPath(path_, "tensor"));
+    if (c.peer) checkExpr(*c.peer, fieldPath(path_, "peer"));
+    if (c.root) checkExpr(*c.root, fieldPath(path_, "root"));
+    checkTeam(c);
+    if (!isPointToPoint(c.type) && c.input && c.output)
+      checkSameDType(toString(c.type), *c.input, *c.output, fieldPath(path_, "output"));
+    if (c.protocol != Protocol::Auto &&
+        (!isPointToPoint(c.type) || (c.backend != "ipc" && c.backend != "auto")))
+      issue(fieldPath(path_, "protocol"),
+            fmt::format("protocol '{}' applies only to send/recv on backend 'ipc' (or 'auto'); "
+                        "found {} on backend '{}'",
+                        toString(c.protocol), toString(c.type), c.backend));
+  }
+
+  void operator()(const ShareMemHandles& s) {
+    std::set<std::string> seen;
+    for (std::size_t i = 0; i < s.communications.size(); ++i) {
+      const std::string& name = s.communications[i];
+      std::string at = childPath(path_, "communications", i);
+      if (!seen.insert(name).second) {
+        issue(at, fmt::format("'{}' is listed twice", name));
+        continue;
+      }
+      auto it = decl_.comms.find(name);
+      if (it == decl_.comms.end()) {
+        issue(at, fmt::format("'{}' is not a communication of the program", name));
+      } else if (it->second.backend != "ipc") {
+        issue(at, fmt::format("'{}' ({}) uses backend '{}'; share_mem_handles lists only "
+                              "communications on backend 'ipc'",
+                              name, it->second.path, it->second.backend));
+      }
+    }
+  }
+
+  void operator()(const Wait& w) {
+    if (posted_.count(w.communication)) return;
+    std::string later;
+    if (auto it = decl_.comms.find(w.communication); it != decl_.comms.end())
+      later = fmt::format(" (it is posted later, at {})", it->second.path);
+    else if (auto g = decl_.groups.find(w.communication); g != decl_.groups.end())
+      later = fmt::format(" (it is posted later, at {})", g->second);
+    issue(fieldPath(path_, "communication"),
+          fmt::format("wait on '{}', which is not a communication or group posted before this "
+                      "node{}",
+                      w.communication, later));
+  }
+
+  void operator()(const ForLoop& f) {
+    // start, stop and step are evaluated outside the loop: the index is not
+    // in scope yet.
+    checkExpr(f.start, fieldPath(path_, "start"));
+    checkExpr(f.stop, fieldPath(path_, "stop"));
+    checkExpr(f.step, fieldPath(path_, "step"));
+    if (!f.step.empty())
+      if (auto step = f.step.constant(); step && *step <= 0)
+        issue(fieldPath(path_, "step"),
+              fmt::format("a loop step must be positive; found {}", *step));
+    checkLoopIndex(f.index);
+    loops_.push_back({f.index, path_});
+    walk(f.body, path_, "body");
+    loops_.pop_back();
+  }
+
+  void operator()(const If& i) {
+    checkExpr(i.cond, fieldPath(path_, "cond"));
+    walk(i.then_body, path_, "then");
+    walk(i.else_body, path_, "else");
+  }
+
+  void operator()(const SetStream& s) { checkStream(s.stream); }
+  void operator()(const SyncStream& s) { checkStream(s.stream); }
+
+  void operator()(const Group& g) {
+    if (group_)
+      issue(path_, fmt::format("group '{}' is nested in group '{}' ({}); groups do not nest",
+                               g.name, group_->name, group_->path));
+    posted_.insert(g.name);
+    std::optional<GroupState> outer = std::move(group_);
+    group_ = GroupState{g.name, path_, {}};
+    walk(g.body, path_, "body");
+    checkGroupBackends(*group_);
+    group_ = std::move(outer);
+  }
+
+  void operator()(const Fill& f) {
+    checkRef(f.tensor, fieldPath(path_, "tensor"));
+    checkExpr(f.value, fieldPath(path_, "value"));
+    checkExpr(f.step, fieldPath(path_, "step"));
+  }
+
+  void operator()(const Copy& c) {
+    checkRef(c.src, fieldPath(path_, "src"));
+    checkRef(c.dst, fieldPath(path_, "dst"));
+    checkSameDType("copy", c.src, c.dst, fieldPath(path_, "dst"));
+  }
+
+  void operator()(const Check& c) {
+    checkRef(c.tensor, fieldPath(path_, "tensor"));
+    checkExpr(c.value, fieldPath(path_, "value"));
+    checkExpr(c.step, fieldPath(path_, "step"));
+    if (!(c.tolerance >= 0.0) || std::isinf(c.tolerance))
+      issue(fieldPath(path_, "tolerance"),
+            fmt::format("tolerance must be a finite number >= 0; found {}", c.tolerance));
+  }
+
+ private:
+  // Allocations made and ended in one body; a body's scope ends with it.
+  struct Scope {
+    std::set<std::string> allocated;
+    std::map<std::string, std::string> deallocated;  // name -> deallocate path
+  };
+  struct Loop {
+    std::string index;
+    std::string path;
+  };
+  struct GroupMember {
+    std::string name, backend, path;
+  };
+  struct GroupState {
+    std::string name, path;
+    std::vector<GroupMember> members;
+  };
+  enum class Liveness { Live, Unknown, NotYet, NotEnclosing, Deallocated };
+
+  void issue(std::string path, std::string message) {
+    issues_.push_back({std::move(path), std::move(message)});
+  }
+
+  // `parent` is a copy: it is often path_, which changes below.
+  void walk(const Body& body, const std::string parent, std::string_view field) {
+    std::string saved = path_;
+    scopes_.emplace_back();
+    for (std::size_t i = 0; i < body.size(); ++i) {
+      path_ = childPath(parent, field, i);
+      checkGroupable(body[i]);
+      std::visit(*this, body[i].v);
+    }
+    scopes_.pop_back();
+    path_ = saved;
+  }
+
+  // A group posts its communications as one unit: only communications, and
+  // for/if that produce them, belong in it. (Nested groups: see Group.)
+  void checkGroupable(const Node& n) {
+    if (!group_) return;
+    switch (n.kind()) {
+      case NodeKind::Communication:
+      case NodeKind::ForLoop:
+      case NodeKind::If:
+      case NodeKind::Group:
+        return;
+      default:
+        issue(path_, fmt::format("a group holds communications (and for/if around them), not '{}'",
+                                 n.op()));
+    }
+  }
+
+  void checkGroupBackends(const GroupState& g) {
+    const GroupMember* first = nullptr;
+    for (const GroupMember& m : g.members) {
+      if (m.backend == "auto") continue;
+      if (!first) {
+        first = &m;
+      } else if (m.backend != first->backend) {
+        issue(fieldPath(m.path, "backend"),
+              fmt::format("group '{}' mixes backends: '{}' uses '{}' but '{}' ({}) uses '{}'; a "
+                          "group is posted as one unit on one backend",
+                          g.name, m.name, m.backend, first->name, first->path, first->backend));
+      }
+    }
+  }
+
+  // ----------------------------------------------------------- expressions
+  bool isParam(std::string_view name) const {
+    for (const Param& p : program_.params)
+      if (p.name == name) return true;
+    return false;
+  }
+  const Loop* findLoop(std::string_view name) const {
+    for (auto it = loops_.rbegin(); it != loops_.rend(); ++it)
+      if (it->index == name) return &*it;
+    return nullptr;
+  }
+  bool isKnownScalar(std::string_view name) const {
+    return name == "rank" || name == "world" || isParam(name) || findLoop(name);
+  }
+  std::string knownScalars(bool in_team) const {
+    std::vector<std::string> names;
+    if (!in_team) names.push_back("rank");
+    names.push_back("world");
+    for (const Param& p : program_.params) names.push_back(p.name);
+    if (!in_team)
+      for (const Loop& l : loops_) names.push_back(l.index);
+    return joinNames(names);
+  }
+
+  // Each unknown name is reported once per expression.
+  void checkExpr(const Expr& e, const std::string& at) {
+    if (e.empty()) {
+      issue(at, "expected an expression, found none");
+      return;
+    }
+    std::vector<std::string> names;
+    e.names(names);
+    std::set<std::string> reported;
+    for (const std::string& n : names)
+      if (!isKnownScalar(n) && reported.insert(n).second)
+        issue(at, fmt::format("unknown name '{}' in expression '{}' (known: {})", n, e.str(),
+                              knownScalars(false)));
+  }
+
+  void checkStream(const Expr& stream) {
+    std::string at = fieldPath(path_, "stream");
+    checkExpr(stream, at);
+    if (stream.empty()) return;
+    if (auto k = stream.constant(); k && (*k < 0 || *k >= kMaxStreams))
+      issue(at, fmt::format("stream {} is outside [0, {})", *k, kMaxStreams));
+  }
+
+  void checkLoopIndex(const std::string& index) {
+    std::string at = fieldPath(path_, "index");
+    if (!isIdentifier(index)) {
+      issue(at, fmt::format("a loop index is an identifier (a letter or '_', then letters, "
+                            "digits or '_'); found '{}'",
+                            index));
+    } else if (index == "min" || index == "max") {
+      issue(at,
+            fmt::format("'{}' is a function of the expression language, not a loop index", index));
+    } else if (index == "rank" || index == "world") {
+      issue(at, fmt::format("loop index '{}' shadows the predefined '{}'", index, index));
+    } else if (isParam(index)) {
+      issue(at, fmt::format("loop index '{}' shadows the param '{}'", index, index));
+    } else if (const Loop* outer = findLoop(index)) {
+      issue(at, fmt::format("loop index '{}' shadows the index of the enclosing loop at {}", index,
+                            outer->path));
+    }
+  }
+
+  // ---------------------------------------------------------------- teams
+  // Teams are fixed at load: their ranks may use world and params only.
+  void checkTeam(const Communication& c) {
+    if (c.team.all) return;
+    if (c.team.ranks.empty()) {
+      issue(fieldPath(path_, "team"), "a team needs at least one rank");
+      return;
+    }
+    std::map<int64_t, std::size_t> seen;  // rank -> position
+    for (std::size_t i = 0; i < c.team.ranks.size(); ++i) {
+      const Expr& e = c.team.ranks[i];
+      std::string at = childPath(path_, "team", i);
+      if (!checkTeamExpr(e, at)) continue;
+      std::optional<int64_t> r = evaluateStatic(e, at);
+      if (!r) continue;
+      if (*r < 0 || *r >= options_.world)
+        issue(at, fmt::format("team rank '{}' is {}, outside the world [0, {})", e.str(), *r,
+                              options_.world));
+      else if (auto [it, fresh] = seen.emplace(*r, i); !fresh)
+        issue(at, fmt::format("rank {} is already in the team (at {})", *r,
+                              childPath(path_, "team", it->second)));
+    }
+  }
+
+  bool checkTeamExpr(const Expr& e, const std::string& at) {
+    if (e.empty()) {
+      issue(at, "expected an expression, found none");
+      return false;
+    }
+    std::vector<std::string> names;
+    e.names(names);
+    std::set<std::string> reported;
+    bool ok = true;
+    for (const std::string& n : names) {
+      if (n == "world" || isParam(n) || !reported.insert(n).second) continue;
+      ok = false;
+      if (n == "rank")
+        issue(at, "teams are fixed at load: 'rank' cannot appear in a team");
+      else if (findLoop(n))
+        issue(at,
+              fmt::format("teams are fixed at load: loop index '{}' cannot appear in a team", n));
+      else
+        issue(at, fmt::format("unknown name '{}' in expression '{}' (known in a team: {})", n,
+                              e.str(), knownScalars(true)));
+    }
+    return ok;
+  }
+
+  // Value of an expression over world and params, or nullopt (with an
+  // issue) when it cannot be evaluated.
+  std::optional<int64_t> evaluateStatic(const Expr& e, const std::string& at) {
+    try {
+      return e.evaluate([&](std::string_view n) -> std::optional<int64_t> {
+        if (n == "world") return options_.world;
+        for (const Param& p : program_.params)
+          if (p.name == n) return p.value;
+        return std::nullopt;
+      });
+    } catch (const ProgramError& err) {
+      issue(at, fmt::format("cannot evaluate '{}': {}", e.str(), err.what()));
+      return std::nullopt;
+    }
+  }
+
+  // ------------------------------------------------------- communications
+  void checkCommFields(const Communication& c) {
+    const std::string_view type = toString(c.type);
+    auto need = [&](bool present, std::string_view field) {
+      if (!present) issue(path_, fmt::format("{} needs '{}'", type, field));
+    };
+    auto forbid = [&](bool present, std::string_view field, std::string_view why) {
+      if (present)
+        issue(fieldPath(path_, field), fmt::format("{} takes no '{}'{}", type, field, why));
+    };
+    if (isPointToPoint(c.type)) {
+      need(c.tensor.has_value(), "tensor");
+      need(c.peer.has_value(), "peer");
+      forbid(c.input.has_value(), "input", " (send/recv move 'tensor')");
+      forbid(c.output.has_value(), "output", " (send/recv move 'tensor')");
+      forbid(c.root.has_value(), "root", "");
+      forbid(c.reduce.has_value(), "reduce", "");
+      if (!c.team.all)
+        issue(fieldPath(path_, "team"), "send/recv have no team; the peer is an absolute rank");
+      return;
+    }
+    need(c.input.has_value(), "input");
+    need(c.output.has_value(), "output");
+    forbid(c.tensor.has_value(), "tensor", " (collectives read 'input' and write 'output')");
+    forbid(c.peer.has_value(), "peer", " (collectives run over a team)");
+    if (hasRoot(c.type))
+      need(c.root.has_value(), "root");
+    else
+      forbid(c.root.has_value(), "root", "");
+    if (hasReduceOp(c.type))
+      need(c.reduce.has_value(), "reduce");
+    else
+      forbid(c.reduce.has_value(), "reduce", "");
+  }
+
+  // --------------------------------------------------------------- tensors
+  // Whether `name` may be used here; `where` gets the path that explains why
+  // not (the allocate or deallocate).
+  Liveness liveness(const std::string& name, std::string& where) const {
+    auto decl = decl_.allocs.find(name);
+    if (decl == decl_.allocs.end()) return Liveness::Unknown;
+    for (const Scope& s : scopes_)
+      if (auto d = s.deallocated.find(name); d != s.deallocated.end()) {
+        where = d->second;
+        return Liveness::Deallocated;
+      }
+    for (const Scope& s : scopes_)
+      if (s.allocated.count(name)) return Liveness::Live;
+    where = decl->second.path;
+    return allocated_.count(name) ? Liveness::NotEnclosing : Liveness::NotYet;
+  }
+
+  std::string deadMessage(const std::string& name, Liveness live, const std::string& where,
+                          bool dealloc) const {
+    const char* verb = dealloc ? "deallocated" : "used";
+    switch (live) {
+      case Liveness::Unknown: {
+        std::vector<std::string> names = decl_.alloc_order;
+        return fmt::format("'{}' names no allocation of the program (allocations: {})", name,
+                           names.empty() ? std::string("none") : joinNames(names));
+      }
+      case Liveness::NotYet:
+        return fmt::format("'{}' is {} before its allocate at {}", name, verb, where);
+      case Liveness::NotEnclosing:
+        return fmt::format("'{}' is allocated at {}, in a body that does not enclose this node",
+                           name, where);
+      case Liveness::Deallocated:
+        if (dealloc) return fmt::format("'{}' is deallocated twice (first at {})", name, where);
+        return fmt::format("'{}' is used after its deallocate at {}", name, where);
+      case Liveness::Live:
+        break;
+    }
+    HIR_INTERNAL_ASSERT(false, "deadMessage for a live tensor '{}'", name);
+  }
+
+  void checkRef(const TensorRef& r, const std::string& at) {
+    if (r.empty()) {
+      issue(at, "expected a tensor reference, found none");
+      return;
+    }
+    std::string where;
+    Liveness live = liveness(r.name, where);
+    if (live != Liveness::Live) {
+      std::string message = deadMessage(r.name, live, where, /*dealloc=*/false);
+      if (r.str() != r.name) message = fmt::format("in '{}': {}", r.str(), message);
+      issue(at, std::move(message));
+    }
+    if (auto decl = decl_.allocs.find(r.name); decl != decl_.allocs.end()) {
+      std::size_t used = r.select.size() + (r.range ? 1 : 0);
+      if (used > decl->second.dims)
+        issue(at, fmt::format("'{}' indexes {} dimensions, but '{}' has {} ({})", r.str(), used,
+                              r.name, decl->second.dims, decl->second.path));
+    }
+    for (const Expr& e : r.select) checkExpr(e, at);
+    if (r.range) {
+      checkExpr(r.range->first, at);
+      checkExpr(r.range->second, at);
+    }
+  }
+
+  // `what` is "copy" or a collective type; `at` the field to blame (dst).
+  void checkSameDType(std::string_view what, const TensorRef& from, const TensorRef& to,
+                      const std::string& at) {
+    auto a = decl_.allocs.find(from.name), b = decl_.allocs.find(to.name);
+    if (a == decl_.allocs.end() || b == decl_.allocs.end()) return;
+    if (a->second.dtype == b->second.dtype) return;
+    issue(at,
+          fmt::format("{} from {} '{}' to {} '{}': both need the same dtype", what,
+                      toString(a->second.dtype), from.str(), toString(b->second.dtype), to.str()));
+  }
+
+  void checkBindables(const std::vector<std::string>& names, std::string_view field) {
+    std::set<std::string> seen;
+    for (std::size_t i = 0; i < names.size(); ++i) {
+      std::string at = childPath("", field, i);
+      if (!seen.insert(names[i]).second)
+        issue(at, fmt::format("'{}' is listed twice", names[i]));
+      else if (!decl_.allocs.count(names[i]))
+        issue(at, deadMessage(names[i], Liveness::Unknown, "", false));
+    }
+  }
+
+  const Program& program_;
+  const ValidateOptions& options_;
+  const Declarations& decl_;
+  std::vector<Issue>& issues_;
+
+  std::string path_;                 // the node being checked
+  std::vector<Scope> scopes_;        // one per body on the way down
+  std::vector<Loop> loops_;          // loop indices in scope, outer first
+  std::set<std::string> posted_;     // communications and groups seen so far
+  std::set<std::string> allocated_;  // allocations seen so far (any body)
+  std::optional<GroupState> group_;  // the group being walked
+};
+
+void checkHeader(const Program& program, const ValidateOptions& options,
+                 std::vector<Issue>& issues) {
+  if (program.world_size && *program.world_size != options.world)
+    issues.push_back({"/world_size", fmt::format("the program needs world size {}; it is run "
+                                                 "with {}",
+                                                 *program.world_size, options.world)});
+  std::set<std::string> seen;
+  for (const Param& p : program.params) {
+    std::string at = fieldPath("/params", p.name);
+    if (!seen.insert(p.name).second)
+      issues.push_back({at, fmt::format("param '{}' is declared twice", p.name)});
+    else if (p.name == "rank" || p.name == "world")
+      issues.push_back(
+          {at, fmt::format("'{}' is predefined; a param cannot be named '{}'", p.name, p.name)});
+    else if (!isIdentifier(p.name))
+      issues.push_back({at, fmt::format("a param name is an identifier; found '{}'", p.name)});
+  }
+}
+
+}  // namespace
+
+void validate(const Program& program, const ValidateOptions& options) {
+  std::vector<Issue> issues;
+  checkHeader(program, options, issues);
+  Declarations decl;
+  Collector(decl, issues).walk(program.body, "", "body");
+  Validator(program, options, decl, issues).run();
+  if (!issues.empty()) throw ValidationError(std::move(issues));
+}
+
+}  // namespace hir

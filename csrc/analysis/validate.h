@@ -1,0 +1,21 @@
+// Static validation of a Program, before lowering. Collects every problem
+// and throws one ValidationError listing them all, each with its node path.
+// Checks: names defined before use (loop indices scoped to their body),
+// unique allocation/communication/group names, tensors referenced only while
+// allocated, the fields each communication type needs (and no others), waits
+// naming a communication or group posted earlier, group bodies holding only
+// communications (and for/if), expressions using only known names, teams
+// free of rank and loop indices, world_size against `world`.
+#pragma once
+
+#include "ir/nodes.h"
+
+namespace hir {
+
+struct ValidateOptions {
+  int world = 1;
+};
+
+void validate(const Program& program, const ValidateOptions& options);
+
+}  // namespace hir

@@ -1,0 +1,405 @@
+// The cross-rank schedule check: programs are validated, lowered for a world
+// size and run dry on every rank; each test checks what is reported (node
+// path, rank, loop indices, sizes) or that a correct program passes.
+#include "analysis/schedule_check.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "analysis/validate.h"
+#include "common/error.h"
+#include "ir/json.h"
+#include "lower/lower.h"
+
+namespace hir {
+namespace {
+
+using Issues = std::vector<ValidationError::Issue>;
+
+std::string doc(const std::string& body, const std::string& params = R"({"n": 8})") {
+  return R"({"format": "hostir/1", "name": "t", "params": )" + params +
+         R"(, "inputs": [], "outputs": [], "body": [)" + body + "]}";
+}
+
+// Validated and lowered for `world` ranks.
+Plan planOf(const std::string& body, int world, const std::string& params = R"({"n": 8})") {
+  Program program = parseProgram(doc(body, params));
+  validate(program, ValidateOptions{world});
+  LowerOptions options;
+  options.world = world;
+  return lower(program, options);
+}
+
+Issues scheduleIssues(const Plan& plan, const ScheduleCheckOptions& options = {}) {
+  try {
+    checkSchedule(plan, options);
+  } catch (const ValidationError& e) {
+    return e.issues();
+  }
+  return {};
+}
+
+std::string show(const Issues& issues) {
+  std::string out;
+  for (const auto& i : issues) out += "\n  " + i.path + ": " + i.message;
+  return issues.empty() ? std::string("\n  (no issues)") : out;
+}
+
+// True if some issue is at `path` and its message contains every one of `texts`.
+::testing::AssertionResult hasIssue(const Issues& issues, const std::string& path,
+                                    const std::vector<std::string>& texts) {
+  for (const auto& i : issues) {
+    if (i.path != path) continue;
+    bool all = true;
+    for (const std::string& t : texts) all = all && i.message.find(t) != std::string::npos;
+    if (all) return ::testing::AssertionSuccess();
+  }
+  std::string wanted;
+  for (const std::string& t : texts) wanted += " \"" + t + "\"";
+  return ::testing::AssertionFailure()
+         << "no issue at " << path << " containing" << wanted << "; got:" << show(issues);
+}
+
+std::string alloc(const std::string& name, const std::string& shape,
+                  const std::string& dtype = "float32") {
+  return R"({"op": "allocate", "name": ")" + name + R"(", "dtype": ")" + dtype + R"(", "shape": )" +
+         shape + "}";
+}
+
+std::string comm(const std::string& fields) { return R"({"op": "communication", )" + fields + "}"; }
+
+std::string wait(const std::string& name) {
+  return R"({"op": "wait", "communication": ")" + name + R"("})";
+}
+
+// The ring allgather of the design: world - 1 steps of send/recv.
+const std::string kRing = alloc("buf", R"(["world", "n"])") + R"(,
+    {"op": "fill", "tensor": "buf[rank]", "value": "rank * 1000", "step": 1},
+    {"op": "for", "index": "i", "start": 0, "stop": "world - 1", "body": [)" +
+                          comm(R"("name": "s", "type": "send",
+       "tensor": "buf[(rank - i + world) % world]", "peer": "(rank + 1) % world")") +
+                          "," + comm(R"("name": "r", "type": "recv",
+       "tensor": "buf[(rank - i - 1 + world) % world]", "peer": "(rank - 1 + world) % world")") +
+                          "," + wait("r") + "," + wait("s") + R"(]},
+    {"op": "for", "index": "j", "start": 0, "stop": "world", "body": [
+      {"op": "check", "tensor": "buf[j]", "value": "j * 1000", "step": 1}]})";
+
+// ----------------------------------------------------------------- passing
+
+TEST(ScheduleCheck, RingAllgatherPassesAtEveryWorldSize) {
+  for (int world = 1; world <= 8; ++world) {
+    SCOPED_TRACE("world " + std::to_string(world));
+    Plan plan = planOf(kRing, world);
+    ScheduleCheckResult result;
+    ASSERT_NO_THROW(result = checkSchedule(plan)) << show(scheduleIssues(plan));
+    EXPECT_FALSE(result.truncated);
+    // world - 1 sends and as many recvs on every rank.
+    EXPECT_EQ(result.communications, int64_t{2} * (world - 1) * world);
+  }
+}
+
+TEST(ScheduleCheck, NonMembersSkipATeamCollective) {
+  const std::string body = alloc("a", R"(["n"])") + "," +
+                           comm(R"("name": "c", "type": "allreduce", "input": "a", "output": "a",
+                                   "reduce": "sum", "team": [1, 3])") +
+                           "," + wait("c");
+  ScheduleCheckResult result = checkSchedule(planOf(body, 4));
+  EXPECT_EQ(result.communications, 2);  // ranks 1 and 3 only
+}
+
+// ------------------------------------------------------------ across ranks
+
+TEST(ScheduleCheck, MismatchedCollectiveTypeNamesBothRanks) {
+  const std::string body =
+      alloc("a", R"(["n"])") + "," + alloc("b", R"(["world", "n"])") + R"(,
+    {"op": "if", "cond": "rank == 2", "then": [)" +
+      comm(R"("name": "x", "type": "allgather", "input": "a", "output": "b")") + "," + wait("x") +
+      R"(], "else": [)" +
+      comm(R"("name": "y", "type": "allreduce", "input": "a", "output": "a", "reduce": "sum")") +
+      "," + wait("y") + "]}";
+  Issues issues = scheduleIssues(planOf(body, 4));
+  EXPECT_TRUE(hasIssue(issues, "/body/2/else/0",
+                       {"team [0, 1, 2, 3]: collective #1 differs: rank 0 posts allreduce of 8 "
+                        "float32 with sum (/body/2/else/0) but rank 2 posts allgather of 8 float32 "
+                        "(/body/2/then/0)"}));
+}
+
+TEST(ScheduleCheck, CollectiveCountThatDependsOnRankIsReported) {
+  const std::string body =
+      alloc("a", R"(["n + rank"])") + "," +
+      comm(R"("name": "c", "type": "allreduce", "input": "a", "output": "a", "reduce": "max")") +
+      "," + wait("c");
+  Issues issues = scheduleIssues(planOf(body, 2));
+  EXPECT_TRUE(hasIssue(issues, "/body/1",
+                       {"rank 0 posts allreduce of 8 float32 with max (/body/1) but rank 1 posts "
+                        "allreduce of 9 float32 with max (/body/1)"}));
+}
+
+TEST(ScheduleCheck, ExtraCollectiveOnOneRankIsReported) {
+  const std::string body =
+      alloc("a", R"(["n"])") + R"(,
+    {"op": "for", "index": "i", "start": 0, "stop": "2 - rank", "body": [)" +
+      comm(R"("name": "c", "type": "allreduce", "input": "a", "output": "a", "reduce": "sum")") +
+      "," + wait("c") + "]}";
+  Issues issues = scheduleIssues(planOf(body, 2));
+  EXPECT_TRUE(
+      hasIssue(issues, "/body/1/body/0",
+               {"rank 1 posts 1 collective on team [0, 1], rank 0 posts 2; the first "
+                "unmatched is allreduce of 8 float32 with sum on rank 0 (/body/1/body/0, i=1)"}));
+}
+
+TEST(ScheduleCheck, SendWithoutRecvIsReported) {
+  const std::string body = alloc("a", R"(["n"])") + R"(,
+    {"op": "if", "cond": "rank == 0", "then": [)" +
+                           comm(R"("name": "s", "type": "send", "tensor": "a", "peer": 1)") + "," +
+                           wait("s") + "]}";
+  Issues issues = scheduleIssues(planOf(body, 2));
+  EXPECT_TRUE(hasIssue(issues, "/body/1/then/0",
+                       {"rank 0 sends 1 message to rank 1, rank 1 receives 0 from rank 0",
+                        "the first unmatched is the send (/body/1/then/0) on rank 0"}));
+}
+
+TEST(ScheduleCheck, SendAndRecvOfDifferentSizesAreReported) {
+  const std::string body = alloc("a", R"(["n"])") + "," + alloc("b", R"(["2 * n"])") + R"(,
+    {"op": "if", "cond": "rank == 0", "then": [)" +
+                           comm(R"("name": "s", "type": "send", "tensor": "a", "peer": 1)") + "," +
+                           wait("s") + R"(], "else": [)" +
+                           comm(R"("name": "r", "type": "recv", "tensor": "b", "peer": 0)") + "," +
+                           wait("r") + "]}";
+  Issues issues = scheduleIssues(planOf(body, 2));
+  EXPECT_TRUE(hasIssue(issues, "/body/2/then/0",
+                       {"rank 0's send #1 to rank 1 (/body/2/then/0) carries 8 float32 but rank "
+                        "1's recv #1 from rank 0 (/body/2/else/0) expects 16 float32"}));
+}
+
+TEST(ScheduleCheck, IpcSharedAllocationWithRankDependentShapeIsReported) {
+  const std::string body =
+      alloc("a", R"(["n + rank"])") + "," +
+      comm(R"("name": "s", "type": "send", "tensor": "a[0:1]", "peer": "1 - rank")") + "," +
+      comm(R"("name": "r", "type": "recv", "tensor": "a[1:2]", "peer": "1 - rank")") + "," +
+      wait("r") + "," + wait("s");
+  Plan plan = planOf(body, 2);
+  EXPECT_NO_THROW(checkSchedule(plan));
+  // As if lowering had bound the pair to ipc (the shapes must then agree).
+  plan.allocs[0].ipc_shared = true;
+  Issues issues = scheduleIssues(plan);
+  EXPECT_TRUE(hasIssue(issues, "/body/0",
+                       {"'a' is shared through ipc, so its shape must be the same on every rank: "
+                        "rank 0 has [8], rank 1 has [9]"}));
+}
+
+// -------------------------------------------------------------- per rank
+
+TEST(ScheduleCheck, PeerOutOfRangeNamesRankAndLoopIndex) {
+  const std::string body =
+      alloc("a", R"(["n"])") + R"(,
+    {"op": "for", "index": "i", "start": 0, "stop": 2, "body": [)" +
+      comm(R"("name": "s", "type": "send", "tensor": "a", "peer": "(rank + 2 + i) % 7")") + "," +
+      wait("s") + "]}";
+  Issues issues = scheduleIssues(planOf(body, 4));
+  EXPECT_TRUE(hasIssue(issues, "/body/1/body/0",
+                       {"on rank 1 (i=1): peer (rank + 2 + i) % 7 evaluates to 4, outside the "
+                        "world [0, 4)"}));
+  // Reported once, for the first rank and iteration that hit it.
+  int peer_issues = 0;
+  for (const auto& i : issues) peer_issues += i.message.find("peer (") != std::string::npos;
+  EXPECT_EQ(peer_issues, 1) << show(issues);
+}
+
+TEST(ScheduleCheck, AllgatherOutputOfTheWrongSizeNamesTheSizes) {
+  const std::string body =
+      alloc("a", R"(["n"])") + "," + alloc("b", R"(["3", "n"])") + "," +
+      comm(R"("name": "g", "type": "allgather", "input": "a", "output": "b")") + "," + wait("g");
+  Issues issues = scheduleIssues(planOf(body, 4));
+  EXPECT_TRUE(hasIssue(issues, "/body/2",
+                       {"on rank 0: allgather 'g' has input 'a' of 8 elements and output 'b' of 24 "
+                        "elements; the output needs team size 4 x input 8 = 32 elements"}));
+}
+
+TEST(ScheduleCheck, ReduceScatterSizesFollowTheTeamSize) {
+  const std::string ok = alloc("a", R"(["2", "n"])") + "," + alloc("b", R"(["n"])") + "," +
+                         comm(R"("name": "c", "type": "reduce_scatter", "input": "a", "output": "b",
+                                 "reduce": "sum", "team": [0, 2])") +
+                         "," + wait("c");
+  EXPECT_NO_THROW(checkSchedule(planOf(ok, 4)));
+  const std::string bad =
+      alloc("a", R"(["n"])") + "," + alloc("b", R"(["n"])") + "," +
+      comm(
+          R"("name": "c", "type": "reduce_scatter", "input": "a", "output": "b", "reduce": "sum")") +
+      "," + wait("c");
+  Issues issues = scheduleIssues(planOf(bad, 4));
+  EXPECT_TRUE(
+      hasIssue(issues, "/body/2", {"the input needs team size 4 x output 8 = 32 elements"}));
+}
+
+TEST(ScheduleCheck, RootOutsideTheTeamIsReported) {
+  const std::string body = alloc("a", R"(["n"])") + "," +
+                           comm(R"("name": "b", "type": "broadcast", "input": "a", "output": "a",
+                                   "root": 3, "team": [0, 1])") +
+                           "," + wait("b");
+  Issues issues = scheduleIssues(planOf(body, 4));
+  EXPECT_TRUE(hasIssue(issues, "/body/1",
+                       {"on rank 0: root 3 evaluates to 3, which is not a member of team [0, 1]"}));
+}
+
+TEST(ScheduleCheck, WaitOnACommunicationThisRankNeverPostedIsReported) {
+  const std::string body = alloc("a", R"(["n"])") + "," + alloc("b", R"(["n"])") + R"(,
+    {"op": "if", "cond": "rank == 0", "then": [)" +
+                           comm(R"("name": "s", "type": "send", "tensor": "a", "peer": 0)") + "," +
+                           comm(R"("name": "r", "type": "recv", "tensor": "b", "peer": 0)") +
+                           "]}," + wait("r") + "," + wait("s");
+  Issues issues = scheduleIssues(planOf(body, 2));
+  ASSERT_EQ(issues.size(), 2u) << show(issues);
+  EXPECT_TRUE(
+      hasIssue(issues, "/body/3", {"on rank 1: waits on 'r', which this rank has not posted yet"}));
+  EXPECT_TRUE(hasIssue(issues, "/body/4", {"on rank 1: waits on 's'"}));
+}
+
+TEST(ScheduleCheck, ReferenceOutsideItsAllocationIsReported) {
+  const std::string body =
+      alloc("a", R"(["2", "n"])") + R"(, {"op": "fill", "tensor": "a[rank]", "value": 0})";
+  Issues issues = scheduleIssues(planOf(body, 4));
+  ASSERT_EQ(issues.size(), 1u) << show(issues);
+  EXPECT_EQ(issues[0].path, "/body/1");
+  EXPECT_NE(issues[0].message.find("on rank 2: "), std::string::npos) << show(issues);
+}
+
+TEST(ScheduleCheck, StreamOutOfRangeIsReported) {
+  Issues issues = scheduleIssues(planOf(R"({"op": "set_stream", "stream": "rank * 8"})", 4));
+  EXPECT_TRUE(
+      hasIssue(issues, "/body/0", {"on rank 2: stream rank * 8 evaluates to 16, outside [0, 16)"}));
+}
+
+TEST(ScheduleCheck, CopyOfUnequalSizesIsReported) {
+  const std::string body = alloc("a", R"(["n"])") + "," + alloc("b", R"(["n + 1"])") +
+                           R"(, {"op": "copy", "src": "a", "dst": "b"})";
+  Issues issues = scheduleIssues(planOf(body, 1));
+  EXPECT_TRUE(hasIssue(issues, "/body/2", {"copies 8 elements of 'a' into 9 elements of 'b'"}));
+}
+
+TEST(ScheduleCheck, LoopStepThatIsNotPositiveStopsTheRank) {
+  const std::string body =
+      R"({"op": "for", "index": "i", "start": 0, "stop": 4, "step": "rank", "body": []})";
+  Issues issues = scheduleIssues(planOf(body, 2));
+  EXPECT_TRUE(hasIssue(issues, "/body/0",
+                       {"on rank 0: loop step rank evaluates to 0; a loop step must be positive"}));
+}
+
+TEST(ScheduleCheck, AllocatingAgainWithoutDeallocateIsReported) {
+  const std::string body = R"({"op": "for", "index": "i", "start": 0, "stop": 2, "body": [)" +
+                           alloc("t", R"(["n"])") + "]}";
+  Issues issues = scheduleIssues(planOf(body, 1));
+  EXPECT_TRUE(hasIssue(issues, "/body/0/body/0",
+                       {"on rank 0 (i=1): allocates 't' again while it is still allocated"}));
+}
+
+// ---------------------------------------------------------------- hazards
+
+// rank sends `a` to the next rank and receives `b` from the previous one;
+// `between` runs after the posts, before the waits.
+std::string exchange(const std::string& between) {
+  return alloc("a", R"(["n"])") + "," + alloc("b", R"(["n"])") + "," +
+         comm(R"("name": "s", "type": "send", "tensor": "a", "peer": "(rank + 1) % world")") + "," +
+         comm(
+             R"("name": "r", "type": "recv", "tensor": "b", "peer": "(rank + world - 1) % world")") +
+         "," + between;
+}
+
+TEST(ScheduleCheck, FillOfARecvBufferBeforeItsWaitIsAHazard) {
+  const std::string fill = R"({"op": "fill", "tensor": "b", "value": 1})";
+  Issues issues = scheduleIssues(planOf(exchange(fill + "," + wait("r") + "," + wait("s")), 2));
+  EXPECT_TRUE(hasIssue(issues, "/body/4",
+                       {"on rank 0: writes 'b' (elements [0, 8) of 'b') while communication 'r' "
+                        "(/body/3) that writes it is still pending; wait on 'r' first"}));
+  // The same program with the wait first is fine.
+  EXPECT_NO_THROW(checkSchedule(planOf(exchange(wait("r") + "," + fill + "," + wait("s")), 2)));
+}
+
+TEST(ScheduleCheck, ReadingASendBufferWhileTheSendIsPendingIsFine) {
+  const std::string check = R"({"op": "check", "tensor": "a", "value": 0})";
+  EXPECT_NO_THROW(checkSchedule(planOf(exchange(check + "," + wait("r") + "," + wait("s")), 2)));
+}
+
+TEST(ScheduleCheck, OverwritingASendBufferWhileTheSendIsPendingIsAHazard) {
+  const std::string copy = R"({"op": "copy", "src": "a", "dst": "a"})";
+  Issues issues = scheduleIssues(planOf(exchange(copy + "," + wait("r") + "," + wait("s")), 2));
+  EXPECT_TRUE(
+      hasIssue(issues, "/body/4",
+               {"writes 'a'", "while communication 's' (/body/2) that reads it is still pending"}));
+}
+
+TEST(ScheduleCheck, DisjointRowsDoNotConflict) {
+  // Rows of one buffer: the send reads row 0, the recv writes row 1, the
+  // check reads row 0 and the fill writes row 2.
+  const std::string body =
+      alloc("m", R"(["3", "n"])") + "," +
+      comm(R"("name": "s", "type": "send", "tensor": "m[0]", "peer": "1 - rank")") + "," +
+      comm(R"("name": "r", "type": "recv", "tensor": "m[1]", "peer": "1 - rank")") +
+      R"(, {"op": "check", "tensor": "m[0]", "value": 0}, )" +
+      R"({"op": "fill", "tensor": "m[2]", "value": 0}, )" + wait("r") + "," + wait("s");
+  EXPECT_NO_THROW(checkSchedule(planOf(body, 2)));
+}
+
+TEST(ScheduleCheck, WaitOnAGroupEndsEveryCommunicationInIt) {
+  auto program = [](const std::string& between) {
+    return alloc("a", R"(["n"])") + "," + alloc("b", R"(["n"])") +
+           R"(, {"op": "group", "name": "g", "body": [)" +
+           comm(R"("name": "s", "type": "send", "tensor": "a", "peer": "1 - rank")") + "," +
+           comm(R"("name": "r", "type": "recv", "tensor": "b", "peer": "1 - rank")") + "]}," +
+           between + R"({"op": "fill", "tensor": "b", "value": 2})";
+  };
+  EXPECT_NO_THROW(checkSchedule(planOf(program(wait("g") + ","), 2)));
+  // A wait on one communication of the group also completes the group post.
+  EXPECT_NO_THROW(checkSchedule(planOf(program(wait("s") + ","), 2)));
+  Issues issues = scheduleIssues(planOf(program(""), 2));
+  EXPECT_TRUE(hasIssue(issues, "/body/3", {"while communication 'r' (/body/2/body/1)"}));
+}
+
+TEST(ScheduleCheck, DeallocatingWhileARecvIsPendingIsAHazard) {
+  Issues issues = scheduleIssues(
+      planOf(exchange(R"({"op": "deallocate", "name": "b"},)" + wait("r") + "," + wait("s")), 2));
+  EXPECT_TRUE(hasIssue(issues, "/body/4", {"deallocates 'b' while communication 'r'"}));
+}
+
+TEST(ScheduleCheck, HazardInALoopNamesTheIterations) {
+  const std::string body =
+      alloc("a", R"(["n"])") + R"(,
+    {"op": "for", "index": "i", "start": 0, "stop": 3, "body": [)" +
+      comm(R"("name": "r", "type": "recv", "tensor": "a", "peer": "1 - rank")") + "," +
+      comm(R"("name": "s", "type": "send", "tensor": "a", "peer": "1 - rank")") + "]}";
+  Issues issues = scheduleIssues(planOf(body, 2));
+  // The send reads what the recv of the same iteration writes.
+  EXPECT_TRUE(hasIssue(issues, "/body/1/body/1",
+                       {"on rank 0 (i=0): reads 'a'", "'r' (/body/1/body/0, i=0) that writes it"}));
+  // In the next iteration the recv writes what the pending send reads.
+  EXPECT_TRUE(hasIssue(issues, "/body/1/body/0",
+                       {"on rank 0 (i=1): writes 'a'", "'r' (/body/1/body/0, i=0)"}));
+}
+
+// ------------------------------------------------------------- truncation
+
+TEST(ScheduleCheck, TinyStepBudgetTruncatesWithoutFalseMismatches) {
+  ScheduleCheckOptions options;
+  options.max_steps_per_rank = 5;
+  ScheduleCheckResult result = checkSchedule(planOf(kRing, 4), options);
+  EXPECT_TRUE(result.truncated);
+  EXPECT_LT(result.communications, int64_t{2} * 3 * 4);
+}
+
+TEST(ScheduleCheck, IssuesAreCappedAtTwenty) {
+  // Each fill writes a different row out of range: 40 distinct problems.
+  std::string body = alloc("a", R"(["1", "n"])");
+  for (int k = 0; k < 40; ++k)
+    body += R"(, {"op": "fill", "tensor": "a[)" + std::to_string(k + 1) + R"(]", "value": 0})";
+  Issues issues = scheduleIssues(planOf(body, 1));
+  ASSERT_EQ(issues.size(), 20u) << show(issues);
+  EXPECT_EQ(issues[18].path, "/body/19");
+  // The last entry stands for the 21 problems left out, from /body/20 on.
+  EXPECT_EQ(issues[19].path, "/body/20");
+  EXPECT_NE(issues[19].message.find("21 more problems"), std::string::npos) << show(issues);
+}
+
+}  // namespace
+}  // namespace hir
