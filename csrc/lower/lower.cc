@@ -1,0 +1,411 @@
+// Lowering: Program -> Plan. One pre-order walk that assigns slots, compiles
+// expressions and emits flat code with jumps. See plan.h for what the
+// instructions mean.
+#include "lower/lower.h"
+
+#include <algorithm>
+#include <map>
+#include <set>
+#include <string>
+#include <unordered_map>
+
+#include "backends/backend.h"
+#include "common/error.h"
+
+namespace hir {
+namespace {
+
+template <class... Fs>
+struct Overloaded : Fs... {
+  using Fs::operator()...;
+};
+template <class... Fs>
+Overloaded(Fs...) -> Overloaded<Fs...>;
+
+class Lowerer {
+ public:
+  Lowerer(const Program& program, const LowerOptions& options)
+      : program_(program), options_(options) {}
+
+  Plan run() {
+    plan_.name = program_.name;
+    plan_.world = options_.world;
+    plan_.device = options_.device;
+    addScalar("rank", 0);
+    addScalar("world", options_.world);
+    for (const Param& p : program_.params) addScalar(p.name, p.value);
+    plan_.teams.push_back(PlanTeam{worldRanks()});
+
+    declareAll(program_.body);
+    collectExplicitShares(program_.body);
+    scopes_.emplace_back();
+    emitBody(program_.body, "", /*top=*/true);
+    scopes_.pop_back();
+    return std::move(plan_);
+  }
+
+ private:
+  // ---------------------------------------------------------------- scalars
+  int addScalar(const std::string& name, int64_t value) {
+    plan_.scalar_names.push_back(name);
+    plan_.scalar_init.push_back(value);
+    return static_cast<int>(plan_.scalar_names.size()) - 1;
+  }
+
+  int slotOf(std::string_view name) const {
+    for (auto it = scopes_.rbegin(); it != scopes_.rend(); ++it) {
+      auto f = it->find(std::string(name));
+      if (f != it->end()) return f->second;
+    }
+    // rank, world and params are the first slots.
+    std::size_t globals = 2 + program_.params.size();
+    for (std::size_t i = 0; i < globals; ++i)
+      if (plan_.scalar_names[i] == name) return static_cast<int>(i);
+    return -1;
+  }
+
+  CompiledExpr compile(const Expr& e) const {
+    return CompiledExpr::compile(e, [this](std::string_view n) { return slotOf(n); });
+  }
+
+  std::vector<int> loopSlots() const {
+    std::vector<int> out;
+    for (const auto& scope : scopes_)
+      for (const auto& [name, slot] : scope) out.push_back(slot);
+    return out;
+  }
+
+  int addNode(const std::string& path) {
+    plan_.nodes.push_back(PlanNode{path, loopSlots()});
+    return static_cast<int>(plan_.nodes.size()) - 1;
+  }
+
+  void emit(decltype(Instr::op) op, int node) { plan_.code.push_back(Instr{std::move(op), node}); }
+
+  int pc() const { return static_cast<int>(plan_.code.size()); }
+
+  // ----------------------------------------------------- declarations first
+  // Allocations, communications and groups get slots before any code is
+  // emitted, so share_mem_handles may name communications that come later.
+  void declareAll(const Body& body) {
+    for (const Node& n : body) {
+      std::visit(
+          Overloaded{
+              [&](const Allocate& a) { declareAlloc(a); },
+              [&](const Deallocate&) {},
+              [&](const Communication& c) { declareComm(c); },
+              [&](const ShareMemHandles&) {},
+              [&](const Wait&) {},
+              [&](const ForLoop& f) { declareAll(f.body); },
+              [&](const If& i) {
+                declareAll(i.then_body);
+                declareAll(i.else_body);
+              },
+              [&](const SetStream&) {},
+              [&](const SyncStream&) {},
+              [&](const Group& g) {
+                HIR_INTERNAL_ASSERT(!group_slots_.count(g.name), "group '{}' declared twice",
+                                    g.name);
+                group_slots_[g.name] = static_cast<int>(plan_.groups.size());
+                plan_.groups.push_back(PlanGroup{g.name, -1, -1});
+                declareAll(g.body);
+              },
+              [&](const Fill&) {},
+              [&](const Copy&) {},
+              [&](const Check&) {},
+          },
+          n.v);
+    }
+  }
+
+  void declareAlloc(const Allocate& a) {
+    HIR_INTERNAL_ASSERT(!alloc_slots_.count(a.name), "allocation '{}' declared twice", a.name);
+    alloc_slots_[a.name] = static_cast<int>(plan_.allocs.size());
+    PlanAlloc pa;
+    pa.name = a.name;
+    pa.dtype = a.dtype;
+    pa.bindable = std::count(program_.inputs.begin(), program_.inputs.end(), a.name) ||
+                  std::count(program_.outputs.begin(), program_.outputs.end(), a.name);
+    plan_.allocs.push_back(std::move(pa));
+  }
+
+  void declareComm(const Communication& c) {
+    HIR_INTERNAL_ASSERT(!comm_slots_.count(c.name), "communication '{}' declared twice",
+                        c.name);
+    comm_slots_[c.name] = static_cast<int>(plan_.comms.size());
+    plan_.comms.emplace_back();
+  }
+
+  void collectExplicitShares(const Body& body) {
+    for (const Node& n : body) {
+      if (auto* s = std::get_if<ShareMemHandles>(&n.v))
+        explicitly_shared_.insert(s->communications.begin(), s->communications.end());
+      else if (auto* f = std::get_if<ForLoop>(&n.v))
+        collectExplicitShares(f->body);
+      else if (auto* i = std::get_if<If>(&n.v)) {
+        collectExplicitShares(i->then_body);
+        collectExplicitShares(i->else_body);
+      } else if (auto* g = std::get_if<Group>(&n.v))
+        collectExplicitShares(g->body);
+    }
+  }
+
+  // Communications in `n` bound to ipc and not listed by an explicit
+  // share_mem_handles (their exchange is inserted by lowering).
+  void implicitShares(const Node& n, std::vector<int>& out) const {
+    auto all = [&](const Body& body) {
+      for (const Node& child : body) implicitShares(child, out);
+    };
+    if (auto* c = std::get_if<Communication>(&n.v)) {
+      if (c->backend == "ipc" && !explicitly_shared_.count(c->name))
+        out.push_back(comm_slots_.at(c->name));
+    } else if (auto* f = std::get_if<ForLoop>(&n.v)) {
+      all(f->body);
+    } else if (auto* i = std::get_if<If>(&n.v)) {
+      all(i->then_body);
+      all(i->else_body);
+    } else if (auto* g = std::get_if<Group>(&n.v)) {
+      all(g->body);
+    }
+  }
+
+  // ------------------------------------------------------------------ code
+  void emitBody(const Body& body, const std::string& parent, bool top,
+                std::string_view field = "body") {
+    for (std::size_t i = 0; i < body.size(); ++i) {
+      std::string path = childPath(parent, field, i);
+      if (top) {
+        // An ipc communication without an explicit exchange gets one here,
+        // before the outermost loop (or node) that holds it.
+        std::vector<int> implicit;
+        implicitShares(body[i], implicit);
+        if (!implicit.empty()) emit(instr::Share{std::move(implicit)}, addNode(path));
+      }
+      emitNode(body[i], path);
+    }
+  }
+
+  void emitNode(const Node& n, const std::string& path) {
+    int node = addNode(path);
+    std::visit(
+        Overloaded{
+            [&](const Allocate& a) {
+              PlanAlloc& pa = plan_.allocs[alloc_slots_.at(a.name)];
+              pa.node = node;
+              for (const Expr& e : a.shape) pa.shape.push_back(compile(e));
+              emit(instr::Allocate{alloc_slots_.at(a.name)}, node);
+            },
+            [&](const Deallocate& d) { emit(instr::Deallocate{allocSlot(d.name, path)}, node); },
+            [&](const Communication& c) {
+              int slot = comm_slots_.at(c.name);
+              lowerComm(c, slot, node, path);
+              // Inside a group, the post is collected until GroupEnd.
+              emit(instr::Post{slot}, node);
+            },
+            [&](const ShareMemHandles& s) {
+              std::vector<int> comms;
+              for (const std::string& name : s.communications) comms.push_back(commSlot(name, path));
+              emit(instr::Share{std::move(comms)}, node);
+            },
+            [&](const Wait& w) {
+              instr::Wait out;
+              out.mode = w.mode;
+              if (auto it = comm_slots_.find(w.communication); it != comm_slots_.end())
+                out.comm = it->second;
+              else if (auto g = group_slots_.find(w.communication); g != group_slots_.end())
+                out.group = g->second;
+              else
+                throw ProgramError(fmt::format(
+                    "{}: wait on '{}', which is not a communication or group", path,
+                    w.communication));
+              emit(out, node);
+            },
+            [&](const ForLoop& f) { lowerFor(f, node, path); },
+            [&](const If& i) { lowerIf(i, node, path); },
+            [&](const SetStream& s) { emit(instr::SetStream{compile(s.stream)}, node); },
+            [&](const SyncStream& s) { emit(instr::SyncStream{compile(s.stream)}, node); },
+            [&](const Group& g) {
+              int slot = group_slots_.at(g.name);
+              plan_.groups[slot].node = node;
+              HIR_CHECK(current_group_ < 0, "{}: group '{}' is nested in group '{}'", path,
+                        g.name, plan_.groups[current_group_].name);
+              current_group_ = slot;
+              emit(instr::GroupBegin{slot}, node);
+              emitBody(g.body, path, false);
+              emit(instr::GroupEnd{slot}, node);
+              current_group_ = -1;
+            },
+            [&](const Fill& f) {
+              emit(instr::Fill{lowerRef(f.tensor, path), compile(f.value), compile(f.step)}, node);
+            },
+            [&](const Copy& c) {
+              emit(instr::Copy{lowerRef(c.src, path), lowerRef(c.dst, path)}, node);
+            },
+            [&](const Check& c) {
+              int check = static_cast<int>(plan_.checks.size());
+              plan_.checks.push_back(PlanCheck{node, c.tensor.str()});
+              emit(instr::Check{lowerRef(c.tensor, path), compile(c.value), compile(c.step),
+                                c.tolerance, check},
+                   node);
+            },
+        },
+        n.v);
+  }
+
+  void lowerFor(const ForLoop& f, int node, const std::string& path) {
+    // start/stop/step are evaluated outside the loop's scope.
+    CompiledExpr start = compile(f.start), stop = compile(f.stop), step = compile(f.step);
+    int slot = addScalar(f.index, 0);
+    int stop_slot = addScalar(f.index + ".stop", 0);
+    int step_slot = addScalar(f.index + ".step", 0);
+    int init_pc = pc();
+    emit(instr::LoopInit{slot, stop_slot, step_slot, std::move(start), std::move(stop),
+                         std::move(step), -1},
+         node);
+    scopes_.push_back({{f.index, slot}});
+    // The body's nodes know the loop index (for messages).
+    emitBody(f.body, path, false);
+    scopes_.pop_back();
+    emit(instr::LoopNext{slot, stop_slot, step_slot, init_pc + 1}, node);
+    std::get<instr::LoopInit>(plan_.code[init_pc].op).exit = pc();
+  }
+
+  void lowerIf(const If& i, int node, const std::string& path) {
+    int branch_pc = pc();
+    emit(instr::JumpIfZero{compile(i.cond), -1}, node);
+    emitBody(i.then_body, path, false, "then");
+    int jump_pc = -1;
+    if (!i.else_body.empty()) {
+      jump_pc = pc();
+      emit(instr::Jump{-1}, node);
+    }
+    std::get<instr::JumpIfZero>(plan_.code[branch_pc].op).target = pc();
+    if (jump_pc >= 0) {
+      emitBody(i.else_body, path, false, "else");
+      std::get<instr::Jump>(plan_.code[jump_pc].op).target = pc();
+    }
+  }
+
+  int allocSlot(const std::string& name, const std::string& path) const {
+    auto it = alloc_slots_.find(name);
+    HIR_CHECK(it != alloc_slots_.end(), "{}: '{}' is not an allocation", path, name);
+    return it->second;
+  }
+
+  int commSlot(const std::string& name, const std::string& path) const {
+    auto it = comm_slots_.find(name);
+    HIR_CHECK(it != comm_slots_.end(), "{}: '{}' is not a communication", path, name);
+    return it->second;
+  }
+
+  PlanRef lowerRef(const TensorRef& r, const std::string& path) const {
+    PlanRef out;
+    out.alloc = allocSlot(r.name, path);
+    for (const Expr& e : r.select) out.select.push_back(compile(e));
+    if (r.range) {
+      out.has_range = true;
+      out.range_begin = compile(r.range->first);
+      out.range_end = compile(r.range->second);
+    }
+    out.text = r.str();
+    return out;
+  }
+
+  // ------------------------------------------------------- communications
+  void lowerComm(const Communication& c, int slot, int node, const std::string& path) {
+    PlanComm& pc = plan_.comms[slot];
+    pc.name = c.name;
+    pc.node = node;
+    pc.type = c.type;
+    pc.reduce = c.reduce.value_or(ReduceOp::Sum);
+    pc.protocol = c.protocol;
+    pc.group = current_group_;
+    if (isPointToPoint(c.type)) {
+      HIR_INTERNAL_ASSERT(c.tensor && c.peer, "{}: unvalidated send/recv", path);
+      (c.type == CommType::Send ? pc.input : pc.output) = lowerRef(*c.tensor, path);
+      pc.peer = compile(*c.peer);
+    } else {
+      HIR_INTERNAL_ASSERT(c.input && c.output, "{}: unvalidated collective", path);
+      pc.input = lowerRef(*c.input, path);
+      pc.output = lowerRef(*c.output, path);
+      if (c.root) pc.root = compile(*c.root);
+    }
+    pc.team = lowerTeam(c.team, path);
+
+    DType dtype = plan_.allocs[(pc.input ? pc.input : pc.output)->alloc].dtype;
+    SupportQuery q;
+    q.device = options_.device;
+    q.type = c.type;
+    q.dtype = dtype;
+    q.reduce = pc.reduce;
+    const BackendInfo& info = selectBackend(c.backend, q, path);
+    pc.backend = backendIndex(info.name);
+    if (info.name == "ipc") {
+      if (pc.input) plan_.allocs[pc.input->alloc].ipc_shared = true;
+      if (pc.output) plan_.allocs[pc.output->alloc].ipc_shared = true;
+    }
+    if (current_group_ >= 0) {
+      PlanGroup& g = plan_.groups[current_group_];
+      if (g.backend < 0) g.backend = pc.backend;
+      HIR_CHECK(g.backend == pc.backend,
+                "{}: communication '{}' uses backend '{}' but group '{}' already uses '{}'; a "
+                "group is posted as one unit on one backend",
+                path, c.name, plan_.backends[pc.backend], g.name, plan_.backends[g.backend]);
+    }
+  }
+
+  int backendIndex(const std::string& name) {
+    auto it = std::find(plan_.backends.begin(), plan_.backends.end(), name);
+    if (it != plan_.backends.end()) return static_cast<int>(it - plan_.backends.begin());
+    plan_.backends.push_back(name);
+    return static_cast<int>(plan_.backends.size()) - 1;
+  }
+
+  std::vector<int> worldRanks() const {
+    std::vector<int> r(options_.world);
+    for (int i = 0; i < options_.world; ++i) r[i] = i;
+    return r;
+  }
+
+  // Teams are evaluated once, here, with world and params only.
+  int lowerTeam(const Team& team, const std::string& path) {
+    if (team.all) return 0;
+    std::vector<int> ranks;
+    std::size_t globals = 2 + program_.params.size();
+    for (std::size_t i = 0; i < team.ranks.size(); ++i) {
+      CompiledExpr e = CompiledExpr::compile(team.ranks[i], [&](std::string_view n) {
+        int s = slotOf(n);
+        return (s >= 1 && static_cast<std::size_t>(s) < globals) ? s : -1;
+      });
+      int64_t r = e.eval(plan_.scalar_init.data());
+      std::string where = fmt::format("{}/team/{}", path, i);
+      HIR_CHECK(r >= 0 && r < options_.world, "{}: team rank '{}' is {}, outside the world [0, {})",
+                where, e.text(), r, options_.world);
+      HIR_CHECK(std::find(ranks.begin(), ranks.end(), r) == ranks.end(),
+                "{}: rank {} appears twice in the team", where, r);
+      ranks.push_back(static_cast<int>(r));
+    }
+    HIR_CHECK(!ranks.empty(), "{}/team: a team needs at least one rank", path);
+    for (std::size_t t = 0; t < plan_.teams.size(); ++t)
+      if (plan_.teams[t].ranks == ranks) return static_cast<int>(t);
+    plan_.teams.push_back(PlanTeam{std::move(ranks)});
+    return static_cast<int>(plan_.teams.size()) - 1;
+  }
+
+  const Program& program_;
+  const LowerOptions& options_;
+  Plan plan_;
+  std::vector<std::map<std::string, int>> scopes_;  // loop index -> slot
+  std::unordered_map<std::string, int> alloc_slots_, comm_slots_, group_slots_;
+  std::set<std::string> explicitly_shared_;
+  int current_group_ = -1;
+};
+
+}  // namespace
+
+Plan lower(const Program& program, const LowerOptions& options) {
+  HIR_CHECK(options.world >= 1, "world size must be at least 1, got {}", options.world);
+  return Lowerer(program, options).run();
+}
+
+}  // namespace hir
