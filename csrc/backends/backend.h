@@ -1,0 +1,131 @@
+// The communication backend interface, and the registry of backends by name
+// ("nccl", "ipc", "mpi"). The evaluator holds Backend& and calls post() and
+// wait(); it never asks which backend it holds. Backends never see JSON: they
+// get resolved pointers, counts and ranks.
+//
+// Required: supports() (through BackendInfo), setup(), post().
+// Optional, with defaults: wait() (stream/host wait on the done event),
+// shareMemHandles() (IPC handle exchange; default does nothing), abort().
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/enums.h"
+#include "device/device.h"
+
+namespace hir {
+
+class Bootstrap;
+
+// One communication, fully resolved for this rank and this post.
+struct PostArgs {
+  CommType type = CommType::Allreduce;
+  DType dtype = DType::Float32;
+  ReduceOp reduce = ReduceOp::Sum;
+  const void* input = nullptr;  // collectives; send: the tensor
+  void* output = nullptr;       // collectives; recv: the tensor
+  // Elements per rank's chunk: allgather, gather: input count; reduce_scatter,
+  // scatter: output count; allreduce, broadcast, reduce: the count;
+  // alltoall: input count / team size; send, recv: the tensor's count.
+  std::size_t count = 0;
+  int team = 0;   // index into BackendContext::teams (0 is the world)
+  int root = 0;   // team rank of the root (rooted collectives)
+  int peer = -1;  // world rank (send, recv)
+  Protocol protocol = Protocol::Auto;
+  // For backends that cache per communication or allocation (ipc):
+  int comm = -1;                   // communication slot in the plan
+  int input_alloc = -1, output_alloc = -1;  // allocation slots
+  std::size_t input_offset = 0, output_offset = 0;  // bytes from allocation start
+  const char* path = "";           // node path, for error messages
+};
+
+struct BackendContext {
+  Device* device = nullptr;
+  Bootstrap* bootstrap = nullptr;
+  // teams[i]: world ranks in team order; teams[0] is every rank in order.
+  std::vector<std::vector<int>> teams;
+  Duration timeout{300000};
+};
+
+// What lowering asks before binding a communication to a backend.
+struct SupportQuery {
+  std::string_view device;  // "host" or "cuda"
+  CommType type = CommType::Allreduce;
+  DType dtype = DType::Float32;
+  ReduceOp reduce = ReduceOp::Sum;
+  bool peer_on_other_node = false;  // send/recv whose peer is on another node
+};
+
+struct Support {
+  bool ok = false;
+  std::string why;  // when !ok: a sentence saying what is not supported
+};
+
+// An item of a share_mem_handles batch (ipc): communication `comm` of this
+// rank moves data with `peer` through allocation `alloc` ([base, base+bytes)).
+struct ShareItem {
+  int comm = -1;
+  CommType type = CommType::Send;
+  int peer = -1;
+  int alloc = -1;
+  void* base = nullptr;
+  std::size_t bytes = 0;
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual std::string_view name() const = 0;
+
+  // Collective over the world, once at load: create communicators for every
+  // team in ctx.teams (ranks outside a team still take part in its creation).
+  virtual void setup(const BackendContext& ctx) = 0;
+
+  // Posts `ops` as one unit (a group when there are several) and never blocks
+  // the host. The ops read their inputs only after the work enqueued so far
+  // on `current` (record there, wait on the backend's stream); `done` is
+  // recorded where the last of them completes.
+  virtual void post(std::span<const PostArgs> ops, Stream& current, Event& done) = 0;
+
+  // Default: Stream mode makes `current` wait on `done`; Host mode blocks on
+  // `done` with `timeout`.
+  virtual void wait(Event& done, Stream& current, WaitMode mode, Duration timeout);
+
+  // Optional (ipc): collective over the world; exchanges what `items` need.
+  // Called in program order on every rank, never inside a post.
+  virtual void shareMemHandles(std::span<const ShareItem> items);
+
+  // Optional: called by the watchdog when a wait timed out; makes pending
+  // operations fail instead of hanging (ncclCommAbort, MPI_Abort).
+  virtual void abort();
+
+ protected:
+  Device* device_ = nullptr;
+};
+
+struct BackendInfo {
+  std::string name;
+  // Never throws; answers for the given device kind without creating anything.
+  std::function<Support(const SupportQuery&)> supports;
+  std::function<std::unique_ptr<Backend>()> create;
+  // Preference of "auto" (higher first) among those that support a query.
+  int auto_priority = 0;
+};
+
+void registerBackend(BackendInfo info);
+const std::vector<BackendInfo>& registeredBackends();
+const BackendInfo* findBackend(std::string_view name);
+
+// Picks the backend for `requested` ("auto" or a name) or throws
+// ProgramError saying why none fits (listing what each backend said).
+const BackendInfo& selectBackend(std::string_view requested, const SupportQuery& q,
+                                 std::string_view path);
+
+}  // namespace hir

@@ -1,0 +1,619 @@
+// The MPI backend. A post never blocks the host:
+//
+//   record(ready, current); wait(start, ready);
+//   start stream:      host function that starts the non-blocking MPI calls
+//   record(started, start); wait(completion, started);
+//   completion stream: host function that polls them (MPI_Testall, with the
+//                      backend timeout), then divides the result of avg
+//   record(done, completion)
+//
+// Every start runs on one thread, in post order, on every rank: MPI needs the
+// collectives of a communicator in the same order everywhere, and a start
+// never waits for a peer, so send/recv posted in any order cannot deadlock.
+// Completions are observed in FIFO order, which is safe because every
+// earlier start has already happened (a poll progresses every request).
+//
+// Argument resolution (communicator, in-place forms, staging) happens on the
+// posting thread, so a bad argument is thrown by post() itself; failures of
+// the enqueued host functions become the device's sticky error.
+#include "backends/mpi_backend.h"
+
+#include <algorithm>
+#include <chrono>
+#include <climits>
+#include <cstring>
+#include <mutex>
+#include <thread>
+
+#include "common/elements.h"
+#include "common/error.h"
+#include "runtime/bootstrap.h"
+#include "runtime/mpi_util.h"
+
+namespace hir {
+
+namespace {
+
+constexpr int kAutoPriority = 10;
+// One tag for every send/recv: MPI's non-overtaking rule keeps the order of
+// the messages between a pair of ranks, which is the order of the program.
+constexpr int kPointToPointTag = 0;
+// Polling of a pending post: first pause, and the longest one. Several ranks
+// share few cores, so the poller sleeps rather than spins.
+constexpr std::chrono::microseconds kFirstPause{2};
+constexpr std::chrono::microseconds kLongestPause{1000};
+
+// ------------------------------------------------------------- datatypes
+
+bool is16BitFloat(DType t) { return t == DType::Float16 || t == DType::BFloat16; }
+
+// float16 and bfloat16 move as 16-bit integers; their reductions are our own
+// MPI_Ops that compute in float.
+MPI_Datatype mpiDatatype(DType t) {
+  switch (t) {
+    case DType::Float32: return MPI_FLOAT;
+    case DType::Float64: return MPI_DOUBLE;
+    case DType::Float16: return MPI_UINT16_T;
+    case DType::BFloat16: return MPI_UINT16_T;
+    case DType::Int32: return MPI_INT32_T;
+    case DType::Int64: return MPI_INT64_T;
+    case DType::UInt8: return MPI_UINT8_T;
+  }
+  HIR_INTERNAL_ASSERT(false, "unknown dtype {}", static_cast<int>(t));
+  return MPI_DATATYPE_NULL;
+}
+
+// avg is a sum followed by a division on completion.
+MPI_Op builtinOp(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::Sum: return MPI_SUM;
+    case ReduceOp::Avg: return MPI_SUM;
+    case ReduceOp::Prod: return MPI_PROD;
+    case ReduceOp::Min: return MPI_MIN;
+    case ReduceOp::Max: return MPI_MAX;
+  }
+  HIR_INTERNAL_ASSERT(false, "unknown reduce op {}", static_cast<int>(op));
+  return MPI_OP_NULL;
+}
+
+// Slots of the 16-bit ops: [float16, bfloat16] x [sum, prod, min, max].
+constexpr int kOpSlots = 4;
+int opSlot(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::Sum: return 0;
+    case ReduceOp::Avg: return 0;
+    case ReduceOp::Prod: return 1;
+    case ReduceOp::Min: return 2;
+    case ReduceOp::Max: return 3;
+  }
+  HIR_INTERNAL_ASSERT(false, "unknown reduce op {}", static_cast<int>(op));
+  return 0;
+}
+
+struct Add { float operator()(float a, float b) const { return a + b; } };
+struct Multiply { float operator()(float a, float b) const { return a * b; } };
+struct Minimum { float operator()(float a, float b) const { return std::min(a, b); } };
+struct Maximum { float operator()(float a, float b) const { return std::max(a, b); } };
+
+// MPI_User_function for a 16-bit float type: inout[i] = in[i] (op) inout[i].
+template <float (*ToFloat)(uint16_t), uint16_t (*FromFloat)(float), class Combine>
+void reduce16(void* in, void* inout, int* len, MPI_Datatype*) {
+  const auto* a = static_cast<const uint16_t*>(in);
+  auto* b = static_cast<uint16_t*>(inout);
+  Combine combine;
+  for (int i = 0; i < *len; ++i) b[i] = FromFloat(combine(ToFloat(a[i]), ToFloat(b[i])));
+}
+
+template <float (*ToFloat)(uint16_t), uint16_t (*FromFloat)(float)>
+constexpr MPI_User_function* kReduce16[kOpSlots] = {
+    &reduce16<ToFloat, FromFloat, Add>, &reduce16<ToFloat, FromFloat, Multiply>,
+    &reduce16<ToFloat, FromFloat, Minimum>, &reduce16<ToFloat, FromFloat, Maximum>};
+
+// ------------------------------------------------------- avg post-step
+
+template <class T>
+void divideIntegers(void* data, std::size_t n, int divisor) {
+  auto* x = static_cast<T*>(data);
+  for (std::size_t i = 0; i < n; ++i) x[i] = static_cast<T>(x[i] / static_cast<T>(divisor));
+}
+
+template <class T>
+void divideFloats(void* data, std::size_t n, int divisor) {
+  auto* x = static_cast<T*>(data);
+  for (std::size_t i = 0; i < n; ++i) x[i] = x[i] / static_cast<T>(divisor);
+}
+
+template <float (*ToFloat)(uint16_t), uint16_t (*FromFloat)(float)>
+void divide16(void* data, std::size_t n, int divisor) {
+  auto* x = static_cast<uint16_t*>(data);
+  for (std::size_t i = 0; i < n; ++i) x[i] = FromFloat(ToFloat(x[i]) / static_cast<float>(divisor));
+}
+
+// Integer dtypes divide as C++ does (truncation toward zero).
+void divideByTeamSize(void* data, DType t, std::size_t n, int divisor) {
+  switch (t) {
+    case DType::Float32: return divideFloats<float>(data, n, divisor);
+    case DType::Float64: return divideFloats<double>(data, n, divisor);
+    case DType::Float16: return divide16<halfToFloat, floatToHalf>(data, n, divisor);
+    case DType::BFloat16: return divide16<bfloat16ToFloat, floatToBFloat16>(data, n, divisor);
+    case DType::Int32: return divideIntegers<int32_t>(data, n, divisor);
+    case DType::Int64: return divideIntegers<int64_t>(data, n, divisor);
+    case DType::UInt8: return divideIntegers<uint8_t>(data, n, divisor);
+  }
+  HIR_INTERNAL_ASSERT(false, "unknown dtype {}", static_cast<int>(t));
+}
+
+// ------------------------------------------------------------ one post
+
+// One MPI call of a post, resolved on the posting thread.
+struct Call {
+  CommType type = CommType::Allreduce;
+  DType dtype = DType::Float32;
+  MPI_Datatype datatype = MPI_DATATYPE_NULL;
+  MPI_Op op = MPI_OP_NULL;
+  MPI_Comm comm = MPI_COMM_NULL;
+  const void* send = nullptr;  // may be MPI_IN_PLACE
+  void* recv = nullptr;        // may be MPI_IN_PLACE (scatter's root)
+  int count = 0;
+  int root = 0;   // team rank
+  int peer = -1;  // world rank (send, recv)
+
+  // Done by the start task first, once the inputs are ready:
+  // CopyToOutput: a broadcast root whose input is not its output copies it.
+  // InputToTemp: the input overlaps the output in a way MPI does not allow;
+  // it is copied to a temporary that becomes the send buffer.
+  enum class Stage { None, CopyToOutput, InputToTemp };
+  Stage stage = Stage::None;
+  const void* stage_src = nullptr;
+  std::size_t stage_bytes = 0;
+
+  // avg: the completion task divides avg_count elements of avg_out.
+  void* avg_out = nullptr;
+  std::size_t avg_count = 0;
+  int avg_divisor = 1;
+};
+
+// What the start and completion tasks of one post share. The start task
+// fills `requests` (and `temps`); the completion task reads them after the
+// `started` event, which orders the two.
+struct PostRecord {
+  std::vector<Call> calls;
+  std::vector<MPI_Request> requests;
+  std::vector<std::unique_ptr<std::byte[]>> temps;
+  std::string what;  // "PATH (allreduce)", for messages
+  int rank = -1;     // world rank, for messages
+  Duration timeout{0};
+  bool start_failed = false;
+  bool completed = false;
+
+  // A post that never completed (a timeout, or its completion task skipped
+  // after an earlier failure) may still have MPI writing into its
+  // temporaries: leave them allocated for the rest of the process (the run
+  // has failed, and the watchdog aborts the job).
+  ~PostRecord() {
+    if (!completed)
+      for (auto& temp : temps) static_cast<void>(temp.release());
+  }
+};
+
+void stageInput(Call& c, PostRecord& record) {
+  switch (c.stage) {
+    case Call::Stage::None:
+      return;
+    case Call::Stage::CopyToOutput:
+      std::memmove(c.recv, c.stage_src, c.stage_bytes);
+      return;
+    case Call::Stage::InputToTemp: {
+      auto temp = std::make_unique<std::byte[]>(c.stage_bytes);
+      std::memcpy(temp.get(), c.stage_src, c.stage_bytes);
+      c.send = temp.get();
+      record.temps.push_back(std::move(temp));
+      return;
+    }
+  }
+}
+
+MPI_Request startCall(const Call& c) {
+  MPI_Request r = MPI_REQUEST_NULL;
+  const int n = c.count;
+  const MPI_Datatype t = c.datatype;
+  switch (c.type) {
+    case CommType::Allgather:
+      mpi::check(MPI_Iallgather(c.send, n, t, c.recv, n, t, c.comm, &r), "MPI_Iallgather");
+      break;
+    case CommType::Allreduce:
+      mpi::check(MPI_Iallreduce(c.send, c.recv, n, t, c.op, c.comm, &r), "MPI_Iallreduce");
+      break;
+    case CommType::ReduceScatter:
+      mpi::check(MPI_Ireduce_scatter_block(c.send, c.recv, n, t, c.op, c.comm, &r),
+                 "MPI_Ireduce_scatter_block");
+      break;
+    case CommType::Broadcast:
+      mpi::check(MPI_Ibcast(c.recv, n, t, c.root, c.comm, &r), "MPI_Ibcast");
+      break;
+    case CommType::Reduce:
+      mpi::check(MPI_Ireduce(c.send, c.recv, n, t, c.op, c.root, c.comm, &r), "MPI_Ireduce");
+      break;
+    case CommType::Gather:
+      mpi::check(MPI_Igather(c.send, n, t, c.recv, n, t, c.root, c.comm, &r), "MPI_Igather");
+      break;
+    case CommType::Scatter:
+      mpi::check(MPI_Iscatter(c.send, n, t, c.recv, n, t, c.root, c.comm, &r), "MPI_Iscatter");
+      break;
+    case CommType::Alltoall:
+      mpi::check(MPI_Ialltoall(c.send, n, t, c.recv, n, t, c.comm, &r), "MPI_Ialltoall");
+      break;
+    case CommType::Send:
+      mpi::check(MPI_Isend(c.send, n, t, c.peer, kPointToPointTag, c.comm, &r), "MPI_Isend");
+      break;
+    case CommType::Recv:
+      mpi::check(MPI_Irecv(c.recv, n, t, c.peer, kPointToPointTag, c.comm, &r), "MPI_Irecv");
+      break;
+  }
+  return r;
+}
+
+// The start task: never waits for a peer.
+void startPost(PostRecord& record) {
+  try {
+    record.requests.reserve(record.calls.size());
+    for (Call& c : record.calls) {
+      stageInput(c, record);
+      record.requests.push_back(startCall(c));
+    }
+  } catch (...) {
+    record.start_failed = true;
+    throw;
+  }
+}
+
+// Polls until every request of the post completed, or throws after the
+// timeout (this becomes the device's sticky error).
+void awaitPost(PostRecord& record) {
+  using Clock = std::chrono::steady_clock;
+  const Clock::time_point deadline = Clock::now() + record.timeout;
+  std::chrono::microseconds pause = kFirstPause;
+  for (;;) {
+    int complete = 0;
+    mpi::check(MPI_Testall(static_cast<int>(record.requests.size()), record.requests.data(),
+                           &complete, MPI_STATUSES_IGNORE),
+               "MPI_Testall");
+    if (complete) return;
+    if (Clock::now() >= deadline)
+      throw BackendError(fmt::format("mpi: {} did not complete within {} ms on rank {}",
+                                     record.what, record.timeout.count(), record.rank));
+    std::this_thread::sleep_for(pause);
+    pause = std::min(pause * 2, kLongestPause);
+  }
+}
+
+// The completion task.
+void completePost(PostRecord* record) {
+  if (record->start_failed) return;  // the start task already reported it
+  awaitPost(*record);
+  record->completed = true;
+  for (const Call& c : record->calls)
+    if (c.avg_out != nullptr) divideByTeamSize(c.avg_out, c.dtype, c.avg_count, c.avg_divisor);
+}
+
+bool overlaps(const void* a, std::size_t a_bytes, const void* b, std::size_t b_bytes) {
+  auto x = reinterpret_cast<uintptr_t>(a), y = reinterpret_cast<uintptr_t>(b);
+  return a_bytes > 0 && b_bytes > 0 && x < y + b_bytes && y < x + a_bytes;
+}
+
+const std::byte* bytesAt(const void* base, std::size_t offset) {
+  return static_cast<const std::byte*>(base) + offset;
+}
+
+void stageToTemp(Call& c, const void* input, std::size_t bytes) {
+  c.stage = Call::Stage::InputToTemp;
+  c.stage_src = input;
+  c.stage_bytes = bytes;
+}
+
+void requireMpiThreadMultiple() {
+  int initialized = 0, finalized = 0;
+  MPI_Initialized(&initialized);
+  MPI_Finalized(&finalized);
+  HIR_CHECK_AS(BackendError, initialized && !finalized,
+               "the mpi backend needs MPI, which is {} in this process (create the bootstrap "
+               "with hir::createMpiBootstrap(), also for one rank)",
+               finalized ? "already finalized" : "not initialized");
+  int provided = MPI_THREAD_SINGLE;
+  mpi::check(MPI_Query_thread(&provided), "MPI_Query_thread");
+  HIR_CHECK_AS(BackendError, provided >= MPI_THREAD_MULTIPLE,
+               "the mpi backend needs MPI initialized with MPI_THREAD_MULTIPLE (it starts and "
+               "completes operations from two threads); this process has {}",
+               mpi::threadLevelName(provided));
+}
+
+}  // namespace
+
+// ------------------------------------------------------------- the backend
+
+struct MpiBackend::State {
+  BackendContext ctx;
+  int rank = -1;  // world rank
+  // Per team of ctx.teams: its communicator (MPI_COMM_NULL where this rank
+  // is not a member), this rank's team rank (-1 outside) and its size.
+  std::vector<MPI_Comm> comms;
+  std::vector<int> team_rank;
+  std::vector<int> team_size;
+  MPI_Op ops16[2][kOpSlots] = {{MPI_OP_NULL, MPI_OP_NULL, MPI_OP_NULL, MPI_OP_NULL},
+                               {MPI_OP_NULL, MPI_OP_NULL, MPI_OP_NULL, MPI_OP_NULL}};
+  std::unique_ptr<Stream> start_stream, completion_stream;
+  std::unique_ptr<Event> ready, started;
+  // post() re-records the two shared events: keep each post's sequence whole.
+  std::mutex post_mutex;
+
+  void createTeams();
+  void createOps();
+  MPI_Op reduceOp(DType t, ReduceOp op) const;
+  Call resolve(const PostArgs& a) const;
+  void resolveCollective(const PostArgs& a, Call& c) const;
+  void shutdown() noexcept;
+};
+
+void MpiBackend::State::createTeams() {
+  const int world = ctx.bootstrap->world();
+  HIR_INTERNAL_ASSERT(!ctx.teams.empty() && static_cast<int>(ctx.teams[0].size()) == world,
+                      "teams[0] must be the world of {} ranks", world);
+  for (int r = 0; r < world; ++r)
+    HIR_INTERNAL_ASSERT(ctx.teams[0][r] == r, "teams[0] must list the ranks in order");
+  for (std::size_t i = 0; i < ctx.teams.size(); ++i) {
+    const std::vector<int>& team = ctx.teams[i];
+    auto me = std::find(team.begin(), team.end(), rank);
+    const int index = me == team.end() ? -1 : static_cast<int>(me - team.begin());
+    for (int member : team)
+      HIR_INTERNAL_ASSERT(member >= 0 && member < world, "team {} lists rank {}", i, member);
+    MPI_Comm comm = MPI_COMM_NULL;
+    if (i == 0) {
+      mpi::check(MPI_Comm_dup(MPI_COMM_WORLD, &comm), "MPI_Comm_dup");
+    } else {
+      // Collective over the world: non-members take part with MPI_UNDEFINED.
+      mpi::check(MPI_Comm_split(MPI_COMM_WORLD, index >= 0 ? 0 : MPI_UNDEFINED,
+                                std::max(index, 0), &comm),
+                 "MPI_Comm_split");
+    }
+    comms.push_back(comm);
+    team_rank.push_back(index);
+    team_size.push_back(static_cast<int>(team.size()));
+    if (comm != MPI_COMM_NULL)
+      mpi::check(MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler");
+  }
+}
+
+void MpiBackend::State::createOps() {
+  for (int slot = 0; slot < kOpSlots; ++slot) {
+    mpi::check(MPI_Op_create(kReduce16<halfToFloat, floatToHalf>[slot], 1, &ops16[0][slot]),
+               "MPI_Op_create");
+    mpi::check(
+        MPI_Op_create(kReduce16<bfloat16ToFloat, floatToBFloat16>[slot], 1, &ops16[1][slot]),
+        "MPI_Op_create");
+  }
+}
+
+MPI_Op MpiBackend::State::reduceOp(DType t, ReduceOp op) const {
+  if (!is16BitFloat(t)) return builtinOp(op);
+  return ops16[t == DType::Float16 ? 0 : 1][opSlot(op)];
+}
+
+Call MpiBackend::State::resolve(const PostArgs& a) const {
+  Call c;
+  c.type = a.type;
+  c.dtype = a.dtype;
+  c.datatype = mpiDatatype(a.dtype);
+  HIR_CHECK_AS(BackendError, a.count <= static_cast<std::size_t>(INT_MAX),
+               "mpi: {} ({}) moves {} elements per rank; the mpi backend supports at most {} "
+               "(MPI's int counts)",
+               a.path, toString(a.type), a.count, INT_MAX);
+  c.count = static_cast<int>(a.count);
+  if (isPointToPoint(a.type)) {
+    HIR_INTERNAL_ASSERT(a.peer >= 0 && a.peer < team_size[0], "{}: peer {} outside the world",
+                        a.path, a.peer);
+    c.comm = comms[0];
+    c.peer = a.peer;
+    c.send = a.input;
+    c.recv = a.output;
+    return c;
+  }
+  resolveCollective(a, c);
+  return c;
+}
+
+void MpiBackend::State::resolveCollective(const PostArgs& a, Call& c) const {
+  HIR_INTERNAL_ASSERT(a.team >= 0 && a.team < static_cast<int>(comms.size()),
+                      "{}: team {} was not set up", a.path, a.team);
+  c.comm = comms[a.team];
+  HIR_INTERNAL_ASSERT(c.comm != MPI_COMM_NULL, "{}: rank {} posts on team {} without being in it",
+                      a.path, rank, a.team);
+  const int size = team_size[a.team];
+  const int me = team_rank[a.team];
+  HIR_INTERNAL_ASSERT(!hasRoot(a.type) || (a.root >= 0 && a.root < size),
+                      "{}: root {} outside a team of {}", a.path, a.root, size);
+  c.root = a.root;
+  const bool is_root = me == a.root;
+  if (hasReduceOp(a.type)) c.op = reduceOp(a.dtype, a.reduce);
+  const std::size_t chunk = a.count * dtypeSize(a.dtype);
+  const std::size_t all = chunk * static_cast<std::size_t>(size);
+  c.send = a.input;
+  c.recv = a.output;
+  // avg divides what this rank receives as a reduction result.
+  auto divideOutput = [&] {
+    if (a.reduce != ReduceOp::Avg) return;
+    c.avg_out = a.output;
+    c.avg_count = a.count;
+    c.avg_divisor = size;
+  };
+  switch (a.type) {
+    case CommType::Allgather:
+      if (a.input == bytesAt(a.output, me * chunk))
+        c.send = MPI_IN_PLACE;
+      else if (overlaps(a.input, chunk, a.output, all))
+        stageToTemp(c, a.input, chunk);
+      return;
+    case CommType::Allreduce:
+      if (a.input == a.output)
+        c.send = MPI_IN_PLACE;
+      else if (overlaps(a.input, chunk, a.output, chunk))
+        stageToTemp(c, a.input, chunk);
+      divideOutput();
+      return;
+    case CommType::ReduceScatter:
+      // MPI's in-place form leaves the result at the start of the buffer,
+      // not at this rank's chunk: any overlap goes through a temporary.
+      if (overlaps(a.input, all, a.output, chunk)) stageToTemp(c, a.input, all);
+      divideOutput();
+      return;
+    case CommType::Broadcast:
+      c.send = nullptr;
+      if (is_root && a.input != a.output) {
+        c.stage = Call::Stage::CopyToOutput;
+        c.stage_src = a.input;
+        c.stage_bytes = chunk;
+      }
+      return;
+    case CommType::Reduce:
+      if (!is_root) {
+        c.recv = nullptr;  // significant only at the root
+        return;
+      }
+      if (a.input == a.output)
+        c.send = MPI_IN_PLACE;
+      else if (overlaps(a.input, chunk, a.output, chunk))
+        stageToTemp(c, a.input, chunk);
+      divideOutput();
+      return;
+    case CommType::Gather:
+      if (!is_root) {
+        c.recv = nullptr;
+        return;
+      }
+      if (a.input == bytesAt(a.output, a.root * chunk))
+        c.send = MPI_IN_PLACE;
+      else if (overlaps(a.input, chunk, a.output, all))
+        stageToTemp(c, a.input, chunk);
+      return;
+    case CommType::Scatter:
+      if (!is_root) {
+        c.send = nullptr;
+        return;
+      }
+      if (a.output == bytesAt(a.input, a.root * chunk))
+        c.recv = MPI_IN_PLACE;
+      else if (overlaps(a.input, all, a.output, chunk))
+        stageToTemp(c, a.input, all);
+      return;
+    case CommType::Alltoall:
+      if (overlaps(a.input, all, a.output, all)) stageToTemp(c, a.input, all);
+      return;
+    case CommType::Send:
+    case CommType::Recv:
+      break;
+  }
+  HIR_INTERNAL_ASSERT(false, "{}: {} is not a collective", a.path, toString(a.type));
+}
+
+void MpiBackend::State::shutdown() noexcept {
+  Device* device = ctx.device;
+  // Let posted work finish (or time out) before its communicators go.
+  for (Stream* s : {start_stream.get(), completion_stream.get()}) {
+    if (device == nullptr || s == nullptr) continue;
+    try {
+      device->synchronize(*s, ctx.timeout);
+    } catch (...) {
+      // A failed or timed-out run: the error was reported where it happened.
+    }
+  }
+  completion_stream.reset();
+  start_stream.reset();
+  started.reset();
+  ready.reset();
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (finalized) return;
+  for (MPI_Comm& comm : comms)
+    if (comm != MPI_COMM_NULL) MPI_Comm_free(&comm);
+  for (auto& row : ops16)
+    for (MPI_Op& op : row)
+      if (op != MPI_OP_NULL) MPI_Op_free(&op);
+}
+
+MpiBackend::MpiBackend() : state_(std::make_unique<State>()) {}
+
+MpiBackend::~MpiBackend() { state_->shutdown(); }
+
+Support MpiBackend::supports(const SupportQuery& q) {
+  if (q.device != "host")
+    return {false, fmt::format("the mpi backend moves host memory; device '{}' needs nccl or ipc",
+                               q.device)};
+  return {true, {}};
+}
+
+void MpiBackend::setup(const BackendContext& ctx) {
+  HIR_INTERNAL_ASSERT(ctx.device != nullptr && ctx.bootstrap != nullptr,
+                      "mpi backend setup without a device or bootstrap");
+  HIR_INTERNAL_ASSERT(state_->comms.empty(), "mpi backend set up twice");
+  Support s = supports(SupportQuery{ctx.device->kind()});
+  HIR_CHECK_AS(BackendError, s.ok, "{}", s.why);
+  requireMpiThreadMultiple();
+  State& st = *state_;
+  int mpi_rank = -1, mpi_world = 0;
+  mpi::check(MPI_Comm_rank(MPI_COMM_WORLD, &mpi_rank), "MPI_Comm_rank");
+  mpi::check(MPI_Comm_size(MPI_COMM_WORLD, &mpi_world), "MPI_Comm_size");
+  HIR_CHECK_AS(BackendError,
+               mpi_rank == ctx.bootstrap->rank() && mpi_world == ctx.bootstrap->world(),
+               "the mpi backend works on MPI_COMM_WORLD (rank {} of {}), but the bootstrap says "
+               "rank {} of {}",
+               mpi_rank, mpi_world, ctx.bootstrap->rank(), ctx.bootstrap->world());
+  st.ctx = ctx;
+  st.rank = mpi_rank;
+  device_ = ctx.device;
+  st.createTeams();
+  st.createOps();
+  st.start_stream = device_->createStream();
+  st.completion_stream = device_->createStream();
+  st.ready = device_->createEvent();
+  st.started = device_->createEvent();
+}
+
+void MpiBackend::post(std::span<const PostArgs> ops, Stream& current, Event& done) {
+  State& st = *state_;
+  HIR_INTERNAL_ASSERT(st.start_stream != nullptr, "mpi backend posted to before setup()");
+  auto record = std::make_shared<PostRecord>();
+  record->rank = st.rank;
+  record->timeout = st.ctx.timeout;
+  record->calls.reserve(ops.size());
+  for (const PostArgs& a : ops) {
+    record->calls.push_back(st.resolve(a));
+    record->what += fmt::format("{}{} ({})", record->what.empty() ? "" : ", ", a.path,
+                                toString(a.type));
+  }
+  Device& d = *device_;
+  std::lock_guard lock(st.post_mutex);
+  d.record(*st.ready, current);
+  d.wait(*st.start_stream, *st.ready);
+  d.launchHostFunc(*st.start_stream, [record] { startPost(*record); });
+  d.record(*st.started, *st.start_stream);
+  d.wait(*st.completion_stream, *st.started);
+  d.launchHostFunc(*st.completion_stream, [record] { completePost(record.get()); });
+  d.record(done, *st.completion_stream);
+}
+
+void MpiBackend::abort() {
+  int initialized = 0, finalized = 0;
+  MPI_Initialized(&initialized);
+  MPI_Finalized(&finalized);
+  if (initialized && !finalized) MPI_Abort(MPI_COMM_WORLD, kExitRuntimeFailure);
+}
+
+void registerMpiBackend() {
+  BackendInfo info;
+  info.name = "mpi";
+  info.supports = &MpiBackend::supports;
+  info.create = [] { return std::make_unique<MpiBackend>(); };
+  info.auto_priority = kAutoPriority;
+  registerBackend(std::move(info));
+}
+
+}  // namespace hir

@@ -1,0 +1,46 @@
+// The MPI backend: collectives and send/recv on host memory through
+// non-blocking MPI-3 calls. It runs on the host device only.
+//
+// How a post stays asynchronous (see mpi_backend.cc): a host function on the
+// backend's "start" stream starts the MPI calls once the inputs are ready on
+// the caller's stream; a host function on its "completion" stream polls them
+// (with the backend timeout) and records `done`. Starts run in post order on
+// every rank and never wait, so send/recv posted in any order cannot deadlock.
+//
+// Needs MPI initialized with MPI_THREAD_MULTIPLE (the MPI bootstrap does it,
+// at any world size, one rank included). Destroy the backend before the
+// device and before the bootstrap that finalizes MPI.
+#pragma once
+
+#include <memory>
+
+#include "backends/backend.h"
+
+namespace hir {
+
+class MpiBackend final : public Backend {
+ public:
+  MpiBackend();
+  ~MpiBackend() override;
+
+  std::string_view name() const override { return "mpi"; }
+  void setup(const BackendContext& ctx) override;
+  void post(std::span<const PostArgs> ops, Stream& current, Event& done) override;
+  // MPI_Abort(MPI_COMM_WORLD, 3): ends every rank of the job.
+  void abort() override;
+
+  // Host device only; every communication type, dtype and reduce op.
+  static Support supports(const SupportQuery& q);
+
+ private:
+  // The MPI objects (communicators, ops) live in State so that this header
+  // does not need <mpi.h>.
+  struct State;
+  std::unique_ptr<State> state_;
+};
+
+// Adds "mpi" to the backend registry (auto priority 10). The registry calls
+// it on first use; calling it again throws.
+void registerMpiBackend();
+
+}  // namespace hir

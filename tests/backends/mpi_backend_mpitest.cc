@@ -1,0 +1,716 @@
+// The MPI backend on the host device, at any world size: every communication
+// type, dtype and reduce op against a host reference computed here from data
+// seeded by (rank, iteration); in-place forms; teams that are not the world;
+// send/recv posted in opposite orders; posts that return before the
+// communication can complete. Also the backend registry and the defaults of
+// Backend.
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <climits>
+#include <cstdlib>
+#include <cstring>
+#include <optional>
+#include <thread>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "backends/backend.h"
+#include "backends/mpi_backend.h"
+#include "common/elements.h"
+#include "common/error.h"
+#include "device/host_device.h"
+#include "support/mpi_test.h"
+
+namespace hir {
+namespace {
+
+using ::testing::HasSubstr;
+using Clock = std::chrono::steady_clock;
+
+Duration testTimeout() {
+  const char* s = std::getenv("HIR_TEST_TIMEOUT_S");
+  return std::chrono::seconds(s != nullptr ? std::atoi(s) : 60);
+}
+
+// Teams every backend of these tests is set up with:
+//   0: the world;  1: {world-1, 0} (a strict subset from 3 ranks on, in
+//   reverse order);  2: the world in reverse order.
+std::vector<std::vector<int>> testTeams(int world) {
+  std::vector<int> all(world), reversed(world);
+  for (int r = 0; r < world; ++r) {
+    all[r] = r;
+    reversed[r] = world - 1 - r;
+  }
+  std::vector<int> pair = world == 1 ? std::vector<int>{0} : std::vector<int>{world - 1, 0};
+  return {all, pair, reversed};
+}
+
+// A host device and an MPI backend set up on it (collective).
+struct Harness {
+  explicit Harness(Duration timeout = testTimeout()) : device(timeout) {
+    const BackendInfo* info = findBackend("mpi");
+    HIR_INTERNAL_ASSERT(info != nullptr, "the mpi backend is not registered");
+    backend = info->create();
+    BackendContext ctx;
+    ctx.device = &device;
+    ctx.bootstrap = &test::world();
+    ctx.teams = testTeams(test::world().world());
+    ctx.timeout = timeout;
+    teams = ctx.teams;
+    backend->setup(ctx);
+  }
+  HostDevice device;
+  std::unique_ptr<Backend> backend;  // destroyed before the device
+  std::vector<std::vector<int>> teams;
+
+  ~Harness() { backend.reset(); }
+};
+
+// Device memory that frees itself.
+class Buffer {
+ public:
+  Buffer(Device& d, std::size_t bytes) : device_(d), p_(d.allocate(bytes)) {}
+  ~Buffer() { device_.deallocate(p_); }
+  Buffer(const Buffer&) = delete;
+  Buffer& operator=(const Buffer&) = delete;
+  std::byte* data() const { return static_cast<std::byte*>(p_); }
+
+ private:
+  Device& device_;
+  void* p_;
+};
+
+// ------------------------------------------------------- reference values
+
+constexpr double kPoison = 77;  // never a result of these tests
+
+// Element i of world rank w's input in iteration `it`. Small integers, exact
+// in every dtype, and small enough that sums (<= 4 * 7) and products
+// (<= 3^4) stay exact in bfloat16 and do not wrap in uint8.
+double inputValue(ReduceOp op, int w, int it, std::size_t i) {
+  if (op == ReduceOp::Prod) return 1 + static_cast<double>((w + it + i) % 3);
+  return 1 + static_cast<double>((static_cast<std::size_t>(w) * 5 + it * 3 + i) % 7);
+}
+
+double combine(ReduceOp op, double a, double b) {
+  switch (op) {
+    case ReduceOp::Sum:
+    case ReduceOp::Avg: return a + b;
+    case ReduceOp::Prod: return a * b;
+    case ReduceOp::Min: return std::min(a, b);
+    case ReduceOp::Max: return std::max(a, b);
+  }
+  return 0;
+}
+
+// The average as the backend computes it: the exact sum divided in the
+// dtype's arithmetic (float for the 16-bit floats), integers truncated.
+double average(DType t, double sum, int n) {
+  switch (t) {
+    case DType::Float32: return static_cast<float>(sum) / static_cast<float>(n);
+    case DType::Float64: return sum / n;
+    case DType::Float16: return halfToFloat(floatToHalf(static_cast<float>(sum) / n));
+    case DType::BFloat16: return bfloat16ToFloat(floatToBFloat16(static_cast<float>(sum) / n));
+    case DType::Int32:
+    case DType::Int64:
+    case DType::UInt8: return static_cast<double>(static_cast<int64_t>(sum) / n);
+  }
+  return 0;
+}
+
+// Reduction over the team of element i of every member's input.
+double reduced(ReduceOp op, DType t, const std::vector<int>& team, int it, std::size_t i) {
+  double acc = inputValue(op, team[0], it, i);
+  for (std::size_t j = 1; j < team.size(); ++j)
+    acc = combine(op, acc, inputValue(op, team[j], it, i));
+  return op == ReduceOp::Avg ? average(t, acc, static_cast<int>(team.size())) : acc;
+}
+
+void store(std::byte* base, DType t, std::size_t k, double v) {
+  storeElement(base, t, k, PatternElement{static_cast<int64_t>(v), v});
+}
+
+void fillWith(std::byte* base, DType t, std::size_t n, double v) {
+  for (std::size_t k = 0; k < n; ++k) store(base, t, k, v);
+}
+
+// ----------------------------------------------------- one collective case
+
+struct Case {
+  CommType type;
+  DType dtype;
+  ReduceOp reduce;
+  bool in_place;
+  int team;
+};
+
+std::string caseName(const Case& c) {
+  std::string name = fmt::format("{}_{}", toString(c.type), toString(c.dtype));
+  if (hasReduceOp(c.type)) name += fmt::format("_{}", toString(c.reduce));
+  name += c.in_place ? "_inplace" : "_outofplace";
+  name += fmt::format("_team{}", c.team);
+  return name;
+}
+
+// gtest prints a failing parameter with this.
+void PrintTo(const Case& c, std::ostream* os) { *os << caseName(c); }
+
+// Sizes in elements of one rank's input and output (the count is per chunk).
+std::size_t inputElements(CommType t, std::size_t count, std::size_t size) {
+  switch (t) {
+    case CommType::ReduceScatter:
+    case CommType::Scatter:
+    case CommType::Alltoall: return count * size;
+    default: return count;
+  }
+}
+std::size_t outputElements(CommType t, std::size_t count, std::size_t size) {
+  switch (t) {
+    case CommType::Allgather:
+    case CommType::Gather:
+    case CommType::Alltoall: return count * size;
+    default: return count;
+  }
+}
+
+// Where the input lies inside the output (or the output inside the input)
+// for the in-place form of a type, in elements; the layout NCCL uses.
+struct InPlaceLayout {
+  bool input_inside_output;  // else the output is inside the input
+  std::size_t offset;        // elements
+};
+InPlaceLayout inPlaceLayout(CommType t, std::size_t count, int me) {
+  switch (t) {
+    case CommType::Allgather:
+    case CommType::Gather: return {true, count * me};
+    case CommType::ReduceScatter:
+    case CommType::Scatter: return {false, count * me};
+    default: return {true, 0};
+  }
+}
+
+// Expected output element k, or nullopt where the output must keep its
+// previous content (non-roots of reduce and gather).
+std::optional<double> expectedOutput(const Case& c, const std::vector<int>& team, int me,
+                                     int root, int it, std::size_t count, std::size_t k) {
+  const std::size_t chunk = k / count, within = k % count;
+  switch (c.type) {
+    case CommType::Allgather:
+      return inputValue(c.reduce, team[chunk], it, within);
+    case CommType::Allreduce:
+      return reduced(c.reduce, c.dtype, team, it, k);
+    case CommType::ReduceScatter:
+      return reduced(c.reduce, c.dtype, team, it, me * count + k);
+    case CommType::Broadcast:
+      return inputValue(c.reduce, team[root], it, k);
+    case CommType::Reduce:
+      if (me != root) return std::nullopt;
+      return reduced(c.reduce, c.dtype, team, it, k);
+    case CommType::Gather:
+      if (me != root) return std::nullopt;
+      return inputValue(c.reduce, team[chunk], it, within);
+    case CommType::Scatter:
+      return inputValue(c.reduce, team[root], it, me * count + k);
+    case CommType::Alltoall:
+      return inputValue(c.reduce, team[chunk], it, me * count + within);
+    case CommType::Send:
+    case CommType::Recv:
+      break;
+  }
+  return std::nullopt;
+}
+
+// Runs `iterations` posts of one case on `h`, reusing the buffers, and
+// checks every output element. Non-members of the team skip it, as the
+// evaluator does.
+void runCase(Harness& h, const Case& c, std::size_t count, int iterations) {
+  const std::vector<int>& team = h.teams[c.team];
+  const int rank = test::world().rank();
+  auto pos = std::find(team.begin(), team.end(), rank);
+  if (pos == team.end()) return;
+  const int me = static_cast<int>(pos - team.begin());
+  const std::size_t size = team.size(), el = dtypeSize(c.dtype);
+  const std::size_t in_n = inputElements(c.type, count, size);
+  const std::size_t out_n = outputElements(c.type, count, size);
+  const InPlaceLayout layout = inPlaceLayout(c.type, count, me);
+
+  // In place: one buffer holding both; else two.
+  Buffer main(h.device, std::max(in_n, out_n) * el);
+  std::optional<Buffer> separate;
+  std::byte* input = main.data();
+  std::byte* output = main.data();
+  if (c.in_place) {
+    if (layout.input_inside_output)
+      input = output + layout.offset * el;
+    else
+      output = input + layout.offset * el;
+  } else {
+    separate.emplace(h.device, out_n * el);
+    output = separate->data();
+  }
+  Stream& stream = h.device.defaultStream();
+  std::unique_ptr<Event> done = h.device.createEvent();
+
+  for (int it = 0; it < iterations; ++it) {
+    const int root = it % static_cast<int>(size);
+    h.device.synchronize(stream, testTimeout());
+    // Poison the output, then write the input (which may lie inside it).
+    fillWith(output, c.dtype, out_n, kPoison);
+    const bool has_input = c.type != CommType::Broadcast || me == root;
+    if (has_input)
+      for (std::size_t i = 0; i < in_n; ++i)
+        store(input, c.dtype, i, inputValue(c.reduce, rank, it, i));
+    std::vector<double> before(out_n);
+    for (std::size_t k = 0; k < out_n; ++k) before[k] = loadAsDouble(output, c.dtype, k);
+
+    PostArgs a;
+    a.type = c.type;
+    a.dtype = c.dtype;
+    a.reduce = c.reduce;
+    a.input = input;
+    a.output = output;
+    a.count = count;
+    a.team = c.team;
+    a.root = root;
+    a.path = "/body/0";
+    h.backend->post({&a, 1}, stream, *done);
+    h.backend->wait(*done, stream, WaitMode::Host, testTimeout());
+
+    int wrong = 0;
+    for (std::size_t k = 0; k < out_n; ++k) {
+      std::optional<double> want = expectedOutput(c, team, me, root, it, count, k);
+      double expected = want ? *want : before[k];
+      double got = loadAsDouble(output, c.dtype, k);
+      if (got != expected && ++wrong <= 3)
+        ADD_FAILURE() << caseName(c) << ": iteration " << it << ", root " << root
+                      << ", element " << k << ": got " << got << ", expected " << expected;
+    }
+    EXPECT_EQ(wrong, 0) << caseName(c) << ": iteration " << it << " had " << wrong
+                        << " wrong elements";
+  }
+}
+
+// ------------------------------------------------------- the full matrix
+
+std::vector<Case> allCases() {
+  const CommType types[] = {CommType::Allgather, CommType::Allreduce, CommType::ReduceScatter,
+                            CommType::Broadcast, CommType::Reduce,    CommType::Gather,
+                            CommType::Scatter,   CommType::Alltoall};
+  std::vector<Case> cases;
+  for (CommType type : types)
+    for (const auto& [dtype, dname] : kDTypeNames)
+      for (const auto& [op, oname] : kReduceOpNames) {
+        if (!hasReduceOp(type) && op != ReduceOp::Sum) continue;
+        for (bool in_place : {false, true})
+          for (int team : {0, 1, 2}) cases.push_back({type, dtype, op, in_place, team});
+      }
+  return cases;
+}
+
+class MpiCollective : public ::testing::TestWithParam<Case> {
+ protected:
+  static void SetUpTestSuite() { harness_ = new Harness(); }
+  static void TearDownTestSuite() {
+    delete harness_;
+    harness_ = nullptr;
+  }
+  static Harness* harness_;
+};
+Harness* MpiCollective::harness_ = nullptr;
+
+TEST_P(MpiCollective, MatchesTheHostReference) {
+  runCase(*harness_, GetParam(), /*count=*/5, /*iterations=*/3);
+}
+
+INSTANTIATE_TEST_SUITE_P(AllTypes, MpiCollective, ::testing::ValuesIn(allCases()),
+                         [](const ::testing::TestParamInfo<Case>& info) {
+                           return caseName(info.param);
+                         });
+
+// Large messages take other MPI algorithms (segmented, rendezvous).
+TEST(MpiBackend, LargeCollectivesMatchTheHostReference) {
+  Harness h;
+  for (CommType type : {CommType::Allreduce, CommType::Reduce, CommType::ReduceScatter,
+                        CommType::Allgather, CommType::Broadcast, CommType::Alltoall})
+    for (bool in_place : {false, true})
+      runCase(h, {type, DType::Float32, ReduceOp::Sum, in_place, 0}, 50000, 2);
+}
+
+TEST(MpiBackend, ZeroElementCollectivesComplete) {
+  Harness h;
+  for (CommType type : {CommType::Allreduce, CommType::Allgather, CommType::Broadcast})
+    runCase(h, {type, DType::Int32, ReduceOp::Sum, false, 0}, 0, 1);
+  // A post with nothing to move still records `done`.
+  std::unique_ptr<Event> done = h.device.createEvent();
+  PostArgs a;
+  a.type = CommType::Allreduce;
+  a.count = 0;
+  h.backend->post({&a, 1}, h.device.defaultStream(), *done);
+  h.device.synchronize(*done, testTimeout());
+  EXPECT_TRUE(h.device.query(*done));
+}
+
+// -------------------------------------------------------------- send/recv
+
+std::vector<float> sentData(int from, int to, int message, std::size_t n) {
+  std::vector<float> v(n);
+  for (std::size_t k = 0; k < n; ++k)
+    v[k] = static_cast<float>(from * 100000 + to * 10000 + message * 1000 + k % 997);
+  return v;
+}
+
+PostArgs pointToPoint(CommType type, void* buffer, std::size_t count, int peer) {
+  PostArgs a;
+  a.type = type;
+  a.dtype = DType::Float32;
+  a.input = buffer;
+  a.output = buffer;
+  a.count = count;
+  a.peer = peer;
+  a.path = type == CommType::Send ? "/body/1" : "/body/2";
+  return a;
+}
+
+TEST(MpiBackend, SendAndRecvPostedInOppositeOrdersDoNotDeadlock) {
+  HIR_REQUIRE_WORLD(2);
+  Harness h;
+  const int rank = test::world().rank();
+  if (rank <= 1) {
+    const int peer = 1 - rank;
+    constexpr std::size_t kCount = (8u << 20) / sizeof(float);  // 8 MiB
+    Buffer send(h.device, kCount * sizeof(float)), recv(h.device, kCount * sizeof(float));
+    for (int it = 0; it < 2; ++it) {
+      std::vector<float> mine = sentData(rank, peer, it, kCount);
+      std::memcpy(send.data(), mine.data(), kCount * sizeof(float));
+      fillWith(recv.data(), DType::Float32, kCount, kPoison);
+      Stream& s = h.device.defaultStream();
+      auto send_done = h.device.createEvent(), recv_done = h.device.createEvent();
+      PostArgs send_op = pointToPoint(CommType::Send, send.data(), kCount, peer);
+      PostArgs recv_op = pointToPoint(CommType::Recv, recv.data(), kCount, peer);
+      // Rank 0 receives first, rank 1 sends first: with blocking calls
+      // (or completions waited on in post order) this would deadlock.
+      if (rank == 0) {
+        h.backend->post({&recv_op, 1}, s, *recv_done);
+        h.backend->post({&send_op, 1}, s, *send_done);
+      } else {
+        h.backend->post({&send_op, 1}, s, *send_done);
+        h.backend->post({&recv_op, 1}, s, *recv_done);
+      }
+      h.backend->wait(*recv_done, s, WaitMode::Host, testTimeout());
+      h.backend->wait(*send_done, s, WaitMode::Host, testTimeout());
+      std::vector<float> want = sentData(peer, rank, it, kCount);
+      EXPECT_EQ(std::memcmp(recv.data(), want.data(), kCount * sizeof(float)), 0)
+          << "iteration " << it;
+    }
+  }
+  test::world().barrier();
+}
+
+TEST(MpiBackend, ARingOfRecvsPostedBeforeTheSendsCompletes) {
+  HIR_REQUIRE_WORLD(2);
+  Harness h;
+  const int rank = test::world().rank(), world = test::world().world();
+  const int next = (rank + 1) % world, prev = (rank - 1 + world) % world;
+  constexpr std::size_t kCount = 100000;
+  Buffer send(h.device, kCount * sizeof(float)), recv(h.device, kCount * sizeof(float));
+  std::vector<float> mine = sentData(rank, next, 0, kCount);
+  std::memcpy(send.data(), mine.data(), kCount * sizeof(float));
+  Stream& s = h.device.defaultStream();
+  auto recv_done = h.device.createEvent(), send_done = h.device.createEvent();
+  PostArgs recv_op = pointToPoint(CommType::Recv, recv.data(), kCount, prev);
+  PostArgs send_op = pointToPoint(CommType::Send, send.data(), kCount, next);
+  h.backend->post({&recv_op, 1}, s, *recv_done);
+  h.backend->post({&send_op, 1}, s, *send_done);
+  h.backend->wait(*recv_done, s, WaitMode::Stream, testTimeout());
+  h.backend->wait(*send_done, s, WaitMode::Stream, testTimeout());
+  h.device.synchronize(s, testTimeout());
+  std::vector<float> want = sentData(prev, rank, 0, kCount);
+  EXPECT_EQ(std::memcmp(recv.data(), want.data(), kCount * sizeof(float)), 0);
+}
+
+TEST(MpiBackend, MessagesBetweenAPairArriveInPostOrder) {
+  HIR_REQUIRE_WORLD(2);
+  Harness h;
+  const int rank = test::world().rank();
+  if (rank <= 1) {
+    constexpr int kMessages = 4;
+    constexpr std::size_t kCount = 1000;
+    const int peer = 1 - rank;
+    std::vector<std::unique_ptr<Buffer>> buffers;
+    std::vector<std::unique_ptr<Event>> done;
+    Stream& s = h.device.defaultStream();
+    for (int m = 0; m < kMessages; ++m) {
+      buffers.push_back(std::make_unique<Buffer>(h.device, kCount * sizeof(float)));
+      done.push_back(h.device.createEvent());
+      if (rank == 0) {
+        std::vector<float> data = sentData(0, 1, m, kCount);
+        std::memcpy(buffers[m]->data(), data.data(), kCount * sizeof(float));
+        PostArgs op = pointToPoint(CommType::Send, buffers[m]->data(), kCount, peer);
+        h.backend->post({&op, 1}, s, *done[m]);
+      } else {
+        PostArgs op = pointToPoint(CommType::Recv, buffers[m]->data(), kCount, peer);
+        h.backend->post({&op, 1}, s, *done[m]);
+      }
+    }
+    h.device.synchronize(s, testTimeout());
+    for (int m = 0; m < kMessages; ++m) {
+      h.device.synchronize(*done[m], testTimeout());
+      if (rank == 1) {
+        std::vector<float> want = sentData(0, 1, m, kCount);
+        EXPECT_EQ(std::memcmp(buffers[m]->data(), want.data(), kCount * sizeof(float)), 0)
+            << "message " << m;
+      }
+    }
+  }
+  test::world().barrier();
+}
+
+TEST(MpiBackend, AGroupedSendAndRecvExchangeWithEveryPeer) {
+  HIR_REQUIRE_WORLD(2);
+  Harness h;
+  const int rank = test::world().rank(), world = test::world().world();
+  constexpr std::size_t kCount = 3000;
+  std::vector<std::unique_ptr<Buffer>> sends, recvs;
+  std::vector<PostArgs> ops;
+  for (int peer = 0; peer < world; ++peer) {
+    if (peer == rank) continue;
+    sends.push_back(std::make_unique<Buffer>(h.device, kCount * sizeof(float)));
+    recvs.push_back(std::make_unique<Buffer>(h.device, kCount * sizeof(float)));
+    std::vector<float> data = sentData(rank, peer, 0, kCount);
+    std::memcpy(sends.back()->data(), data.data(), kCount * sizeof(float));
+    // Receives first in the group on every rank.
+    ops.insert(ops.begin(), pointToPoint(CommType::Recv, recvs.back()->data(), kCount, peer));
+    ops.push_back(pointToPoint(CommType::Send, sends.back()->data(), kCount, peer));
+  }
+  auto done = h.device.createEvent();
+  h.backend->post(ops, h.device.defaultStream(), *done);
+  h.device.synchronize(*done, testTimeout());
+  std::size_t i = 0;
+  for (int peer = 0; peer < world; ++peer) {
+    if (peer == rank) continue;
+    std::vector<float> want = sentData(peer, rank, 0, kCount);
+    EXPECT_EQ(std::memcmp(recvs[i++]->data(), want.data(), kCount * sizeof(float)), 0)
+        << "from rank " << peer;
+  }
+}
+
+// ---------------------------------------------------------- asynchrony
+
+TEST(MpiBackend, PostAndStreamWaitReturnBeforeThePeerHasPosted) {
+  HIR_REQUIRE_WORLD(2);
+  Harness h;
+  const int rank = test::world().rank();
+  constexpr auto kPeerDelay = std::chrono::milliseconds(200);
+  constexpr std::size_t kCount = 64;
+  Buffer buf(h.device, kCount * sizeof(float));
+  fillWith(buf.data(), DType::Float32, kCount, rank + 1);
+  Stream& s = h.device.defaultStream();
+  auto done = h.device.createEvent();
+  PostArgs a;
+  a.type = CommType::Allreduce;
+  a.input = buf.data();
+  a.output = buf.data();
+  a.count = kCount;
+  test::world().barrier();
+  const Clock::time_point start = Clock::now();
+  if (rank != 0) std::this_thread::sleep_for(kPeerDelay);
+  h.backend->post({&a, 1}, s, *done);
+  h.backend->wait(*done, s, WaitMode::Stream, testTimeout());
+  const Clock::duration host_time = Clock::now() - start;
+  // Work after the stream wait runs only once the allreduce is complete.
+  std::atomic<int64_t> ran_after_ns{-1};
+  h.device.launchHostFunc(s, [&] {
+    ran_after_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - start)
+                       .count();
+  });
+  if (rank == 0) {
+    EXPECT_FALSE(h.device.query(*done)) << "the allreduce completed without its peers";
+    EXPECT_LT(host_time, std::chrono::milliseconds(100))
+        << "post() + stream wait blocked the host";
+  }
+  h.device.synchronize(s, testTimeout());
+  if (rank == 0) {
+    EXPECT_GE(std::chrono::nanoseconds(ran_after_ns.load()),
+              kPeerDelay - std::chrono::milliseconds(20));
+  }
+  const int world = test::world().world();
+  const double sum = world * (world + 1) / 2.0;
+  for (std::size_t k = 0; k < kCount; ++k)
+    ASSERT_EQ(loadAsDouble(buf.data(), DType::Float32, k), sum) << "element " << k;
+}
+
+TEST(MpiBackend, InputsAreReadOnlyAfterTheWorkBeforeThePostOnTheStream) {
+  Harness h;
+  const int rank = test::world().rank(), world = test::world().world();
+  constexpr std::size_t kCount = 32;
+  Buffer in(h.device, kCount * sizeof(int32_t)), out(h.device, kCount * sizeof(int32_t));
+  Stream& s = h.device.defaultStream();
+  fillWith(in.data(), DType::Int32, kCount, -1000);
+  // Enqueued, not yet run: a slow task, then the fill that makes the input.
+  h.device.launchHostFunc(s, [] { std::this_thread::sleep_for(std::chrono::milliseconds(50)); });
+  h.device.fill(s, in.data(), DType::Int32, kCount, rank, 0);
+  auto done = h.device.createEvent();
+  PostArgs a;
+  a.type = CommType::Allreduce;
+  a.dtype = DType::Int32;
+  a.input = in.data();
+  a.output = out.data();
+  a.count = kCount;
+  h.backend->post({&a, 1}, s, *done);
+  h.device.synchronize(*done, testTimeout());
+  for (std::size_t k = 0; k < kCount; ++k)
+    ASSERT_EQ(loadAsInt(out.data(), DType::Int32, k), world * (world - 1) / 2) << k;
+}
+
+// --------------------------------------------------------------- errors
+
+TEST(MpiBackend, ACountBeyondMpisLimitIsRejectedWithThePath) {
+  Harness h;
+  PostArgs a;
+  a.type = CommType::Allreduce;
+  a.count = static_cast<std::size_t>(INT_MAX) + 1;
+  a.path = "/body/4/body/1";
+  auto done = h.device.createEvent();
+  try {
+    h.backend->post({&a, 1}, h.device.defaultStream(), *done);
+    ADD_FAILURE() << "a count above INT_MAX was accepted";
+  } catch (const BackendError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("/body/4/body/1 (allreduce)"));
+    EXPECT_THAT(e.what(), HasSubstr("2147483648 elements"));
+  }
+}
+
+TEST(MpiBackend, ARecvWithoutASendTimesOutWithThePathAndRank) {
+  HIR_REQUIRE_WORLD(2);
+  const int rank = test::world().rank();
+  // Kept alive to the end of the process: the receive stays posted.
+  static int32_t received = -1;
+  {
+    Harness h(std::chrono::milliseconds(300));
+    auto done = h.device.createEvent();
+    if (rank == 0) {
+      PostArgs a = pointToPoint(CommType::Recv, &received, 1, 1);
+      a.dtype = DType::Int32;
+      a.path = "/body/7";
+      h.backend->post({&a, 1}, h.device.defaultStream(), *done);
+      try {
+        h.device.synchronize(*done, testTimeout());
+        ADD_FAILURE() << "a recv without a send completed";
+      } catch (const BackendError& e) {
+        EXPECT_THAT(e.what(), HasSubstr("mpi: /body/7 (recv) did not complete within 300 ms "
+                                        "on rank 0"));
+      }
+    }
+    test::world().barrier();
+    // Now satisfy the receive so that nothing stays pending in MPI.
+    if (rank == 1) {
+      static int32_t sent = 5;
+      PostArgs a = pointToPoint(CommType::Send, &sent, 1, 0);
+      a.dtype = DType::Int32;
+      h.backend->post({&a, 1}, h.device.defaultStream(), *done);
+      h.device.synchronize(*done, testTimeout());
+    }
+    test::world().barrier();
+  }
+  test::world().barrier();
+}
+
+// ------------------------------------------------ registry and defaults
+
+TEST(BackendRegistry, MpiIsRegisteredForTheHostDeviceOnly) {
+  const BackendInfo* mpi = findBackend("mpi");
+  ASSERT_NE(mpi, nullptr);
+  EXPECT_EQ(mpi->auto_priority, 10);
+  SupportQuery q{"host", CommType::Alltoall, DType::BFloat16, ReduceOp::Avg};
+  EXPECT_TRUE(mpi->supports(q).ok);
+  q.device = "cuda";
+  Support s = mpi->supports(q);
+  EXPECT_FALSE(s.ok);
+  EXPECT_EQ(s.why, "the mpi backend moves host memory; device 'cuda' needs nccl or ipc");
+  EXPECT_EQ(findBackend("no-such-backend"), nullptr);
+}
+
+TEST(BackendRegistry, AutoPicksTheHighestPrioritySupportingBackend) {
+  // Two test backends, for a device no real backend claims.
+  BackendInfo low;
+  low.name = "test-low";
+  low.auto_priority = 1;
+  low.supports = [](const SupportQuery& q) {
+    if (q.device == "test-device") return Support{true, {}};
+    return Support{false, "test-low runs on 'test-device' only"};
+  };
+  low.create = []() -> std::unique_ptr<Backend> { return nullptr; };
+  BackendInfo high = low;
+  high.name = "test-high";
+  high.auto_priority = 1000;
+  high.supports = [](const SupportQuery& q) {
+    if (q.device == "test-device" && q.type == CommType::Send) return Support{true, {}};
+    return Support{false, "test-high only sends on 'test-device'"};
+  };
+  static bool registered = false;
+  if (!registered) {
+    registerBackend(low);
+    registerBackend(high);
+    registered = true;
+  }
+  EXPECT_EQ(selectBackend("auto", SupportQuery{"test-device", CommType::Send}, "/body/0").name,
+            "test-high");
+  EXPECT_EQ(
+      selectBackend("auto", SupportQuery{"test-device", CommType::Allreduce}, "/body/0").name,
+      "test-low");
+  EXPECT_EQ(selectBackend("auto", SupportQuery{"host", CommType::Send}, "/body/0").name, "mpi");
+  EXPECT_THROW(registerBackend(low), ProgramError) << "a second 'test-low'";
+}
+
+TEST(BackendRegistry, ANamedBackendThatCannotRunTheQuerySaysWhy) {
+  SupportQuery q{"cuda", CommType::Allreduce, DType::Float16};
+  try {
+    selectBackend("mpi", q, "/body/3");
+    ADD_FAILURE() << "mpi accepted a cuda allreduce";
+  } catch (const ProgramError& e) {
+    EXPECT_EQ(std::string(e.what()),
+              "/body/3: backend 'mpi' cannot run allreduce of float16 on device 'cuda': the mpi "
+              "backend moves host memory; device 'cuda' needs nccl or ipc");
+  }
+}
+
+TEST(BackendRegistry, AnUnknownNameListsTheRegisteredBackends) {
+  try {
+    selectBackend("mpii", SupportQuery{"host"}, "/body/1/backend");
+    ADD_FAILURE() << "an unknown backend was accepted";
+  } catch (const ProgramError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("/body/1/backend: unknown backend 'mpii'"));
+    EXPECT_THAT(e.what(), HasSubstr("\"mpi\""));
+  }
+}
+
+TEST(BackendRegistry, AutoWithNoSupportingBackendListsEveryReason) {
+  SupportQuery q{"tpu", CommType::Broadcast, DType::UInt8};
+  try {
+    selectBackend("auto", q, "/body/9");
+    ADD_FAILURE() << "some backend claimed a tpu device";
+  } catch (const ProgramError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("/body/9: no backend can run broadcast of uint8 on device "
+                                    "'tpu'"));
+    EXPECT_THAT(e.what(), HasSubstr("mpi: the mpi backend moves host memory"));
+  }
+}
+
+TEST(BackendDefaults, ShareMemHandlesOfANonIpcBackendRejectsItems) {
+  Harness h;
+  h.backend->shareMemHandles({});  // nothing to exchange: fine
+  ShareItem item;
+  item.comm = 3;
+  std::vector<ShareItem> items{item};
+  try {
+    h.backend->shareMemHandles(items);
+    ADD_FAILURE() << "the mpi backend accepted memory handles";
+  } catch (const ProgramError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("backend 'mpi' does not exchange memory handles"));
+  }
+}
+
+}  // namespace
+}  // namespace hir
