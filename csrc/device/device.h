@@ -1,0 +1,142 @@
+// The device interface: memory, streams, events and the three data kernels
+// (fill, copy, check), with CUDA's asynchronous semantics.
+//
+// Semantics every implementation keeps (the host device included):
+// - Work enqueued on one stream runs in order; the enqueuing call returns
+//   without waiting for it.
+// - record(e, s) captures the work enqueued on s so far; e completes when that
+//   work has run. A later record() on the same event replaces the capture for
+//   later waits only.
+// - wait(s, e) makes work enqueued on s after this call wait for the capture
+//   e holds at the time of the call (an event never recorded is complete).
+// - synchronize() blocks the host, always with a timeout (TimeoutError).
+// - A failure inside enqueued work is sticky: the next query/synchronize
+//   throws BackendError with its message.
+//
+// Optional parts, each with a supports() query: IPC (exporting memory to and
+// mapping memory from another process of the same node) and stream-ordered
+// 32-bit semaphores (write a value; wait until a value is >= a target).
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/enums.h"
+
+namespace hir {
+
+using Duration = std::chrono::milliseconds;
+
+class Stream {
+ public:
+  virtual ~Stream() = default;
+};
+
+class Event {
+ public:
+  virtual ~Event() = default;
+};
+
+// Where a check writes what it found. Lives in host-visible memory
+// (Device::allocateCheckRecords) and is read by the host after the work ran.
+struct CheckRecord {
+  static constexpr int kMaxReported = 4;
+  uint64_t mismatches = 0;  // over every execution that wrote here
+  uint64_t checked = 0;     // elements checked
+  int64_t first_execution = -1;  // execution id of the first failing execution
+  int32_t reported = 0;          // entries in index/got/expected (of that execution)
+  int32_t pad = 0;
+  int64_t index[kMaxReported] = {};
+  double got[kMaxReported] = {};
+  double expected[kMaxReported] = {};
+};
+
+// Optional capabilities.
+enum class DeviceFeature : uint8_t {
+  Ipc,              // exportMemory / importMemory
+  StreamSemaphore,  // writeValue / waitValue
+};
+
+// An exported allocation: opaque bytes a peer process on the same node passes
+// to importMemory.
+struct MemoryHandle {
+  std::vector<uint8_t> bytes;
+};
+
+class Device {
+ public:
+  virtual ~Device() = default;
+
+  virtual std::string_view kind() const = 0;  // "host" or "cuda"
+  virtual std::string describe() const = 0;   // e.g. "cuda:1 (NVIDIA H200)"
+  virtual bool supports(DeviceFeature f) const = 0;
+
+  // Memory. allocate() returns memory usable by the data kernels and
+  // communication backends; zero bytes gives a valid unique pointer.
+  virtual void* allocate(std::size_t bytes) = 0;
+  virtual void deallocate(void* p) = 0;
+  // Host-visible records for check(), zeroed.
+  virtual CheckRecord* allocateCheckRecords(std::size_t n) = 0;
+  virtual void freeCheckRecords(CheckRecord* p) = 0;
+
+  // Streams. defaultStream() is the device's stream 0; wrapStream() adopts a
+  // caller's native stream (cudaStream_t for cuda; nullptr: default stream)
+  // without owning it.
+  virtual Stream& defaultStream() = 0;
+  virtual std::unique_ptr<Stream> createStream() = 0;
+  virtual std::unique_ptr<Stream> wrapStream(void* native) = 0;
+
+  // Events (created once, pooled by the caller, re-recorded freely).
+  virtual std::unique_ptr<Event> createEvent() = 0;
+  virtual void record(Event& e, Stream& s) = 0;
+  virtual void wait(Stream& s, Event& e) = 0;
+  virtual bool query(Event& e) = 0;
+  virtual void synchronize(Event& e, Duration timeout) = 0;
+  virtual void synchronize(Stream& s, Duration timeout) = 0;
+
+  // Data kernels, enqueued on `s`. The pattern is element k = value + step*k
+  // (common/elements.h). check() accumulates into `out` and tags a failing
+  // execution with `execution` (see CheckRecord).
+  virtual void fill(Stream& s, void* dst, DType t, std::size_t count, int64_t value,
+                    int64_t step) = 0;
+  virtual void copy(Stream& s, void* dst, const void* src, std::size_t bytes) = 0;
+  virtual void check(Stream& s, const void* src, DType t, std::size_t count, int64_t value,
+                     int64_t step, double tolerance, CheckRecord* out, int64_t execution) = 0;
+  // Runs `fn` on a host thread once the work enqueued before it on `s` is
+  // done; work after it waits for fn to return (cudaLaunchHostFunc).
+  virtual void launchHostFunc(Stream& s, std::function<void()> fn) = 0;
+
+  // --- Optional: IPC (supports(DeviceFeature::Ipc)). ---
+  // `p` must be the start of an allocate()d block.
+  virtual MemoryHandle exportMemory(void* p);
+  virtual void* importMemory(const MemoryHandle& h);
+  virtual void closeImported(void* p);
+
+  // --- Optional: stream semaphores (supports(DeviceFeature::StreamSemaphore)). ---
+  // `addr` is device-visible memory of a uint32 (possibly a peer's, imported).
+  virtual void writeValue(Stream& s, uint32_t* addr, uint32_t value);
+  virtual void waitValue(Stream& s, const uint32_t* addr, uint32_t at_least);
+};
+
+// Device factories, registered by name ("host", and "cuda" when built with
+// CUDA). `index` picks the GPU (the local rank); the host device ignores it.
+struct DeviceInfo {
+  std::string name;
+  // Is this kind usable here (cuda: a driver and at least one GPU)? If not,
+  // `why` says why.
+  std::function<bool(std::string* why)> available;
+  std::function<std::unique_ptr<Device>(int index)> create;
+};
+void registerDevice(DeviceInfo info);
+const std::vector<DeviceInfo>& registeredDevices();
+// "auto" picks cuda when available, else host. Unknown or unavailable
+// names throw UsageError saying why.
+std::unique_ptr<Device> createDevice(std::string_view name, int index);
+
+}  // namespace hir

@@ -1,0 +1,698 @@
+#include "device/host_device.h"
+
+#include <fcntl.h>
+#include <pthread.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <condition_variable>
+#include <cstring>
+#include <deque>
+#include <mutex>
+#include <system_error>
+#include <thread>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "common/elements.h"
+#include "common/error.h"
+
+namespace hir {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using Task = std::function<void()>;
+
+std::string errnoText(int err) { return std::system_category().message(err); }
+
+// now + d, saturating: a caller may pass Duration::max() for "very long".
+Clock::time_point deadlineAfter(Duration d) {
+  auto now = Clock::now();
+  auto room = std::chrono::duration_cast<Duration>(Clock::time_point::max() - now);
+  return d >= room ? Clock::time_point::max() : now + d;
+}
+
+// A completion token: one record() of an event. Guarded by Impl::mu.
+struct Completion {
+  uint64_t stream_id = 0;  // where it was recorded, for messages
+  bool done = false;
+};
+
+class Worker;
+class HostStream;
+// The worker whose thread is running the current task (null elsewhere).
+thread_local const Worker* t_current_worker = nullptr;
+
+}  // namespace
+
+// ------------------------------------------------------------------- Impl
+
+struct HostDevice::Impl {
+  explicit Impl(Duration stream_wait) : stream_wait_ms(stream_wait.count()) {}
+  ~Impl();
+
+  // Guards completion tokens, per-worker done counts and the sticky error;
+  // `progress` is notified whenever any of them changes.
+  std::mutex mu;
+  std::condition_variable progress;
+  std::string sticky;  // first failure, guarded by mu
+  std::atomic<bool> failed{false};
+  // Set when the device is destroyed: a stream task still blocked then can
+  // never be released (its peers are gone), so it gives up at once.
+  std::atomic<bool> closing{false};
+
+  std::atomic<int64_t> stream_wait_ms;
+  std::atomic<uint64_t> next_stream_id{0};
+  std::atomic<uint64_t> next_event_id{0};
+
+  // Every live Stream object of this device (owning or wrapper). Held while
+  // waiting for all streams, so no stream can be destroyed meanwhile.
+  std::mutex streams_mu;
+  std::unordered_map<const Stream*, HostStream*> streams;
+
+  struct Allocation {
+    int fd;
+    std::size_t size;
+  };
+  std::mutex mem_mu;
+  std::unordered_map<void*, Allocation> allocations;
+  std::unordered_map<void*, std::size_t> imported;
+  std::unordered_set<CheckRecord*> check_records;
+
+  std::unique_ptr<HostStream> default_stream;
+
+  Duration streamWait() const { return Duration(stream_wait_ms.load()); }
+
+  // Sets the sticky error (the first one wins) and wakes every waiter.
+  void fail(const std::string& message) {
+    {
+      std::lock_guard lock(mu);
+      if (failed.load()) return;
+      sticky = message;
+      failed.store(true);
+    }
+    progress.notify_all();
+  }
+  // Wakes every blocked task and makes later ones give up instead of block.
+  void shutdown() {
+    {
+      std::lock_guard lock(mu);
+      closing.store(true);
+    }
+    progress.notify_all();
+  }
+  // With `mu` held.
+  [[noreturn]] void throwSticky() const {
+    throw BackendError(fmt::format("host device failed earlier: {}", sticky));
+  }
+
+  HostStream& stream(Stream& s);
+  void waitForAllStreams(std::string_view why);
+};
+
+// ----------------------------------------------------------------- Worker
+
+namespace {
+
+// One stream's thread: runs its queue in order, sleeps when it is empty.
+class Worker {
+ public:
+  Worker(HostDevice::Impl& dev, uint64_t id) : dev_(dev), id_(id) {
+    thread_ = std::thread([this] { run(); });
+  }
+  // Drains: runs (or skips, after a failure) everything queued, then joins.
+  ~Worker() {
+    {
+      std::lock_guard lock(queue_mu_);
+      stopping_ = true;
+    }
+    queue_cv_.notify_one();
+    thread_.join();
+  }
+  Worker(const Worker&) = delete;
+  Worker& operator=(const Worker&) = delete;
+
+  void enqueue(Task task) {
+    {
+      std::lock_guard lock(queue_mu_);
+      queue_.push_back(std::move(task));
+      enqueued_.fetch_add(1);
+    }
+    queue_cv_.notify_one();
+  }
+
+  uint64_t id() const { return id_; }
+  // Tasks enqueued so far; tasks finished (guarded by dev.mu).
+  uint64_t enqueued() const { return enqueued_.load(); }
+  uint64_t doneLocked() const { return done_; }
+
+ private:
+  void run() {
+    t_current_worker = this;
+    std::string name = fmt::format("hir-stream-{}", id_);
+    pthread_setname_np(pthread_self(), name.substr(0, 15).c_str());
+    for (;;) {
+      Task task;
+      {
+        std::unique_lock lock(queue_mu_);
+        queue_cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+        if (queue_.empty()) return;  // stopping and drained
+        task = std::move(queue_.front());
+        queue_.pop_front();
+      }
+      runTask(task);
+      task = nullptr;  // release what it captured before it counts as done
+      {
+        std::lock_guard lock(dev_.mu);
+        ++done_;
+      }
+      dev_.progress.notify_all();
+    }
+  }
+
+  // After a failure, work is skipped, as on a GPU after a sticky error.
+  void runTask(Task& task) {
+    if (dev_.failed.load()) return;
+    try {
+      task();
+    } catch (const std::exception& e) {
+      dev_.fail(fmt::format("stream {}: {}", id_, e.what()));
+    } catch (...) {
+      dev_.fail(fmt::format("stream {}: a task threw an unknown exception", id_));
+    }
+  }
+
+  HostDevice::Impl& dev_;
+  const uint64_t id_;
+  std::mutex queue_mu_;
+  std::condition_variable queue_cv_;
+  std::deque<Task> queue_;
+  bool stopping_ = false;
+  std::atomic<uint64_t> enqueued_{0};
+  uint64_t done_ = 0;  // guarded by dev_.mu
+  std::thread thread_;  // last: starts after the members above exist
+};
+
+}  // namespace
+
+// ------------------------------------------------------- streams, events
+
+namespace {
+
+// An owning stream (with its worker) or a non-owning wrapper of one.
+class HostStream final : public Stream {
+ public:
+  HostStream(HostDevice::Impl& dev, std::unique_ptr<Worker> owned, Worker* worker)
+      : dev_(dev), owned_(std::move(owned)), worker_(worker) {
+    std::lock_guard lock(dev_.streams_mu);
+    dev_.streams[this] = this;
+  }
+  ~HostStream() override {
+    {
+      // Unregister first: waitForAllStreams() holds streams_mu while it
+      // reads the worker, so the worker cannot go away under it.
+      std::lock_guard lock(dev_.streams_mu);
+      dev_.streams.erase(this);
+    }
+    owned_.reset();  // drains
+  }
+
+  HostDevice::Impl& device() const { return dev_; }
+  Worker& worker() const { return *worker_; }
+  bool owning() const { return owned_ != nullptr; }
+
+ private:
+  HostDevice::Impl& dev_;
+  std::unique_ptr<Worker> owned_;
+  Worker* worker_;
+};
+
+class HostEvent final : public Event {
+ public:
+  HostEvent(HostDevice::Impl& dev, uint64_t id) : dev(dev), id(id) {}
+  HostDevice::Impl& dev;
+  const uint64_t id;
+  std::shared_ptr<Completion> latest;  // guarded by dev.mu; null: never recorded
+};
+
+}  // namespace
+
+HostStream& HostDevice::Impl::stream(Stream& s) {
+  auto* hs = dynamic_cast<HostStream*>(&s);
+  HIR_CHECK_AS(UsageError, hs != nullptr && &hs->device() == this,
+               "host device: the stream was not created by this device");
+  return *hs;
+}
+
+HostDevice::Impl::~Impl() {
+  // Streams the user created must be gone by now; the default stream drains
+  // here, its waits giving up (with a sticky error) instead of blocking.
+  shutdown();
+  default_stream.reset();
+  for (auto& [p, a] : allocations) {
+    munmap(p, a.size);
+    close(a.fd);
+  }
+  for (auto& [p, size] : imported) munmap(p, size);
+  for (CheckRecord* r : check_records) delete[] r;
+}
+
+// Like cudaFree: memory is released only after the work enqueued so far has
+// run. A stream task cannot wait for its own stream, so tasks skip this.
+void HostDevice::Impl::waitForAllStreams(std::string_view why) {
+  if (t_current_worker != nullptr) return;
+  std::lock_guard streams_lock(streams_mu);
+  // A blocked task gives up after the stream-wait timeout, so twice that
+  // bounds this wait; past it something is wrong and we refuse to free.
+  Duration wait = streamWait();
+  Duration limit = wait >= Duration::max() / 4 ? Duration::max() : wait * 2 + Duration(1000);
+  auto deadline = deadlineAfter(limit);
+  for (auto& [key, hs] : streams) {
+    if (!hs->owning()) continue;
+    Worker& w = hs->worker();
+    uint64_t target = w.enqueued();
+    std::unique_lock lock(mu);
+    bool ok = progress.wait_until(lock, deadline, [&] { return w.doneLocked() >= target; });
+    HIR_CHECK_AS(TimeoutError, ok,
+                 "host wait timed out after {} ms waiting for stream {} to finish before {}",
+                 limit.count(), w.id(), why);
+  }
+}
+
+// -------------------------------------------------------------- HostDevice
+
+HostDevice::HostDevice(Duration stream_wait_timeout)
+    : impl_(std::make_unique<Impl>(stream_wait_timeout)) {
+  uint64_t id = impl_->next_stream_id.fetch_add(1);
+  auto worker = std::make_unique<Worker>(*impl_, id);
+  Worker* w = worker.get();
+  impl_->default_stream = std::make_unique<HostStream>(*impl_, std::move(worker), w);
+}
+
+HostDevice::~HostDevice() = default;
+
+void HostDevice::setStreamWaitTimeout(Duration timeout) {
+  impl_->stream_wait_ms.store(timeout.count());
+}
+Duration HostDevice::streamWaitTimeout() const { return impl_->streamWait(); }
+
+std::string HostDevice::describe() const { return fmt::format("host (pid {})", getpid()); }
+
+bool HostDevice::supports(DeviceFeature f) const {
+  switch (f) {
+    case DeviceFeature::Ipc: return true;
+    case DeviceFeature::StreamSemaphore: return true;
+  }
+  return false;
+}
+
+// ----------------------------------------------------------------- memory
+
+// memfd + MAP_SHARED: another process of the node can map the same pages
+// through /proc/<pid>/fd/<fd> (exportMemory/importMemory).
+void* HostDevice::allocate(std::size_t bytes) {
+  std::size_t size = std::max<std::size_t>(bytes, 1);  // zero bytes: still unique
+  int fd = memfd_create("hostir", MFD_CLOEXEC);
+  HIR_CHECK_AS(BackendError, fd >= 0, "host allocate of {} bytes: memfd_create failed: {}",
+               bytes, errnoText(errno));
+  if (ftruncate(fd, static_cast<off_t>(size)) != 0) {
+    int err = errno;
+    close(fd);
+    throw BackendError(
+        fmt::format("host allocate of {} bytes: ftruncate failed: {}", bytes, errnoText(err)));
+  }
+  void* p = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (p == MAP_FAILED) {
+    int err = errno;
+    close(fd);
+    throw BackendError(
+        fmt::format("host allocate of {} bytes: mmap failed: {}", bytes, errnoText(err)));
+  }
+  std::lock_guard lock(impl_->mem_mu);
+  impl_->allocations[p] = {fd, size};
+  return p;
+}
+
+void HostDevice::deallocate(void* p) {
+  if (p == nullptr) return;
+  impl_->waitForAllStreams("deallocate");
+  std::lock_guard lock(impl_->mem_mu);
+  auto it = impl_->allocations.find(p);
+  HIR_CHECK_AS(BackendError, it != impl_->allocations.end(),
+               "host deallocate: {} is not a live allocation of this device", p);
+  munmap(p, it->second.size);
+  close(it->second.fd);
+  impl_->allocations.erase(it);
+}
+
+CheckRecord* HostDevice::allocateCheckRecords(std::size_t n) {
+  // new[] runs CheckRecord's initializers: zeros, first_execution = -1.
+  auto* records = new CheckRecord[std::max<std::size_t>(n, 1)];
+  std::lock_guard lock(impl_->mem_mu);
+  impl_->check_records.insert(records);
+  return records;
+}
+
+void HostDevice::freeCheckRecords(CheckRecord* p) {
+  if (p == nullptr) return;
+  impl_->waitForAllStreams("freeCheckRecords");
+  std::lock_guard lock(impl_->mem_mu);
+  HIR_CHECK_AS(BackendError, impl_->check_records.erase(p) == 1,
+               "host freeCheckRecords: {} was not allocated by this device",
+               static_cast<void*>(p));
+  delete[] p;
+}
+
+// ---------------------------------------------------------------- streams
+
+Stream& HostDevice::defaultStream() { return *impl_->default_stream; }
+
+std::unique_ptr<Stream> HostDevice::createStream() {
+  uint64_t id = impl_->next_stream_id.fetch_add(1);
+  auto worker = std::make_unique<Worker>(*impl_, id);
+  Worker* w = worker.get();
+  return std::make_unique<HostStream>(*impl_, std::move(worker), w);
+}
+
+std::unique_ptr<Stream> HostDevice::wrapStream(void* native) {
+  if (native == nullptr)
+    return std::make_unique<HostStream>(*impl_, nullptr, &impl_->default_stream->worker());
+  // Only pointers we handed out are accepted: look them up before any cast.
+  Worker* w = nullptr;
+  {
+    std::lock_guard lock(impl_->streams_mu);
+    auto it = impl_->streams.find(static_cast<const Stream*>(native));
+    HIR_CHECK_AS(UsageError, it != impl_->streams.end(),
+                 "host device: wrapStream({}) expects nullptr or a Stream* of this device",
+                 native);
+    w = &it->second->worker();
+  }
+  return std::make_unique<HostStream>(*impl_, nullptr, w);
+}
+
+// ----------------------------------------------------------------- events
+
+namespace {
+HostEvent& hostEvent(HostDevice::Impl& dev, Event& e) {
+  auto* he = dynamic_cast<HostEvent*>(&e);
+  HIR_CHECK_AS(UsageError, he != nullptr && &he->dev == &dev,
+               "host device: the event was not created by this device");
+  return *he;
+}
+}  // namespace
+
+std::unique_ptr<Event> HostDevice::createEvent() {
+  return std::make_unique<HostEvent>(*impl_, impl_->next_event_id.fetch_add(1));
+}
+
+void HostDevice::record(Event& e, Stream& s) {
+  HostEvent& ev = hostEvent(*impl_, e);
+  Worker& w = impl_->stream(s).worker();
+  auto token = std::make_shared<Completion>();
+  token->stream_id = w.id();
+  {
+    std::lock_guard lock(impl_->mu);
+    ev.latest = token;
+  }
+  Impl* dev = impl_.get();
+  w.enqueue([dev, token] {
+    {
+      std::lock_guard lock(dev->mu);
+      token->done = true;
+    }
+    dev->progress.notify_all();
+  });
+}
+
+void HostDevice::wait(Stream& s, Event& e) {
+  HostEvent& ev = hostEvent(*impl_, e);
+  Worker& w = impl_->stream(s).worker();
+  std::shared_ptr<Completion> token;
+  {
+    std::lock_guard lock(impl_->mu);
+    token = ev.latest;  // the capture at call time
+    if (!token || token->done) return;  // nothing to wait for
+  }
+  Impl* dev = impl_.get();
+  uint64_t event_id = ev.id;
+  w.enqueue([dev, token, event_id] {
+    Duration limit = dev->streamWait();
+    std::unique_lock lock(dev->mu);
+    dev->progress.wait_until(lock, deadlineAfter(limit), [&] {
+      return token->done || dev->failed.load() || dev->closing.load();
+    });
+    if (token->done || dev->failed.load()) return;  // after a failure: skipped anyway
+    HIR_CHECK_AS(BackendError, !dev->closing.load(),
+                 "device destroyed while a stream waited for event #{}", event_id);
+    throw BackendError(fmt::format(
+        "stream wait timed out after {} ms waiting for event #{} (recorded on stream {})",
+        limit.count(), event_id, token->stream_id));
+  });
+}
+
+bool HostDevice::query(Event& e) {
+  HostEvent& ev = hostEvent(*impl_, e);
+  std::lock_guard lock(impl_->mu);
+  if (impl_->failed.load()) impl_->throwSticky();
+  return !ev.latest || ev.latest->done;
+}
+
+void HostDevice::synchronize(Event& e, Duration timeout) {
+  HostEvent& ev = hostEvent(*impl_, e);
+  std::unique_lock lock(impl_->mu);
+  std::shared_ptr<Completion> token = ev.latest;
+  bool ok = impl_->progress.wait_until(lock, deadlineAfter(timeout), [&] {
+    return !token || token->done || impl_->failed.load();
+  });
+  if (impl_->failed.load()) impl_->throwSticky();
+  HIR_CHECK_AS(TimeoutError, ok,
+               "host wait timed out after {} ms waiting for event #{} (recorded on stream {})",
+               timeout.count(), ev.id, token ? token->stream_id : 0);
+}
+
+void HostDevice::synchronize(Stream& s, Duration timeout) {
+  Worker& w = impl_->stream(s).worker();
+  uint64_t target = w.enqueued();
+  std::unique_lock lock(impl_->mu);
+  bool ok = impl_->progress.wait_until(lock, deadlineAfter(timeout), [&] {
+    return w.doneLocked() >= target || impl_->failed.load();
+  });
+  if (impl_->failed.load()) impl_->throwSticky();
+  HIR_CHECK_AS(TimeoutError, ok,
+               "host wait timed out after {} ms waiting for stream {} ({} of {} tasks done)",
+               timeout.count(), w.id(), w.doneLocked(), target);
+}
+
+// ----------------------------------------------------------- data kernels
+
+void HostDevice::fill(Stream& s, void* dst, DType t, std::size_t count, int64_t value,
+                      int64_t step) {
+  impl_->stream(s).worker().enqueue(
+      [=] { fillPattern(dst, t, count, value, step); });
+}
+
+void HostDevice::copy(Stream& s, void* dst, const void* src, std::size_t bytes) {
+  if (bytes == 0) return;
+  impl_->stream(s).worker().enqueue([=] { std::memmove(dst, src, bytes); });
+}
+
+namespace {
+
+// What one execution of a check found, before it is merged into the record.
+struct CheckFindings {
+  uint64_t mismatches = 0;
+  int reported = 0;
+  int64_t index[CheckRecord::kMaxReported] = {};
+  double got[CheckRecord::kMaxReported] = {};
+  double expected[CheckRecord::kMaxReported] = {};
+};
+
+CheckFindings runCheck(const void* src, DType t, std::size_t count, int64_t value, int64_t step,
+                       double tolerance) {
+  CheckFindings f;
+  for (std::size_t k = 0; k < count; ++k) {
+    PatternElement e = patternElement(t, value, step, static_cast<int64_t>(k));
+    if (elementMatches(src, t, k, e, tolerance)) continue;
+    if (f.reported < CheckRecord::kMaxReported) {
+      f.index[f.reported] = static_cast<int64_t>(k);
+      f.got[f.reported] = loadAsDouble(src, t, k);
+      f.expected[f.reported] = isFloating(t) ? e.f : static_cast<double>(e.i);
+      ++f.reported;
+    }
+    ++f.mismatches;
+  }
+  return f;
+}
+
+// Several streams may check into one record concurrently: counters are
+// atomic, and the first failing execution claims the record with a CAS.
+// Report slots are reserved one at a time so they never exceed kMaxReported.
+void mergeCheck(CheckRecord* out, std::size_t count, const CheckFindings& f,
+                int64_t execution) {
+  std::atomic_ref<uint64_t>(out->checked).fetch_add(count);
+  if (f.mismatches == 0) return;
+  std::atomic_ref<uint64_t>(out->mismatches).fetch_add(f.mismatches);
+  int64_t first = -1;
+  std::atomic_ref<int64_t> first_ref(out->first_execution);
+  if (!first_ref.compare_exchange_strong(first, execution) && first != execution) return;
+  std::atomic_ref<int32_t> reported(out->reported);
+  for (int j = 0; j < f.reported; ++j) {
+    int32_t slot = reported.load();
+    do {
+      if (slot >= CheckRecord::kMaxReported) return;
+    } while (!reported.compare_exchange_weak(slot, slot + 1));
+    out->index[slot] = f.index[j];
+    out->got[slot] = f.got[j];
+    out->expected[slot] = f.expected[j];
+  }
+}
+
+}  // namespace
+
+void HostDevice::check(Stream& s, const void* src, DType t, std::size_t count, int64_t value,
+                       int64_t step, double tolerance, CheckRecord* out, int64_t execution) {
+  HIR_INTERNAL_ASSERT(out != nullptr, "check without a record");
+  impl_->stream(s).worker().enqueue([=] {
+    mergeCheck(out, count, runCheck(src, t, count, value, step, tolerance), execution);
+  });
+}
+
+void HostDevice::launchHostFunc(Stream& s, std::function<void()> fn) {
+  HIR_INTERNAL_ASSERT(fn != nullptr, "launchHostFunc with an empty function");
+  impl_->stream(s).worker().enqueue(std::move(fn));
+}
+
+// -------------------------------------------------------------------- IPC
+
+namespace {
+
+// What a handle carries: the exporter's pid and fd, and the mapped size.
+struct WireHandle {
+  char magic[8] = {'h', 'i', 'r', 'h', 'o', 's', 't', '1'};
+  int64_t pid = 0;
+  int64_t fd = 0;
+  uint64_t size = 0;
+};
+constexpr char kHandleMagic[8] = {'h', 'i', 'r', 'h', 'o', 's', 't', '1'};
+
+}  // namespace
+
+MemoryHandle HostDevice::exportMemory(void* p) {
+  WireHandle w;
+  {
+    std::lock_guard lock(impl_->mem_mu);
+    auto it = impl_->allocations.find(p);
+    HIR_CHECK_AS(BackendError, it != impl_->allocations.end(),
+                 "host exportMemory: {} is not the start of an allocation of this device "
+                 "(only memory from allocate() can be shared)",
+                 p);
+    w.pid = getpid();
+    w.fd = it->second.fd;
+    w.size = it->second.size;
+  }
+  MemoryHandle h;
+  h.bytes.resize(sizeof(WireHandle));
+  std::memcpy(h.bytes.data(), &w, sizeof w);
+  return h;
+}
+
+void* HostDevice::importMemory(const MemoryHandle& h) {
+  WireHandle w;
+  HIR_CHECK_AS(BackendError,
+               h.bytes.size() == sizeof w &&
+                   std::memcmp(h.bytes.data(), kHandleMagic, sizeof kHandleMagic) == 0,
+               "host importMemory: not a host device memory handle ({} bytes)", h.bytes.size());
+  std::memcpy(&w, h.bytes.data(), sizeof w);
+  std::string path = fmt::format("/proc/{}/fd/{}", w.pid, w.fd);
+  // The fd number could have been reused for another file if the exporter
+  // freed the block: make sure it is still one of our memfds.
+  char target[256] = {};
+  ssize_t n = readlink(path.c_str(), target, sizeof target - 1);
+  HIR_CHECK_AS(BackendError, n >= 0,
+               "host importMemory: cannot read {}: {} (the exporting process {} must be alive, "
+               "on this node and run by the same user)",
+               path, errnoText(errno), w.pid);
+  HIR_CHECK_AS(BackendError, std::string_view(target).starts_with("/memfd:hostir"),
+               "host importMemory: {} is {}, not a hostir allocation (freed by process {}?)",
+               path, target, w.pid);
+  int fd = open(path.c_str(), O_RDWR | O_CLOEXEC);
+  HIR_CHECK_AS(BackendError, fd >= 0, "host importMemory: cannot open {}: {}", path,
+               errnoText(errno));
+  struct stat st {};
+  if (fstat(fd, &st) != 0 || static_cast<uint64_t>(st.st_size) < w.size) {
+    close(fd);
+    throw BackendError(fmt::format("host importMemory: {} is smaller than the {} bytes exported",
+                                   path, w.size));
+  }
+  void* p = mmap(nullptr, w.size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  int err = errno;
+  close(fd);  // the mapping keeps the memory alive
+  HIR_CHECK_AS(BackendError, p != MAP_FAILED, "host importMemory: mmap of {} failed: {}", path,
+               errnoText(err));
+  std::lock_guard lock(impl_->mem_mu);
+  impl_->imported[p] = w.size;
+  return p;
+}
+
+void HostDevice::closeImported(void* p) {
+  impl_->waitForAllStreams("closeImported");
+  std::lock_guard lock(impl_->mem_mu);
+  auto it = impl_->imported.find(p);
+  HIR_CHECK_AS(BackendError, it != impl_->imported.end(),
+               "host closeImported: {} was not returned by importMemory", p);
+  munmap(p, it->second);
+  impl_->imported.erase(it);
+}
+
+// ------------------------------------------------------ stream semaphores
+
+void HostDevice::writeValue(Stream& s, uint32_t* addr, uint32_t value) {
+  HIR_INTERNAL_ASSERT(reinterpret_cast<uintptr_t>(addr) % alignof(uint32_t) == 0,
+                      "writeValue: misaligned address {}", static_cast<void*>(addr));
+  impl_->stream(s).worker().enqueue(
+      [addr, value] { std::atomic_ref<uint32_t>(*addr).store(value, std::memory_order_release); });
+}
+
+// Polls: the writer may be another process, so there is nothing to notify.
+// Values compare as unsigned 32-bit; wrap-around is not handled.
+void HostDevice::waitValue(Stream& s, const uint32_t* addr, uint32_t at_least) {
+  HIR_INTERNAL_ASSERT(reinterpret_cast<uintptr_t>(addr) % alignof(uint32_t) == 0,
+                      "waitValue: misaligned address {}", static_cast<const void*>(addr));
+  Impl* dev = impl_.get();
+  // atomic_ref needs a non-const object; the task only loads through it.
+  auto* word = const_cast<uint32_t*>(addr);
+  impl_->stream(s).worker().enqueue([dev, word, at_least] {
+    Duration limit = dev->streamWait();
+    auto deadline = deadlineAfter(limit);
+    auto pause = std::chrono::microseconds(1);
+    std::atomic_ref<uint32_t> value(*word);
+    for (;;) {
+      uint32_t seen = value.load(std::memory_order_acquire);
+      if (seen >= at_least || dev->failed.load()) return;
+      HIR_CHECK_AS(BackendError, !dev->closing.load(),
+                   "device destroyed while waitValue({}) saw {}, waiting for >= {}",
+                   static_cast<void*>(word), seen, at_least);
+      HIR_CHECK_AS(BackendError, Clock::now() < deadline,
+                   "stream wait timed out after {} ms: waitValue({}) saw {}, waiting for >= {}",
+                   limit.count(), static_cast<void*>(word), seen, at_least);
+      std::this_thread::sleep_for(pause);
+      pause = std::min<std::chrono::microseconds>(pause * 2, std::chrono::milliseconds(1));
+    }
+  });
+}
+
+// --------------------------------------------------------------- registry
+
+void registerHostDevice() {
+  registerDevice(DeviceInfo{
+      "host",
+      [](std::string*) { return true; },
+      [](int) -> std::unique_ptr<Device> { return std::make_unique<HostDevice>(); },
+  });
+}
+
+}  // namespace hir

@@ -1,0 +1,97 @@
+// The host (CPU) device: what CI runs, so it keeps CUDA's asynchronous
+// semantics (see device.h) rather than running work on the calling thread.
+//
+// - Each stream is a worker thread running its queue of tasks in order; an
+//   enqueueing call returns at once. Idle workers sleep on a condition
+//   variable.
+// - An event record is a completion token: record(e, s) makes a new token and
+//   enqueues a task on s that completes it; wait(s, e) captures e's token at
+//   call time, so a later re-record does not affect that wait.
+// - A stream task that blocks (an event wait, waitValue) gives up after the
+//   stream-wait timeout and sets the device's sticky error. Any exception a
+//   task throws is the sticky error too. Once set, later tasks are skipped
+//   and query()/synchronize() throw BackendError with its message.
+// - Memory is memfd-backed shared memory, zeroed (so semaphores start at 0),
+//   that another process of the same node (same user) can map through
+//   /proc/<pid>/fd/<fd> (IPC). Each allocation holds one file descriptor
+//   until deallocate().
+// - deallocate() and freeCheckRecords() first wait for the work enqueued so
+//   far on every stream, as cudaFree does (unless called from a stream task).
+// - Stream semaphores are 32-bit atomics; waitValue() polls with backoff
+//   because the writer may be another process. Values compare as unsigned:
+//   wrap-around of the 32-bit sequence is not handled.
+// - Streams (and wrappers) must be destroyed before the device. Destroying a
+//   stream drains it; destroying the device drains the default stream, and
+//   a task of it still blocked in a wait then gives up (skipping the rest).
+#pragma once
+
+#include <memory>
+
+#include "device/device.h"
+
+namespace hir {
+
+class HostDevice : public Device {
+ public:
+  static constexpr Duration kDefaultStreamWaitTimeout = std::chrono::minutes(10);
+
+  explicit HostDevice(Duration stream_wait_timeout = kDefaultStreamWaitTimeout);
+  ~HostDevice() override;
+  HostDevice(const HostDevice&) = delete;
+  HostDevice& operator=(const HostDevice&) = delete;
+
+  // How long a blocking stream task (event wait, waitValue) waits before it
+  // fails the device. Applies to tasks that start waiting after the call.
+  void setStreamWaitTimeout(Duration timeout);
+  Duration streamWaitTimeout() const;
+
+  std::string_view kind() const override { return "host"; }
+  std::string describe() const override;  // "host (pid N)"
+  bool supports(DeviceFeature f) const override;
+
+  void* allocate(std::size_t bytes) override;
+  void deallocate(void* p) override;
+  CheckRecord* allocateCheckRecords(std::size_t n) override;
+  void freeCheckRecords(CheckRecord* p) override;
+
+  Stream& defaultStream() override;
+  std::unique_ptr<Stream> createStream() override;
+  // `native` is nullptr (the default stream) or a `Stream*` obtained from this
+  // device (defaultStream(), createStream() or wrapStream()), passed as void*.
+  // The result does not own the stream and must not outlive it. Anything
+  // else throws UsageError.
+  std::unique_ptr<Stream> wrapStream(void* native) override;
+
+  std::unique_ptr<Event> createEvent() override;
+  void record(Event& e, Stream& s) override;
+  void wait(Stream& s, Event& e) override;
+  bool query(Event& e) override;
+  void synchronize(Event& e, Duration timeout) override;
+  void synchronize(Stream& s, Duration timeout) override;
+
+  void fill(Stream& s, void* dst, DType t, std::size_t count, int64_t value,
+            int64_t step) override;
+  void copy(Stream& s, void* dst, const void* src, std::size_t bytes) override;
+  void check(Stream& s, const void* src, DType t, std::size_t count, int64_t value,
+             int64_t step, double tolerance, CheckRecord* out, int64_t execution) override;
+  void launchHostFunc(Stream& s, std::function<void()> fn) override;
+
+  MemoryHandle exportMemory(void* p) override;
+  void* importMemory(const MemoryHandle& h) override;
+  void closeImported(void* p) override;
+
+  void writeValue(Stream& s, uint32_t* addr, uint32_t value) override;
+  void waitValue(Stream& s, const uint32_t* addr, uint32_t at_least) override;
+
+  // Opaque state (host_device.cc); public only so that helpers there can
+  // name it.
+  struct Impl;
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+// Adds "host" to the device registry (called by the registry itself).
+void registerHostDevice();
+
+}  // namespace hir

@@ -1,0 +1,805 @@
+#include "device/host_device.h"
+
+#include <gtest/gtest.h>
+#include <poll.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <future>
+#include <mutex>
+#include <stdexcept>
+#include <thread>
+#include <vector>
+
+#include "common/elements.h"
+#include "common/error.h"
+
+namespace hir {
+namespace {
+
+using namespace std::chrono_literals;
+
+constexpr Duration kLong = std::chrono::seconds(20);  // for waits that must succeed
+
+constexpr DType kAllDTypes[] = {DType::Float32, DType::Float64, DType::Float16, DType::BFloat16,
+                                DType::Int32,   DType::Int64,   DType::UInt8};
+
+// A task that blocks its stream until the test opens the gate. It gives up
+// (throws) after a while, and the destructor opens it, so a failing test
+// never leaves a stream blocked forever.
+class Gate {
+ public:
+  ~Gate() { open(); }
+  void open() {
+    std::call_once(opened_, [&] { promise_.set_value(); });
+  }
+  std::function<void()> task() const {
+    return [f = future_] {
+      if (f.wait_for(30s) != std::future_status::ready)
+        throw std::runtime_error("test gate never opened");
+    };
+  }
+
+ private:
+  std::promise<void> promise_;
+  std::shared_future<void> future_ = promise_.get_future().share();
+  std::once_flag opened_;
+};
+
+template <class F>
+std::string messageOf(F&& f) {
+  try {
+    f();
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  return "(nothing thrown)";
+}
+
+// ---------------------------------------------------- asynchronous streams
+
+TEST(HostDeviceStreams, EnqueueReturnsBeforeTheWorkRuns) {
+  HostDevice dev;
+  Stream& s = dev.defaultStream();
+  std::atomic<bool> later_ran{false};
+  Gate gate;
+  dev.launchHostFunc(s, gate.task());
+  dev.launchHostFunc(s, [&] { later_ran = true; });
+  auto e = dev.createEvent();
+  dev.record(*e, s);
+  // Had the stream run on this thread, we would be stuck at the gate.
+  std::this_thread::sleep_for(20ms);
+  EXPECT_FALSE(later_ran.load());
+  EXPECT_FALSE(dev.query(*e));
+  gate.open();
+  dev.synchronize(s, kLong);
+  EXPECT_TRUE(later_ran.load());
+  EXPECT_TRUE(dev.query(*e));
+}
+
+TEST(HostDeviceStreams, WorkRunsOnAnotherThread) {
+  HostDevice dev;
+  std::thread::id ran_on;
+  dev.launchHostFunc(dev.defaultStream(), [&] { ran_on = std::this_thread::get_id(); });
+  dev.synchronize(dev.defaultStream(), kLong);
+  EXPECT_NE(ran_on, std::thread::id());
+  EXPECT_NE(ran_on, std::this_thread::get_id());
+}
+
+TEST(HostDeviceStreams, TasksOfOneStreamRunInOrder) {
+  HostDevice dev;
+  auto s = dev.createStream();
+  std::vector<int> order;  // touched only by the stream's thread until sync
+  constexpr int kTasks = 2000;
+  for (int i = 0; i < kTasks; ++i) dev.launchHostFunc(*s, [&order, i] { order.push_back(i); });
+  dev.synchronize(*s, kLong);
+  ASSERT_EQ(order.size(), static_cast<std::size_t>(kTasks));
+  for (int i = 0; i < kTasks; ++i) ASSERT_EQ(order[i], i);
+}
+
+TEST(HostDeviceStreams, StreamsRunConcurrently) {
+  HostDevice dev;
+  auto a = dev.createStream();
+  auto b = dev.createStream();
+  Gate gate;
+  std::atomic<bool> b_ran{false};
+  dev.launchHostFunc(*a, gate.task());
+  dev.launchHostFunc(*b, [&] { b_ran = true; });
+  auto e = dev.createEvent();
+  dev.record(*e, *a);
+  dev.synchronize(*b, kLong);  // b is not held up by a
+  EXPECT_TRUE(b_ran.load());
+  EXPECT_FALSE(dev.query(*e));
+  gate.open();
+  dev.synchronize(*a, kLong);
+  EXPECT_TRUE(dev.query(*e));
+}
+
+TEST(HostDeviceStreams, DestroyingAStreamDrainsIt) {
+  HostDevice dev;
+  std::atomic<int> ran{0};
+  {
+    auto s = dev.createStream();
+    for (int i = 0; i < 5; ++i)
+      dev.launchHostFunc(*s, [&] {
+        std::this_thread::sleep_for(2ms);
+        ++ran;
+      });
+  }
+  EXPECT_EQ(ran.load(), 5);
+}
+
+TEST(HostDeviceStreams, IdleStreamsDoNotSpin) {
+  HostDevice dev;
+  std::vector<std::unique_ptr<Stream>> streams;
+  for (int i = 0; i < 4; ++i) streams.push_back(dev.createStream());
+  auto cpu = [] {
+    rusage u{};
+    getrusage(RUSAGE_SELF, &u);
+    return std::chrono::seconds(u.ru_utime.tv_sec + u.ru_stime.tv_sec) +
+           std::chrono::microseconds(u.ru_utime.tv_usec + u.ru_stime.tv_usec);
+  };
+  auto before = cpu();
+  std::this_thread::sleep_for(300ms);
+  auto used = cpu() - before;
+  EXPECT_LT(used, 60ms) << "5 idle stream threads used "
+                        << std::chrono::duration_cast<std::chrono::milliseconds>(used).count()
+                        << " ms of CPU in 300 ms";
+}
+
+TEST(HostDeviceStreams, WrapNullptrIsTheDefaultStream) {
+  HostDevice dev;
+  auto wrapped = dev.wrapStream(nullptr);
+  Gate gate;
+  std::atomic<bool> ran{false};
+  dev.launchHostFunc(dev.defaultStream(), gate.task());
+  dev.launchHostFunc(*wrapped, [&] { ran = true; });
+  std::this_thread::sleep_for(20ms);
+  EXPECT_FALSE(ran.load()) << "the wrapper's work did not queue behind the default stream";
+  gate.open();
+  dev.synchronize(*wrapped, kLong);
+  EXPECT_TRUE(ran.load());
+  wrapped.reset();  // does not own: the default stream keeps working
+  dev.launchHostFunc(dev.defaultStream(), [&] { ran = false; });
+  dev.synchronize(dev.defaultStream(), kLong);
+  EXPECT_FALSE(ran.load());
+}
+
+TEST(HostDeviceStreams, WrapAcceptsOnlyStreamsOfThisDevice) {
+  HostDevice dev;
+  auto s = dev.createStream();
+  auto wrapped = dev.wrapStream(static_cast<void*>(s.get()));
+  Gate gate;
+  std::atomic<bool> ran{false};
+  dev.launchHostFunc(*s, gate.task());
+  dev.launchHostFunc(*wrapped, [&] { ran = true; });
+  std::this_thread::sleep_for(20ms);
+  EXPECT_FALSE(ran.load());
+  gate.open();
+  dev.synchronize(*s, kLong);
+  EXPECT_TRUE(ran.load());
+
+  int not_a_stream = 0;
+  EXPECT_THROW(dev.wrapStream(&not_a_stream), UsageError);
+  HostDevice other;
+  EXPECT_THROW(dev.wrapStream(&other.defaultStream()), UsageError);
+  EXPECT_THROW(dev.launchHostFunc(other.defaultStream(), [] {}), UsageError);
+}
+
+// ----------------------------------------------------------------- events
+
+TEST(HostDeviceEvents, WaitMakesAnotherStreamObserveRecordedWork) {
+  HostDevice dev;
+  auto a = dev.createStream();
+  auto b = dev.createStream();
+  auto e = dev.createEvent();
+  Gate gate;
+  int value = 0;  // plain int: the event must order the write before the read
+  int observed = -1;
+  std::atomic<bool> b_ran{false};
+  dev.launchHostFunc(*a, gate.task());
+  dev.launchHostFunc(*a, [&] { value = 42; });
+  dev.record(*e, *a);
+  dev.wait(*b, *e);
+  dev.launchHostFunc(*b, [&] {
+    observed = value;
+    b_ran = true;
+  });
+  std::this_thread::sleep_for(30ms);
+  EXPECT_FALSE(b_ran.load()) << "b ran before the event it waits for";
+  gate.open();
+  dev.synchronize(*b, kLong);
+  EXPECT_EQ(observed, 42);
+}
+
+TEST(HostDeviceEvents, NeverRecordedEventIsComplete) {
+  HostDevice dev;
+  auto e = dev.createEvent();
+  EXPECT_TRUE(dev.query(*e));
+  std::atomic<bool> ran{false};
+  dev.wait(dev.defaultStream(), *e);
+  dev.launchHostFunc(dev.defaultStream(), [&] { ran = true; });
+  dev.synchronize(dev.defaultStream(), 5000ms);
+  EXPECT_TRUE(ran.load());
+  dev.synchronize(*e, 10ms);  // returns at once
+}
+
+TEST(HostDeviceEvents, ReRecordDoesNotAffectAnEarlierWait) {
+  HostDevice dev;
+  auto a = dev.createStream();
+  auto b = dev.createStream();
+  auto c = dev.createStream();
+  auto e = dev.createEvent();
+  Gate gate;
+  std::atomic<bool> b_ran{false};
+  dev.launchHostFunc(*a, gate.task());
+  dev.record(*e, *a);
+  dev.wait(*b, *e);  // captures the record on a
+  dev.launchHostFunc(*b, [&] { b_ran = true; });
+  dev.record(*e, *c);  // c is empty: this capture completes at once
+  dev.synchronize(*c, kLong);
+  EXPECT_TRUE(dev.query(*e));  // query sees the latest capture
+  std::this_thread::sleep_for(30ms);
+  EXPECT_FALSE(b_ran.load()) << "b's wait was satisfied by a later re-record";
+  gate.open();
+  dev.synchronize(*b, kLong);
+  EXPECT_TRUE(b_ran.load());
+}
+
+TEST(HostDeviceEvents, WaitAfterReRecordUsesTheNewCapture) {
+  HostDevice dev;
+  auto a = dev.createStream();
+  auto b = dev.createStream();
+  auto c = dev.createStream();
+  auto e = dev.createEvent();
+  Gate gate;
+  std::atomic<bool> b_ran{false};
+  dev.launchHostFunc(*a, gate.task());
+  dev.record(*e, *a);
+  EXPECT_FALSE(dev.query(*e));
+  dev.record(*e, *c);  // replaces the capture
+  dev.wait(*b, *e);
+  dev.launchHostFunc(*b, [&] { b_ran = true; });
+  dev.synchronize(*b, kLong);  // a is still blocked
+  EXPECT_TRUE(b_ran.load());
+  gate.open();
+  dev.synchronize(*a, kLong);
+}
+
+TEST(HostDeviceEvents, SynchronizeEventWaitsForTheRecordedWork) {
+  HostDevice dev;
+  auto e = dev.createEvent();
+  std::atomic<bool> ran{false};
+  dev.launchHostFunc(dev.defaultStream(), [&] {
+    std::this_thread::sleep_for(20ms);
+    ran = true;
+  });
+  dev.record(*e, dev.defaultStream());
+  dev.synchronize(*e, kLong);
+  EXPECT_TRUE(ran.load());
+  EXPECT_TRUE(dev.query(*e));
+}
+
+TEST(HostDeviceEvents, SynchronizeStreamTimesOutQuickly) {
+  HostDevice dev;
+  Gate gate;
+  dev.launchHostFunc(dev.defaultStream(), gate.task());
+  auto start = std::chrono::steady_clock::now();
+  std::string msg = messageOf([&] { dev.synchronize(dev.defaultStream(), 50ms); });
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 5s);
+  EXPECT_NE(msg.find("host wait timed out after 50 ms"), std::string::npos) << msg;
+  EXPECT_THROW(dev.synchronize(dev.defaultStream(), 10ms), TimeoutError);
+  // A host-side timeout is not a device failure.
+  gate.open();
+  dev.synchronize(dev.defaultStream(), kLong);
+}
+
+TEST(HostDeviceEvents, SynchronizeEventTimesOutQuickly) {
+  HostDevice dev;
+  auto e = dev.createEvent();
+  Gate gate;
+  dev.launchHostFunc(dev.defaultStream(), gate.task());
+  dev.record(*e, dev.defaultStream());
+  auto start = std::chrono::steady_clock::now();
+  EXPECT_THROW(dev.synchronize(*e, 50ms), TimeoutError);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 5s);
+  gate.open();
+  dev.synchronize(*e, kLong);
+  EXPECT_TRUE(dev.query(*e));
+}
+
+// ---------------------------------------------------------- sticky errors
+
+TEST(HostDeviceErrors, ThrowingTaskSurfacesOnSynchronize) {
+  HostDevice dev;
+  std::atomic<bool> later_ran{false};
+  dev.launchHostFunc(dev.defaultStream(), [] { throw std::runtime_error("boom in a task"); });
+  dev.launchHostFunc(dev.defaultStream(), [&] { later_ran = true; });
+  try {
+    dev.synchronize(dev.defaultStream(), kLong);
+    FAIL() << "synchronize did not report the failure";
+  } catch (const BackendError& e) {
+    EXPECT_NE(std::string(e.what()).find("boom in a task"), std::string::npos) << e.what();
+    EXPECT_EQ(e.exitCode(), kExitRuntimeFailure);
+  }
+  auto ev = dev.createEvent();
+  EXPECT_THROW(dev.query(*ev), BackendError);  // sticky
+  EXPECT_THROW(dev.synchronize(*ev, 10ms), BackendError);
+  EXPECT_FALSE(later_ran.load()) << "work after a failure must be skipped";
+}
+
+TEST(HostDeviceErrors, StreamWaitTimeoutBecomesStickyError) {
+  HostDevice dev(Duration(50));
+  auto a = dev.createStream();
+  auto b = dev.createStream();
+  auto e = dev.createEvent();
+  Gate gate;
+  std::atomic<bool> b_after{false};
+  std::atomic<bool> a_after{false};
+  dev.launchHostFunc(*a, gate.task());
+  dev.record(*e, *a);
+  dev.launchHostFunc(*a, [&] { a_after = true; });
+  dev.wait(*b, *e);
+  dev.launchHostFunc(*b, [&] { b_after = true; });
+  std::string msg = messageOf([&] { dev.synchronize(*b, kLong); });
+  EXPECT_NE(msg.find("stream wait timed out after 50 ms"), std::string::npos) << msg;
+  gate.open();
+  a.reset();  // drains a
+  EXPECT_FALSE(b_after.load());
+  EXPECT_FALSE(a_after.load()) << "a's work after the failure must be skipped";
+  EXPECT_THROW(dev.query(*e), BackendError);
+}
+
+TEST(HostDeviceErrors, DestroyingTheDeviceReleasesABlockedWait) {
+  auto start = std::chrono::steady_clock::now();
+  std::atomic<bool> after_ran{false};
+  {
+    HostDevice dev;  // 10-minute stream-wait timeout
+    auto* flag = static_cast<uint32_t*>(dev.allocate(sizeof(uint32_t)));
+    dev.waitValue(dev.defaultStream(), flag, 1);  // no one will write it
+    dev.launchHostFunc(dev.defaultStream(), [&] { after_ran = true; });
+    std::this_thread::sleep_for(10ms);
+  }
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 5s);
+  EXPECT_FALSE(after_ran.load()) << "work behind an abandoned wait must not run";
+}
+
+TEST(HostDeviceErrors, StreamWaitTimeoutCanBeChanged) {
+  HostDevice dev;
+  EXPECT_EQ(dev.streamWaitTimeout(), HostDevice::kDefaultStreamWaitTimeout);
+  dev.setStreamWaitTimeout(Duration(30));
+  EXPECT_EQ(dev.streamWaitTimeout(), Duration(30));
+  auto* flag = static_cast<uint32_t*>(dev.allocate(sizeof(uint32_t)));
+  dev.waitValue(dev.defaultStream(), flag, 1);  // nobody ever writes it
+  std::string msg = messageOf([&] { dev.synchronize(dev.defaultStream(), kLong); });
+  EXPECT_NE(msg.find("stream wait timed out after 30 ms"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("waitValue"), std::string::npos) << msg;
+  dev.deallocate(flag);
+}
+
+// ------------------------------------------------------ fill, copy, check
+
+class HostDeviceData : public ::testing::TestWithParam<DType> {};
+
+TEST_P(HostDeviceData, FillThenCheckFindsNoMismatch) {
+  DType t = GetParam();
+  HostDevice dev;
+  constexpr std::size_t kCount = 1000;
+  void* buf = dev.allocate(kCount * dtypeSize(t));
+  CheckRecord* rec = dev.allocateCheckRecords(1);
+  dev.fill(dev.defaultStream(), buf, t, kCount, 3, 2);
+  dev.check(dev.defaultStream(), buf, t, kCount, 3, 2, 0, rec, 0);
+  dev.synchronize(dev.defaultStream(), kLong);
+  EXPECT_EQ(rec->checked, kCount);
+  EXPECT_EQ(rec->mismatches, 0u);
+  EXPECT_EQ(rec->first_execution, -1);
+  EXPECT_EQ(rec->reported, 0);
+  // The fill wrote the pattern itself, not just something check accepts.
+  for (std::size_t k = 0; k < kCount; k += 97) {
+    PatternElement e = patternElement(t, 3, 2, static_cast<int64_t>(k));
+    EXPECT_EQ(loadAsDouble(buf, t, k), isFloating(t) ? e.f : static_cast<double>(e.i));
+  }
+  dev.freeCheckRecords(rec);
+  dev.deallocate(buf);
+}
+
+TEST_P(HostDeviceData, CheckReportsTheFirstFailingExecution) {
+  DType t = GetParam();
+  HostDevice dev;
+  constexpr std::size_t kCount = 100;
+  void* buf = dev.allocate(kCount * dtypeSize(t));
+  CheckRecord* rec = dev.allocateCheckRecords(2);
+  EXPECT_EQ(rec[1].first_execution, -1);
+  dev.fill(dev.defaultStream(), buf, t, kCount, 3, 2);
+  dev.synchronize(dev.defaultStream(), kLong);
+  storeElement(buf, t, 5, patternElement(t, 100, 0, 0));  // expected 13
+  dev.check(dev.defaultStream(), buf, t, kCount, 3, 2, 0, &rec[1], 7);
+  dev.check(dev.defaultStream(), buf, t, kCount, 3, 2, 0, &rec[1], 8);
+  dev.synchronize(dev.defaultStream(), kLong);
+  EXPECT_EQ(rec[0].checked, 0u);
+  EXPECT_EQ(rec[1].checked, 2 * kCount);
+  EXPECT_EQ(rec[1].mismatches, 2u);
+  EXPECT_EQ(rec[1].first_execution, 7);
+  ASSERT_EQ(rec[1].reported, 1);
+  EXPECT_EQ(rec[1].index[0], 5);
+  EXPECT_EQ(rec[1].got[0], 100.0);
+  EXPECT_EQ(rec[1].expected[0], 13.0);
+  dev.freeCheckRecords(rec);
+  dev.deallocate(buf);
+}
+
+TEST_P(HostDeviceData, CopyMovesTheBytes) {
+  DType t = GetParam();
+  HostDevice dev;
+  constexpr std::size_t kCount = 257;
+  void* src = dev.allocate(kCount * dtypeSize(t));
+  void* dst = dev.allocate(kCount * dtypeSize(t));
+  CheckRecord* rec = dev.allocateCheckRecords(1);
+  dev.fill(dev.defaultStream(), dst, t, kCount, 0, 0);
+  dev.fill(dev.defaultStream(), src, t, kCount, -50, 1);
+  dev.copy(dev.defaultStream(), dst, src, kCount * dtypeSize(t));
+  dev.check(dev.defaultStream(), dst, t, kCount, -50, 1, 0, rec, 0);
+  dev.synchronize(dev.defaultStream(), kLong);
+  EXPECT_EQ(rec->mismatches, 0u);
+  EXPECT_EQ(std::memcmp(src, dst, kCount * dtypeSize(t)), 0);
+  dev.freeCheckRecords(rec);
+  dev.deallocate(src);
+  dev.deallocate(dst);
+}
+
+INSTANTIATE_TEST_SUITE_P(AllDTypes, HostDeviceData, ::testing::ValuesIn(kAllDTypes),
+                         [](const auto& info) { return std::string(toString(info.param)); });
+
+TEST(HostDeviceCheck, ReportsAtMostKMaxReportedMismatches) {
+  HostDevice dev;
+  void* buf = dev.allocate(50 * sizeof(int32_t));
+  CheckRecord* rec = dev.allocateCheckRecords(1);
+  dev.fill(dev.defaultStream(), buf, DType::Int32, 50, 0, 1);
+  dev.check(dev.defaultStream(), buf, DType::Int32, 50, 1000, 1, 0, rec, 3);
+  dev.synchronize(dev.defaultStream(), kLong);
+  EXPECT_EQ(rec->mismatches, 50u);
+  ASSERT_EQ(rec->reported, CheckRecord::kMaxReported);
+  for (int j = 0; j < CheckRecord::kMaxReported; ++j) {
+    EXPECT_EQ(rec->index[j], j);
+    EXPECT_EQ(rec->got[j], j);
+    EXPECT_EQ(rec->expected[j], 1000 + j);
+  }
+  dev.freeCheckRecords(rec);
+  dev.deallocate(buf);
+}
+
+TEST(HostDeviceCheck, ToleranceAppliesToFloatingDTypes) {
+  HostDevice dev;
+  void* buf = dev.allocate(64 * sizeof(float));
+  CheckRecord* rec = dev.allocateCheckRecords(2);
+  dev.fill(dev.defaultStream(), buf, DType::Float32, 64, 10, 1);
+  dev.check(dev.defaultStream(), buf, DType::Float32, 64, 11, 1, 1.0, &rec[0], 0);
+  dev.check(dev.defaultStream(), buf, DType::Float32, 64, 11, 1, 0.5, &rec[1], 0);
+  dev.synchronize(dev.defaultStream(), kLong);
+  EXPECT_EQ(rec[0].mismatches, 0u);
+  EXPECT_EQ(rec[1].mismatches, 64u);
+  dev.freeCheckRecords(rec);
+  dev.deallocate(buf);
+}
+
+TEST(HostDeviceCheck, ConcurrentChecksReportOnlyTheClaimingExecution) {
+  HostDevice dev;
+  auto a = dev.createStream();
+  auto b = dev.createStream();
+  void* x = dev.allocate(1000 * sizeof(int64_t));
+  void* y = dev.allocate(1000 * sizeof(int64_t));
+  fillPattern(x, DType::Int64, 1000, 0, 1);
+  fillPattern(y, DType::Int64, 1000, 0, 1);
+  storeElement(x, DType::Int64, 1, {-1, -1});
+  storeElement(y, DType::Int64, 2, {-1, -1});
+  CheckRecord* rec = dev.allocateCheckRecords(1);
+  for (int i = 0; i < 20; ++i) {
+    dev.check(*a, x, DType::Int64, 1000, 0, 1, 0, rec, 1);
+    dev.check(*b, y, DType::Int64, 1000, 0, 1, 0, rec, 2);
+  }
+  dev.synchronize(*a, kLong);
+  dev.synchronize(*b, kLong);
+  EXPECT_EQ(rec->mismatches, 40u);
+  EXPECT_EQ(rec->checked, 40000u);
+  ASSERT_TRUE(rec->first_execution == 1 || rec->first_execution == 2) << rec->first_execution;
+  ASSERT_EQ(rec->reported, CheckRecord::kMaxReported);  // 20 reports offered, 4 kept
+  for (int j = 0; j < rec->reported; ++j) EXPECT_EQ(rec->index[j], rec->first_execution);
+  dev.freeCheckRecords(rec);
+  dev.deallocate(x);
+  dev.deallocate(y);
+}
+
+// ----------------------------------------------------------------- memory
+
+TEST(HostDeviceMemory, ZeroByteAllocationsAreUniqueAndValid) {
+  HostDevice dev;
+  void* p = dev.allocate(0);
+  void* q = dev.allocate(0);
+  EXPECT_NE(p, nullptr);
+  EXPECT_NE(q, nullptr);
+  EXPECT_NE(p, q);
+  dev.deallocate(p);
+  dev.deallocate(q);
+  EXPECT_THROW(dev.deallocate(p), BackendError);  // already freed
+}
+
+TEST(HostDeviceMemory, DeallocateWaitsForPendingWork) {
+  HostDevice dev;
+  Gate gate;
+  void* buf = dev.allocate(4096);
+  dev.launchHostFunc(dev.defaultStream(), gate.task());
+  dev.fill(dev.defaultStream(), buf, DType::UInt8, 4096, 1, 0);  // uses buf later
+  auto freed = std::async(std::launch::async, [&] { dev.deallocate(buf); });
+  EXPECT_EQ(freed.wait_for(50ms), std::future_status::timeout)
+      << "deallocate freed memory that queued work still uses";
+  gate.open();
+  freed.get();
+}
+
+TEST(HostDeviceMemory, AllocationsStartZeroed) {
+  HostDevice dev;
+  constexpr std::size_t kBytes = 3 * 4096 + 5;
+  auto* p = static_cast<unsigned char*>(dev.allocate(kBytes));
+  std::size_t nonzero = 0;
+  for (std::size_t i = 0; i < kBytes; ++i) nonzero += p[i] != 0;
+  EXPECT_EQ(nonzero, 0u);
+  dev.deallocate(p);
+}
+
+TEST(HostDeviceMemory, ExportImportWithinOneProcessAliases) {
+  HostDevice dev;
+  EXPECT_TRUE(dev.supports(DeviceFeature::Ipc));
+  auto* p = static_cast<int32_t*>(dev.allocate(1024 * sizeof(int32_t)));
+  MemoryHandle h = dev.exportMemory(p);
+  auto* q = static_cast<int32_t*>(dev.importMemory(h));
+  ASSERT_NE(q, nullptr);
+  EXPECT_NE(q, p);  // a second mapping of the same pages
+  q[1000] = 12345;
+  EXPECT_EQ(p[1000], 12345);
+  p[7] = -9;
+  EXPECT_EQ(q[7], -9);
+  dev.closeImported(q);
+  EXPECT_THROW(dev.closeImported(q), BackendError);
+  dev.deallocate(p);
+}
+
+TEST(HostDeviceMemory, BadHandlesAreRejected) {
+  HostDevice dev;
+  int not_allocated = 0;
+  EXPECT_THROW(dev.exportMemory(&not_allocated), BackendError);
+  EXPECT_THROW(dev.importMemory(MemoryHandle{{1, 2, 3}}), BackendError);
+  void* p = dev.allocate(64);
+  MemoryHandle h = dev.exportMemory(p);
+  dev.deallocate(p);
+  std::string msg = messageOf([&] { dev.importMemory(h); });
+  EXPECT_NE(msg.find("host importMemory"), std::string::npos) << msg;
+}
+
+// Reads exactly n bytes from fd, waiting at most `timeout` in all.
+bool readFully(int fd, void* out, std::size_t n, std::chrono::milliseconds timeout) {
+  auto deadline = std::chrono::steady_clock::now() + timeout;
+  auto* p = static_cast<char*>(out);
+  while (n > 0) {
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        deadline - std::chrono::steady_clock::now());
+    pollfd pfd{fd, POLLIN, 0};
+    if (left.count() <= 0 || poll(&pfd, 1, static_cast<int>(left.count())) <= 0) return false;
+    ssize_t got = read(fd, p, n);
+    if (got <= 0) return false;
+    p += got;
+    n -= static_cast<std::size_t>(got);
+  }
+  return true;
+}
+
+// A second process (forked before this process makes any device thread)
+// imports the parent's allocation through /proc/<parent>/fd, writes a
+// pattern and raises a semaphore in it; the parent's stream waits on the
+// semaphore, then checks the pattern.
+TEST(HostDeviceMemory, ForkedChildWritesThroughImportedMemory) {
+  constexpr std::size_t kCount = 4096;
+  constexpr std::size_t kDataOffset = 64;
+  // A socket rather than a pipe: send(MSG_NOSIGNAL) cannot kill us with
+  // SIGPIPE if the child is already gone.
+  int pipe_fds[2];
+  ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, pipe_fds), 0);
+  pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    close(pipe_fds[1]);
+    int code = 0;
+    try {
+      MemoryHandle h;
+      h.bytes.resize(64);
+      uint32_t size = 0;
+      if (!readFully(pipe_fds[0], &size, sizeof size, 30s) || size > h.bytes.size()) _exit(2);
+      h.bytes.resize(size);
+      if (!readFully(pipe_fds[0], h.bytes.data(), size, 30s)) _exit(2);
+      HostDevice child_dev;
+      auto* peer = static_cast<char*>(child_dev.importMemory(h));
+      child_dev.fill(child_dev.defaultStream(), peer + kDataOffset, DType::Int32, kCount, 77, 3);
+      child_dev.writeValue(child_dev.defaultStream(), reinterpret_cast<uint32_t*>(peer), 1);
+      child_dev.synchronize(child_dev.defaultStream(), kLong);
+      child_dev.closeImported(peer);
+    } catch (...) {
+      code = 3;
+    }
+    _exit(code);
+  }
+  close(pipe_fds[0]);
+
+  HostDevice dev(Duration(30000));  // a lost child must not hold the stream for long
+  auto* base = static_cast<char*>(dev.allocate(kDataOffset + kCount * sizeof(int32_t)));
+  auto* flag = reinterpret_cast<uint32_t*>(base);
+  CheckRecord* rec = dev.allocateCheckRecords(1);
+  dev.waitValue(dev.defaultStream(), flag, 1);
+  dev.check(dev.defaultStream(), base + kDataOffset, DType::Int32, kCount, 77, 3, 0, rec, 0);
+  MemoryHandle h = dev.exportMemory(base);
+  auto size = static_cast<uint32_t>(h.bytes.size());
+  bool sent = send(pipe_fds[1], &size, sizeof size, MSG_NOSIGNAL) == sizeof size &&
+              send(pipe_fds[1], h.bytes.data(), size, MSG_NOSIGNAL) == static_cast<ssize_t>(size);
+  close(pipe_fds[1]);
+  EXPECT_TRUE(sent);
+
+  int status = 0;
+  auto deadline = std::chrono::steady_clock::now() + 30s;
+  pid_t done = 0;
+  while ((done = waitpid(child, &status, WNOHANG)) == 0 &&
+         std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(5ms);
+  if (done == 0) {
+    kill(child, SIGKILL);
+    waitpid(child, &status, 0);
+  }
+  ASSERT_NE(done, 0) << "child did not finish";
+  ASSERT_TRUE(WIFEXITED(status));
+  ASSERT_EQ(WEXITSTATUS(status), 0) << "2: no handle received, 3: the child's device failed";
+  dev.synchronize(dev.defaultStream(), kLong);
+  EXPECT_EQ(*flag, 1u);
+  EXPECT_EQ(rec->mismatches, 0u);
+  EXPECT_EQ(rec->checked, kCount);
+  dev.freeCheckRecords(rec);
+  dev.deallocate(base);
+}
+
+// ----------------------------------------------------- stream semaphores
+
+TEST(HostDeviceSemaphores, WaitValueOrdersAcrossStreams) {
+  HostDevice dev;
+  ASSERT_TRUE(dev.supports(DeviceFeature::StreamSemaphore));
+  auto a = dev.createStream();
+  auto b = dev.createStream();
+  auto* flag = static_cast<uint32_t*>(dev.allocate(sizeof(uint32_t)));
+  Gate gate;
+  int data = 0;
+  int observed = -1;
+  std::atomic<bool> b_ran{false};
+  dev.waitValue(*b, flag, 5);
+  dev.launchHostFunc(*b, [&] {
+    observed = data;
+    b_ran = true;
+  });
+  dev.launchHostFunc(*a, gate.task());
+  dev.launchHostFunc(*a, [&] { data = 7; });
+  dev.writeValue(*a, flag, 4);  // not enough
+  dev.writeValue(*a, flag, 5);
+  std::this_thread::sleep_for(30ms);
+  EXPECT_FALSE(b_ran.load());
+  gate.open();
+  dev.synchronize(*b, kLong);
+  EXPECT_EQ(observed, 7);
+  EXPECT_EQ(*flag, 5u);
+  dev.deallocate(flag);
+}
+
+TEST(HostDeviceSemaphores, WaitValueOnAReachedValueDoesNotBlock) {
+  HostDevice dev;
+  auto* flag = static_cast<uint32_t*>(dev.allocate(sizeof(uint32_t)));
+  dev.writeValue(dev.defaultStream(), flag, 0xFFFFFFF0u);
+  dev.waitValue(dev.defaultStream(), flag, 3);  // unsigned compare
+  dev.synchronize(dev.defaultStream(), kLong);
+  EXPECT_EQ(*flag, 0xFFFFFFF0u);
+  dev.deallocate(flag);
+}
+
+// ------------------------------------------------------- misc, registry
+
+TEST(HostDeviceInfo, DescribesItselfWithItsPid) {
+  HostDevice dev;
+  EXPECT_EQ(dev.kind(), "host");
+  EXPECT_EQ(dev.describe(), "host (pid " + std::to_string(getpid()) + ")");
+}
+
+// The smallest device: everything required, nothing optional.
+class BareDevice : public Device {
+ public:
+  std::string_view kind() const override { return "bare"; }
+  std::string describe() const override { return "bare"; }
+  bool supports(DeviceFeature) const override { return false; }
+  void* allocate(std::size_t) override { return nullptr; }
+  void deallocate(void*) override {}
+  CheckRecord* allocateCheckRecords(std::size_t) override { return nullptr; }
+  void freeCheckRecords(CheckRecord*) override {}
+  Stream& defaultStream() override { return stream_; }
+  std::unique_ptr<Stream> createStream() override { return nullptr; }
+  std::unique_ptr<Stream> wrapStream(void*) override { return nullptr; }
+  std::unique_ptr<Event> createEvent() override { return nullptr; }
+  void record(Event&, Stream&) override {}
+  void wait(Stream&, Event&) override {}
+  bool query(Event&) override { return true; }
+  void synchronize(Event&, Duration) override {}
+  void synchronize(Stream&, Duration) override {}
+  void fill(Stream&, void*, DType, std::size_t, int64_t, int64_t) override {}
+  void copy(Stream&, void*, const void*, std::size_t) override {}
+  void check(Stream&, const void*, DType, std::size_t, int64_t, int64_t, double, CheckRecord*,
+             int64_t) override {}
+  void launchHostFunc(Stream&, std::function<void()>) override {}
+
+ private:
+  Stream stream_;
+};
+
+TEST(DeviceOptionalParts, DefaultsThrowNamingTheDevice) {
+  BareDevice dev;
+  std::string msg = messageOf([&] { dev.exportMemory(nullptr); });
+  EXPECT_NE(msg.find("device 'bare' does not support ipc"), std::string::npos) << msg;
+  EXPECT_THROW(dev.importMemory(MemoryHandle{}), BackendError);
+  EXPECT_THROW(dev.closeImported(nullptr), BackendError);
+  uint32_t word = 0;
+  msg = messageOf([&] { dev.waitValue(dev.defaultStream(), &word, 1); });
+  EXPECT_NE(msg.find("device 'bare' does not support stream semaphores"), std::string::npos)
+      << msg;
+  EXPECT_THROW(dev.writeValue(dev.defaultStream(), &word, 1), BackendError);
+}
+
+TEST(DeviceRegistry, HostIsAlwaysRegistered) {
+  bool found = false;
+  for (const DeviceInfo& d : registeredDevices()) found |= d.name == "host";
+  EXPECT_TRUE(found);
+  auto dev = createDevice("host", 3);
+  EXPECT_EQ(dev->kind(), "host");
+}
+
+TEST(DeviceRegistry, AutoPicksCudaWhenAvailableElseHost) {
+  std::string expected = "host";
+  for (const DeviceInfo& d : registeredDevices())
+  {
+    std::string why;
+    if (d.name == "cuda" && d.available(&why)) expected = "cuda";
+  }
+  EXPECT_EQ(createDevice("auto", 0)->kind(), expected);
+}
+
+TEST(DeviceRegistry, UnknownDeviceListsTheKnownOnes) {
+  std::string msg = messageOf([] { createDevice("tpu", 0); });
+  EXPECT_NE(msg.find("--device tpu: unknown device"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("\"host\""), std::string::npos) << msg;
+  EXPECT_THROW(createDevice("tpu", 0), UsageError);
+}
+
+TEST(DeviceRegistry, UnavailableDeviceSaysWhy) {
+  static bool registered = false;  // gtest may repeat the test in one process
+  if (!registered) {
+    registerDevice(DeviceInfo{"test-unavailable",
+                              [](std::string* why) {
+                                if (why) *why = "no such hardware in tests";
+                                return false;
+                              },
+                              [](int) -> std::unique_ptr<Device> { return nullptr; }});
+    registered = true;
+  }
+  std::string msg = messageOf([] { createDevice("test-unavailable", 0); });
+  EXPECT_EQ(msg, "--device test-unavailable: not available: no such hardware in tests");
+  EXPECT_THROW(createDevice("test-unavailable", 0), UsageError);
+  EXPECT_THROW(registerDevice(DeviceInfo{"host", [](std::string*) { return true; },
+                                         [](int) { return std::unique_ptr<Device>(); }}),
+               UsageError);
+}
+
+}  // namespace
+}  // namespace hir
