@@ -1,0 +1,84 @@
+// The HostIrEvaluator: runs a lowered program on one rank.
+//
+//   hir::Session session(*hir::createMpiBootstrap());
+//   hir::Evaluator ev(session, program);      // validate, check, lower, set up
+//   ev.bind("x", my_device_ptr, bytes);        // optional, inputs/outputs
+//   ev.run(my_stream);                         // enqueue; no host sync
+//   ev.synchronize();                          // only if the host needs it
+//   hir::RunReport r = ev.report();            // check results
+//
+// run() enqueues the whole program and returns without blocking the host
+// (unless the program has a host-mode wait): work goes on the device's
+// streams, communications on the backends' streams, and every dependency is a
+// recorded event. When run() returns, the caller's stream (or stream 0) waits
+// for everything the run enqueued.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "ir/nodes.h"
+
+namespace hir {
+
+class Session;
+struct Plan;
+
+struct EvaluatorOptions {
+  std::chrono::milliseconds timeout{300000};  // every host wait
+  bool check_schedule = true;                 // run the cross-rank check at load
+};
+
+struct CheckFailure {
+  int rank = 0;
+  std::string path;     // node path of the check
+  std::string tensor;   // reference as written
+  std::string context;  // loop indices of the first failing execution, "i=1, j=0"
+  uint64_t mismatches = 0;
+  struct Element {
+    int64_t index;
+    double got, expected;
+  };
+  std::vector<Element> first;  // the first few of that execution
+};
+
+struct RunReport {
+  uint64_t checks_run = 0;      // check executions, all runs so far
+  uint64_t elements_checked = 0;
+  std::vector<CheckFailure> failures;  // this rank's
+  bool ok() const { return failures.empty(); }
+  std::string format() const;          // one failure per line
+};
+
+class Evaluator {
+ public:
+  Evaluator(Session& session, const Program& program, const EvaluatorOptions& options = {});
+  ~Evaluator();
+  Evaluator(const Evaluator&) = delete;
+  Evaluator& operator=(const Evaluator&) = delete;
+
+  // Binds a caller-owned buffer to an input or output allocation. It must
+  // hold at least the allocation's bytes when the Allocate node runs.
+  void bind(std::string_view name, void* data, std::size_t bytes);
+
+  // Enqueues one run on `stream` (cudaStream_t for cuda; nullptr: stream 0).
+  void run(void* stream = nullptr);
+  // Blocks until all work of the runs so far completed (with the timeout).
+  void synchronize();
+  // Check results so far; call after synchronize().
+  RunReport report() const;
+
+  const Plan& plan() const;
+  // Exchanges done by share_mem_handles so far (ipc), for tests.
+  int64_t exchanges() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace hir
