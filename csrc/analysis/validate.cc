@@ -624,6 +624,10 @@ void checkHeader(const Program& program, const ValidateOptions& options,
     issues.push_back({"/world_size", fmt::format("the program needs world size {}; it is run "
                                                  "with {}",
                                                  *program.world_size, options.world)});
+  if (program.min_world_size && options.world < *program.min_world_size)
+    issues.push_back({"/min_world_size",
+                      fmt::format("the program needs at least {} ranks; it is run with {}",
+                                  *program.min_world_size, options.world)});
   std::set<std::string> seen;
   for (const Param& p : program.params) {
     std::string at = fieldPath("/params", p.name);

@@ -186,6 +186,11 @@ ProgramBuilder& ProgramBuilder::worldSize(int64_t world) {
   return *this;
 }
 
+ProgramBuilder& ProgramBuilder::minWorldSize(int64_t world) {
+  program_.min_world_size = world;
+  return *this;
+}
+
 ProgramBuilder& ProgramBuilder::input(std::string name) {
   program_.inputs.push_back(std::move(name));
   return *this;

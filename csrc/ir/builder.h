@@ -86,6 +86,7 @@ class ProgramBuilder : private detail::ProgramHolder, public BodyBuilder {
   ProgramBuilder& operator=(const ProgramBuilder&) = delete;
   ProgramBuilder& param(std::string name, int64_t value);
   ProgramBuilder& worldSize(int64_t world);
+  ProgramBuilder& minWorldSize(int64_t world);
   ProgramBuilder& input(std::string name);
   ProgramBuilder& output(std::string name);
   const Program& program() const { return program_; }

@@ -381,6 +381,7 @@ void fields(auto& v, Is<Program> auto& p) {
   static const Program d;
   v.required("name", p.name, kString);
   v.optional("world_size", p.world_size, IntCodec{1});
+  v.optional("min_world_size", p.min_world_size, IntCodec{1});
   v.optional("params", p.params, ParamsCodec{}, d.params);
   v.optional("inputs", p.inputs, kNameList, d.inputs);
   v.optional("outputs", p.outputs, kNameList, d.outputs);

@@ -232,7 +232,8 @@ struct Param {
 
 struct Program {
   std::string name;
-  std::optional<int64_t> world_size;  // runs only at this world size
+  std::optional<int64_t> world_size;      // runs only at this world size
+  std::optional<int64_t> min_world_size;  // runs only at this world size or more
   std::vector<Param> params;          // in file order
   std::vector<std::string> inputs;    // allocations a caller may bind
   std::vector<std::string> outputs;

@@ -122,6 +122,7 @@ class Lister {
 std::string header(const Program& p) {
   std::string out = fmt::format("program {}\n", p.name);
   if (p.world_size) out += fmt::format("world_size {}\n", *p.world_size);
+  if (p.min_world_size) out += fmt::format("min_world_size {}\n", *p.min_world_size);
   if (!p.params.empty()) {
     std::vector<std::string> params;
     for (const Param& param : p.params) params.push_back(fmt::format("{} = {}", param.name, param.value));

@@ -94,6 +94,12 @@ TEST(Validate, MatchingWorldSizeIsAccepted) {
   EXPECT_TRUE(issues.empty()) << show(issues);
 }
 
+TEST(Validate, WorldBelowMinWorldSizeIsRejected) {
+  Issues issues = issuesOf(doc(kAlloc, "{\"n\": 8}", ", \"min_world_size\": 3"), 2);
+  EXPECT_TRUE(hasIssue(issues, "/min_world_size", "needs at least 3 ranks; it is run with 2"));
+  EXPECT_TRUE(issuesOf(doc(kAlloc, "{\"n\": 8}", ", \"min_world_size\": 3"), 3).empty());
+}
+
 TEST(Validate, ParamNamedRankIsRejected) {
   // Built in C++: the JSON loader may already refuse this name.
   Program p;

@@ -29,7 +29,7 @@ TEST(Builder, RingAllgatherEqualsTheParsedProgram) {
 // teams, backends, protocols, nested loops, if/else and a group.
 Program buildEveryNode() {
   ProgramBuilder b("every_node");
-  b.worldSize(4).param("n", 8).param("chunks", 2).input("x").output("y");
+  b.worldSize(4).minWorldSize(2).param("n", 8).param("chunks", 2).input("x").output("y");
   b.allocate("x", DType::Float32, {"world", "n"})
       .allocate("y", DType::BFloat16, {"world", "n"})
       .allocate("z", DType::Int64, {4, "n * chunks"});

@@ -34,6 +34,7 @@ inline constexpr const char* kEveryNodeJson = R"json({
   "format": "hostir/1",
   "name": "every_node",
   "world_size": 4,
+  "min_world_size": 2,
   "params": {"n": 8, "chunks": 2},
   "inputs": ["x"],
   "outputs": ["y"],

@@ -155,7 +155,7 @@ TEST(Json, UnknownTopLevelKeyListsTheAcceptedKeys) {
   ParseError e = parseError(R"({"format": "hostir/1", "name": "t", "body": [], "bodyy": []})");
   EXPECT_EQ(e.pointer(), "/bodyy");
   EXPECT_STREQ(e.what(),
-               "/bodyy: unknown key 'bodyy' in program; expected one of: format, name, world_size, "
+               "/bodyy: unknown key 'bodyy' in program; expected one of: format, name, world_size, min_world_size, "
                "params, inputs, outputs, body");
 }
 
