@@ -1,0 +1,656 @@
+// The NCCL backend (see nccl_backend.h).
+#include "backends/nccl/nccl_backend.h"
+
+#include <cuda_runtime_api.h>
+#include <nccl.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <vector>
+
+#include "common/error.h"
+#include "device/cuda/cuda_impl.h"
+#include "runtime/bootstrap.h"
+
+namespace hir {
+
+namespace {
+
+constexpr int kAutoPriority = 10;
+// Alignment of the pieces of the scratch buffer (CUDA's allocation alignment).
+constexpr std::size_t kScratchAlignment = 256;
+
+std::string_view functionName(const char* call) {
+  std::string_view text(call);
+  std::size_t paren = text.find('(');
+  return paren == std::string_view::npos ? text : text.substr(0, paren);
+}
+
+[[noreturn]] void throwNcclError(ncclResult_t r, const char* call, int rank,
+                                 std::string_view path) {
+  const char* last = ncclGetLastError(nullptr);
+  throw BackendError(fmt::format("nccl: {} failed on rank {} at {}: {}{}{}", functionName(call),
+                                 rank, path.empty() ? "setup" : path, ncclGetErrorString(r),
+                                 last && *last ? "; " : "", last ? last : ""));
+}
+
+inline void ncclCheck(ncclResult_t r, const char* call, int rank, std::string_view path) {
+  if (r != ncclSuccess) throwNcclError(r, call, rank, path);
+}
+
+#define HIR_NCCL_CHECK(call, rank, path) ncclCheck((call), #call, (rank), (path))
+
+ncclDataType_t ncclType(DType t) {
+  switch (t) {
+    case DType::Float32: return ncclFloat32;
+    case DType::Float64: return ncclFloat64;
+    case DType::Float16: return ncclFloat16;
+    case DType::BFloat16: return ncclBfloat16;
+    case DType::Int32: return ncclInt32;
+    case DType::Int64: return ncclInt64;
+    case DType::UInt8: return ncclUint8;
+  }
+  HIR_INTERNAL_ASSERT(false, "nccl: unhandled dtype {}", static_cast<int>(t));
+}
+
+ncclRedOp_t ncclOp(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::Sum: return ncclSum;
+    case ReduceOp::Prod: return ncclProd;
+    case ReduceOp::Min: return ncclMin;
+    case ReduceOp::Max: return ncclMax;
+    case ReduceOp::Avg: return ncclAvg;
+  }
+  HIR_INTERNAL_ASSERT(false, "nccl: unhandled reduce op {}", static_cast<int>(op));
+}
+
+bool overlaps(const void* a, std::size_t a_bytes, const void* b, std::size_t b_bytes) {
+  if (a == nullptr || b == nullptr || a_bytes == 0 || b_bytes == 0) return false;
+  auto pa = reinterpret_cast<uintptr_t>(a);
+  auto pb = reinterpret_cast<uintptr_t>(b);
+  return pa < pb + b_bytes && pb < pa + a_bytes;
+}
+
+const char* at(const void* base, std::size_t offset) {
+  return static_cast<const char*>(base) + offset;
+}
+char* at(void* base, std::size_t offset) { return static_cast<char*>(base) + offset; }
+
+// One team's communicator as seen by this rank.
+struct TeamComm {
+  ncclComm_t comm = nullptr;  // null: this rank is not a member
+  int rank = -1;              // this rank's team rank (== communicator rank)
+  int size = 0;
+  bool owned = false;  // false when it reuses an earlier team's communicator
+};
+
+// ncclGroupStart now, ncclGroupEnd at end() or, after an exception, in the
+// destructor (so the group depth stays balanced for the next post).
+class Group {
+ public:
+  Group(int rank, std::string_view path) : rank_(rank), path_(path) {
+    HIR_NCCL_CHECK(ncclGroupStart(), rank_, path_);
+  }
+  void end() {
+    open_ = false;
+    HIR_NCCL_CHECK(ncclGroupEnd(), rank_, path_);
+  }
+  ~Group() {
+    if (open_) (void)ncclGroupEnd();
+  }
+  Group(const Group&) = delete;
+  Group& operator=(const Group&) = delete;
+
+ private:
+  int rank_;
+  std::string_view path_;
+  bool open_ = true;
+};
+
+}  // namespace
+
+struct NcclBackend::State {
+  bool ready = false;  // setup() done
+  int rank = -1;
+  int world = 0;
+  int ordinal = -1;
+  Duration timeout{300000};
+  std::vector<TeamComm> teams;
+  cudaStream_t stream = nullptr;
+  cudaEvent_t inputs_ready = nullptr;  // re-recorded by every post
+
+  // Scratch for inputs that overlap outputs. Outgrown buffers may still be
+  // read by enqueued work: they are kept until destruction.
+  void* scratch = nullptr;
+  std::size_t scratch_bytes = 0;
+  std::size_t scratch_used = 0;  // within the current post
+  std::vector<void*> retired;
+
+  std::atomic<bool> aborted{false};
+
+  // The caller stream whose work the backend stream last joined (the
+  // counter's identity, null: none or untracked) and its work count then.
+  // While it has not changed, a post needs no new record + wait.
+  const void* joined_stream = nullptr;
+  uint64_t joined_work = 0;
+  bool always_join = false;  // HIR_NCCL_ALWAYS_JOIN=1: never skip (diagnosis)
+
+  void* scratchFor(std::size_t bytes, std::string_view path) {
+    std::size_t offset = (scratch_used + kScratchAlignment - 1) / kScratchAlignment *
+                         kScratchAlignment;
+    if (scratch == nullptr || offset + bytes > scratch_bytes) {
+      if (scratch) retired.push_back(scratch);
+      scratch = nullptr;
+      std::size_t capacity = std::max(bytes, 2 * scratch_bytes);
+      cudaError_t err = cudaMalloc(&scratch, capacity);
+      if (err != cudaSuccess) {
+        scratch = nullptr;
+        scratch_bytes = 0;
+        (void)cudaGetLastError();
+        throw BackendError(fmt::format(
+            "nccl: cudaMalloc of a {}-byte scratch buffer failed on rank {} (device {}) at {}: "
+            "{}",
+            capacity, rank, ordinal, path, cudaGetErrorString(err)));
+      }
+      scratch_bytes = capacity;
+      offset = 0;
+    }
+    scratch_used = offset + bytes;
+    return at(scratch, offset);
+  }
+
+  // The buffer the op should read: `in` itself, or, when it overlaps `out`
+  // other than in NCCL's in-place layout, a copy of it in scratch (enqueued on
+  // the backend stream, so it runs before the op).
+  const void* separate(const void* in, std::size_t in_bytes, const void* out,
+                       std::size_t out_bytes, bool nccl_in_place, std::string_view path) {
+    if (nccl_in_place || !overlaps(in, in_bytes, out, out_bytes)) return in;
+    void* copy = scratchFor(in_bytes, path);
+    copyOnStream(copy, in, in_bytes, path);
+    return copy;
+  }
+
+  void copyOnStream(void* dst, const void* src, std::size_t bytes, std::string_view path) {
+    if (bytes == 0 || dst == src) return;
+    cudaError_t err = cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream);
+    if (err != cudaSuccess) {
+      (void)cudaGetLastError();
+      throw BackendError(fmt::format("nccl: cudaMemcpyAsync of {} bytes failed on rank {} at {}: {}",
+                                     bytes, rank, path, cudaGetErrorString(err)));
+    }
+  }
+
+  const TeamComm& teamOf(const PostArgs& op, std::string_view path) const {
+    // Send and recv name their peer by world rank: they use the world.
+    int team = isPointToPoint(op.type) ? 0 : op.team;
+    HIR_INTERNAL_ASSERT(team >= 0 && team < static_cast<int>(teams.size()),
+                        "{}: nccl post of {} names team {}, but setup made {} team(s)", path,
+                        toString(op.type), op.team, teams.size());
+    const TeamComm& t = teams[team];
+    HIR_INTERNAL_ASSERT(t.comm != nullptr,
+                        "{}: rank {} posts a {} in team {}, of which it is not a member", path,
+                        rank, toString(op.type), team);
+    return t;
+  }
+
+  void enqueue(const PostArgs& op);
+  void enqueueGather(const PostArgs& op, const TeamComm& t, std::string_view path);
+  void enqueueScatter(const PostArgs& op, const TeamComm& t, std::string_view path);
+  void enqueueAlltoall(const PostArgs& op, const TeamComm& t, std::string_view path);
+
+  void setupTeams(const BackendContext& ctx);
+  void connectPeers();
+  // Waits for the work enqueued so far on the backend stream: false on
+  // timeout; BackendError when CUDA reports an error.
+  bool drainStream(Duration limit) {
+    cudaEvent_t e = nullptr;
+    HIR_CUDA_CHECK(ordinal, cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+    struct Destroy {
+      cudaEvent_t e;
+      ~Destroy() { (void)cudaEventDestroy(e); }
+    } destroy{e};
+    HIR_CUDA_CHECK(ordinal, cudaEventRecord(e, stream));
+    return cuda::pollEvent(e, limit, ordinal);
+  }
+  void abortAll();
+  void release();
+};
+
+// ------------------------------------------------------------------- enqueue
+
+void NcclBackend::State::enqueue(const PostArgs& op) {
+  const std::string_view path = op.path ? op.path : "";
+  const TeamComm& t = teamOf(op, path);
+  const ncclDataType_t dt = ncclType(op.dtype);
+  const std::size_t chunk = op.count * dtypeSize(op.dtype);
+  const std::size_t n = static_cast<std::size_t>(t.size);
+  const std::size_t me = static_cast<std::size_t>(t.rank);
+  if (hasRoot(op.type))
+    HIR_INTERNAL_ASSERT(op.root >= 0 && op.root < t.size,
+                        "{}: nccl {} root {} is outside the team of {} rank(s)", path,
+                        toString(op.type), op.root, t.size);
+  if (isPointToPoint(op.type))
+    HIR_INTERNAL_ASSERT(op.peer >= 0 && op.peer < world,
+                        "{}: nccl {} peer {} is outside the world of {} rank(s)", path,
+                        toString(op.type), op.peer, world);
+  const bool is_root = hasRoot(op.type) && op.root == t.rank;
+
+  switch (op.type) {
+    case CommType::Allreduce: {
+      const void* in =
+          separate(op.input, chunk, op.output, chunk, op.input == op.output, path);
+      HIR_NCCL_CHECK(ncclAllReduce(in, op.output, op.count, dt, ncclOp(op.reduce), t.comm, stream),
+                     rank, path);
+      return;
+    }
+    case CommType::Allgather: {
+      const void* in = separate(op.input, chunk, op.output, n * chunk,
+                                op.input == at(op.output, me * chunk), path);
+      HIR_NCCL_CHECK(ncclAllGather(in, op.output, op.count, dt, t.comm, stream), rank, path);
+      return;
+    }
+    case CommType::ReduceScatter: {
+      const void* in = separate(op.input, n * chunk, op.output, chunk,
+                                op.output == at(op.input, me * chunk), path);
+      HIR_NCCL_CHECK(
+          ncclReduceScatter(in, op.output, op.count, dt, ncclOp(op.reduce), t.comm, stream),
+          rank, path);
+      return;
+    }
+    case CommType::Broadcast: {
+      // Only the root reads its input; elsewhere pass the output (the
+      // in-place form), so that a null input is never handed to NCCL.
+      const void* in = is_root ? separate(op.input, chunk, op.output, chunk,
+                                          op.input == op.output, path)
+                               : op.output;
+      HIR_NCCL_CHECK(ncclBroadcast(in, op.output, op.count, dt, op.root, t.comm, stream), rank,
+                     path);
+      return;
+    }
+    case CommType::Reduce: {
+      // Only the root writes its output; elsewhere it may be null.
+      const void* in = is_root ? separate(op.input, chunk, op.output, chunk,
+                                          op.input == op.output, path)
+                               : op.input;
+      void* out = op.output ? op.output : const_cast<void*>(op.input);
+      HIR_NCCL_CHECK(
+          ncclReduce(in, out, op.count, dt, ncclOp(op.reduce), op.root, t.comm, stream), rank,
+          path);
+      return;
+    }
+    case CommType::Gather: return enqueueGather(op, t, path);
+    case CommType::Scatter: return enqueueScatter(op, t, path);
+    case CommType::Alltoall: return enqueueAlltoall(op, t, path);
+    case CommType::Send:
+      HIR_NCCL_CHECK(ncclSend(op.input, op.count, dt, op.peer, t.comm, stream), rank, path);
+      return;
+    case CommType::Recv:
+      HIR_NCCL_CHECK(ncclRecv(op.output, op.count, dt, op.peer, t.comm, stream), rank, path);
+      return;
+  }
+  HIR_INTERNAL_ASSERT(false, "{}: nccl: unhandled communication type {}", path,
+                      static_cast<int>(op.type));
+}
+
+// Root receives every member's chunk at output + r * chunk, its own through
+// a send/recv to itself (NCCL copies it inside the group's kernel, which a
+// separate memcpy would serialize with); the others send.
+void NcclBackend::State::enqueueGather(const PostArgs& op, const TeamComm& t,
+                                       std::string_view path) {
+  const ncclDataType_t dt = ncclType(op.dtype);
+  const std::size_t chunk = op.count * dtypeSize(op.dtype);
+  Group group(rank, path);
+  if (op.root != t.rank) {
+    HIR_NCCL_CHECK(ncclSend(op.input, op.count, dt, op.root, t.comm, stream), rank, path);
+  } else {
+    const std::size_t n = static_cast<std::size_t>(t.size);
+    void* own = at(op.output, static_cast<std::size_t>(t.rank) * chunk);
+    const void* in = separate(op.input, chunk, op.output, n * chunk, op.input == own, path);
+    for (int r = 0; r < t.size; ++r) {
+      void* dst = at(op.output, static_cast<std::size_t>(r) * chunk);
+      if (r == t.rank) {
+        if (in == dst) continue;  // in place
+        HIR_NCCL_CHECK(ncclSend(in, op.count, dt, r, t.comm, stream), rank, path);
+      }
+      HIR_NCCL_CHECK(ncclRecv(dst, op.count, dt, r, t.comm, stream), rank, path);
+    }
+  }
+  group.end();
+}
+
+// Root sends input + r * chunk to every member, itself included unless in
+// place; the others receive.
+void NcclBackend::State::enqueueScatter(const PostArgs& op, const TeamComm& t,
+                                        std::string_view path) {
+  const ncclDataType_t dt = ncclType(op.dtype);
+  const std::size_t chunk = op.count * dtypeSize(op.dtype);
+  Group group(rank, path);
+  if (op.root != t.rank) {
+    HIR_NCCL_CHECK(ncclRecv(op.output, op.count, dt, op.root, t.comm, stream), rank, path);
+  } else {
+    const std::size_t n = static_cast<std::size_t>(t.size);
+    const std::size_t own = static_cast<std::size_t>(t.rank) * chunk;
+    // An output that overlaps another member's chunk would be overwritten
+    // while that chunk is sent: such an input is staged.
+    const void* in = separate(op.input, n * chunk, op.output, chunk,
+                              op.output == at(op.input, own), path);
+    for (int r = 0; r < t.size; ++r) {
+      const void* src = at(in, static_cast<std::size_t>(r) * chunk);
+      if (r == t.rank) {
+        if (src == op.output) continue;  // in place
+        HIR_NCCL_CHECK(ncclRecv(op.output, op.count, dt, r, t.comm, stream), rank, path);
+      }
+      HIR_NCCL_CHECK(ncclSend(src, op.count, dt, r, t.comm, stream), rank, path);
+    }
+  }
+  group.end();
+}
+
+// Every member sends input + r * chunk to r and receives r's chunk at
+// output + r * chunk, itself included (as nccl-tests does). In place (or any
+// overlap) reads from a staged copy of the input.
+void NcclBackend::State::enqueueAlltoall(const PostArgs& op, const TeamComm& t,
+                                         std::string_view path) {
+  const ncclDataType_t dt = ncclType(op.dtype);
+  const std::size_t chunk = op.count * dtypeSize(op.dtype);
+  const std::size_t n = static_cast<std::size_t>(t.size);
+  const void* in = separate(op.input, n * chunk, op.output, n * chunk, false, path);
+  Group group(rank, path);
+  for (int r = 0; r < t.size; ++r) {
+    const std::size_t offset = static_cast<std::size_t>(r) * chunk;
+    HIR_NCCL_CHECK(ncclSend(at(in, offset), op.count, dt, r, t.comm, stream), rank, path);
+    HIR_NCCL_CHECK(ncclRecv(at(op.output, offset), op.count, dt, r, t.comm, stream), rank, path);
+  }
+  group.end();
+}
+
+// --------------------------------------------------------------------- setup
+
+namespace {
+
+// What rank 0 broadcasts: the unique id, or why it could not make one (so
+// that the other ranks fail too instead of waiting forever in init).
+struct IdMessage {
+  int ok = 0;
+  char error[400] = {};
+  ncclUniqueId id{};
+};
+
+void checkTeams(const BackendContext& ctx, int world) {
+  HIR_INTERNAL_ASSERT(!ctx.teams.empty(), "nccl setup: no teams (teams[0] must be the world)");
+  HIR_INTERNAL_ASSERT(static_cast<int>(ctx.teams[0].size()) == world,
+                      "nccl setup: teams[0] has {} ranks, the world {}", ctx.teams[0].size(),
+                      world);
+  for (int r = 0; r < world; ++r)
+    HIR_INTERNAL_ASSERT(ctx.teams[0][r] == r, "nccl setup: teams[0] is not the world in order");
+  for (std::size_t t = 0; t < ctx.teams.size(); ++t) {
+    std::vector<int> sorted = ctx.teams[t];
+    std::sort(sorted.begin(), sorted.end());
+    HIR_INTERNAL_ASSERT(!sorted.empty() && sorted.front() >= 0 && sorted.back() < world &&
+                            std::adjacent_find(sorted.begin(), sorted.end()) == sorted.end(),
+                        "nccl setup: team {} is not a set of distinct ranks of the world", t);
+  }
+}
+
+}  // namespace
+
+void NcclBackend::State::setupTeams(const BackendContext& ctx) {
+  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+  config.blocking = 1;
+
+  IdMessage message;
+  if (rank == 0) {
+    ncclResult_t r = ncclGetUniqueId(&message.id);
+    message.ok = r == ncclSuccess;
+    if (!message.ok)
+      std::snprintf(message.error, sizeof(message.error), "%s; %s", ncclGetErrorString(r),
+                    ncclGetLastError(nullptr));
+  }
+  ctx.bootstrap->broadcast(&message, sizeof(message), 0);
+  HIR_CHECK_AS(BackendError, message.ok, "nccl: ncclGetUniqueId failed on rank 0 at setup: {}",
+               message.error);
+
+  TeamComm world_comm;
+  HIR_NCCL_CHECK(ncclCommInitRankConfig(&world_comm.comm, world, message.id, rank, &config), rank,
+                 "setup");
+  world_comm.rank = rank;
+  world_comm.size = world;
+  world_comm.owned = true;
+  teams.push_back(world_comm);
+  connectPeers();
+
+  // Every rank takes part in every split, members or not, in team order.
+  for (std::size_t t = 1; t < ctx.teams.size(); ++t) {
+    const std::vector<int>& members = ctx.teams[t];
+    auto same = std::find(ctx.teams.begin(), ctx.teams.begin() + t, members);
+    if (same != ctx.teams.begin() + t) {
+      TeamComm shared = teams[same - ctx.teams.begin()];
+      shared.owned = false;
+      teams.push_back(shared);
+      continue;
+    }
+    auto it = std::find(members.begin(), members.end(), rank);
+    const bool member = it != members.end();
+    const int index = member ? static_cast<int>(it - members.begin()) : 0;
+    TeamComm team;
+    HIR_NCCL_CHECK(ncclCommSplit(teams[0].comm, member ? 0 : NCCL_SPLIT_NOCOLOR, index,
+                                 &team.comm, &config),
+                   rank, fmt::format("setup (team {})", t));
+    team.owned = team.comm != nullptr;
+    team.size = static_cast<int>(members.size());
+    team.rank = member ? index : -1;
+    if (member) {
+      HIR_CHECK_AS(BackendError, team.comm != nullptr,
+                   "nccl: ncclCommSplit gave rank {} no communicator for team {}", rank, t);
+      int comm_rank = -1;
+      HIR_NCCL_CHECK(ncclCommUserRank(team.comm, &comm_rank), rank, "setup");
+      HIR_INTERNAL_ASSERT(comm_rank == index,
+                          "nccl: team {} communicator rank {} differs from team rank {}", t,
+                          comm_rank, index);
+    } else {
+      team.comm = nullptr;
+    }
+    teams.push_back(team);
+  }
+}
+
+// NCCL connects a pair's point-to-point channels on first use, with a host
+// handshake between the two ranks inside the send or recv call. Two ranks
+// that each post a send to the other before the matching recv (a ring of
+// ungrouped sends) would then block each other's host for ever in post().
+// A grouped one-byte exchange with every peer at setup makes those
+// connections now (all of a peer's channels at once), so that later posts
+// never wait on a peer's host. Collectives need no such step: every rank
+// reaches them in the same order.
+void NcclBackend::State::connectPeers() {
+  if (world < 2) return;
+  const ncclComm_t comm = teams[0].comm;
+  // Kept in `retired` (freed at teardown): cudaFree would wait for the
+  // exchange even when it never completes.
+  void* bytes = nullptr;
+  HIR_CUDA_CHECK(ordinal, cudaMalloc(&bytes, static_cast<std::size_t>(world) + 1));
+  retired.push_back(bytes);
+  HIR_CUDA_CHECK(ordinal, cudaMemsetAsync(bytes, 0, static_cast<std::size_t>(world) + 1, stream));
+  Group group(rank, "setup (connecting peers)");
+  for (int peer = 0; peer < world; ++peer) {
+    if (peer == rank) continue;
+    HIR_NCCL_CHECK(ncclSend(bytes, 1, ncclUint8, peer, comm, stream), rank, "setup");
+    HIR_NCCL_CHECK(ncclRecv(at(bytes, 1 + static_cast<std::size_t>(peer)), 1, ncclUint8, peer,
+                            comm, stream),
+                   rank, "setup");
+  }
+  group.end();
+  HIR_CHECK_AS(TimeoutError, drainStream(timeout),
+               "nccl: connecting rank {} to its peers did not complete within {} ms", rank,
+               timeout.count());
+}
+
+void NcclBackend::State::abortAll() {
+  if (aborted.exchange(true)) return;
+  for (TeamComm& t : teams) {
+    if (!t.owned || t.comm == nullptr) continue;
+    ncclResult_t r = ncclCommAbort(t.comm);
+    if (r != ncclSuccess)
+      std::fprintf(stderr, "hostir: nccl: ncclCommAbort failed on rank %d: %s\n", rank,
+                   ncclGetErrorString(r));
+  }
+}
+
+// Teardown without exceptions: drain the stream, destroy (or, when the
+// stream does not drain, abort) the communicators, free the scratch.
+void NcclBackend::State::release() {
+  if (ordinal < 0) return;  // setup never reached the device
+  int current = -1;
+  if (cudaGetDevice(&current) != cudaSuccess || current != ordinal) (void)cudaSetDevice(ordinal);
+  bool drained = false;
+  if (stream && !aborted.load()) {
+    std::string why;
+    try {
+      drained = drainStream(timeout);
+      if (!drained)
+        why = fmt::format("communications still pending after {} ms", timeout.count());
+    } catch (const std::exception& e) {
+      why = e.what();  // e.g. a sticky CUDA error: nothing will complete
+    }
+    if (!drained) {
+      std::fprintf(stderr,
+                   "hostir: nccl backend teardown on rank %d: %s; aborting the communicators\n",
+                   rank, why.c_str());
+      abortAll();
+    }
+  }
+  if (!aborted.load()) {
+    // Split communicators before the world, in the same order on every rank
+    // (ncclCommDestroy is an intra-node collective).
+    for (auto it = teams.rbegin(); it != teams.rend(); ++it) {
+      if (!it->owned || it->comm == nullptr) continue;
+      ncclResult_t r = ncclCommDestroy(it->comm);
+      if (r != ncclSuccess)
+        std::fprintf(stderr, "hostir: nccl: ncclCommDestroy failed on rank %d: %s\n", rank,
+                     ncclGetErrorString(r));
+    }
+  }
+  teams.clear();
+  if (drained || !stream) {
+    if (scratch) (void)cudaFree(scratch);
+    for (void* p : retired) (void)cudaFree(p);
+  }
+  scratch = nullptr;
+  retired.clear();
+  if (inputs_ready) (void)cudaEventDestroy(inputs_ready);
+  if (stream) (void)cudaStreamDestroy(stream);
+  inputs_ready = nullptr;
+  stream = nullptr;
+  (void)cudaGetLastError();
+}
+
+// ------------------------------------------------------------------- backend
+
+NcclBackend::NcclBackend() : state_(std::make_unique<State>()) {}
+
+NcclBackend::~NcclBackend() { state_->release(); }
+
+void NcclBackend::setup(const BackendContext& ctx) {
+  State& s = *state_;
+  HIR_INTERNAL_ASSERT(!s.ready && s.ordinal < 0, "nccl backend set up twice");
+  HIR_INTERNAL_ASSERT(ctx.device != nullptr && ctx.bootstrap != nullptr,
+                      "nccl setup without a device or a bootstrap");
+  HIR_CHECK_AS(BackendError, ctx.device->kind() == "cuda",
+               "nccl: the nccl backend runs on the cuda device, not on '{}'", ctx.device->kind());
+  s.rank = ctx.bootstrap->rank();
+  s.world = ctx.bootstrap->world();
+  s.timeout = ctx.timeout;
+  checkTeams(ctx, s.world);
+
+  // hostir never uses NVLink multicast; respect an explicit user setting.
+  if (std::getenv("NCCL_NVLS_ENABLE") == nullptr) setenv("NCCL_NVLS_ENABLE", "0", 0);
+
+  const int ordinal = cuda::deviceOrdinal(*ctx.device);
+  cuda::activate(ordinal);
+  s.ordinal = ordinal;
+  HIR_CUDA_CHECK(ordinal, cudaStreamCreateWithFlags(&s.stream, cudaStreamNonBlocking));
+  HIR_CUDA_CHECK(ordinal, cudaEventCreateWithFlags(&s.inputs_ready, cudaEventDisableTiming));
+  const char* always_join = std::getenv("HIR_NCCL_ALWAYS_JOIN");
+  s.always_join = always_join != nullptr && std::strcmp(always_join, "0") != 0;
+  s.setupTeams(ctx);
+  device_ = ctx.device;
+  s.ready = true;
+}
+
+void NcclBackend::post(std::span<const PostArgs> ops, Stream& current, Event& done) {
+  State& s = *state_;
+  const std::string_view path = !ops.empty() && ops[0].path ? ops[0].path : "";
+  HIR_INTERNAL_ASSERT(s.ready, "{}: nccl post before setup", path);
+  HIR_CHECK_AS(BackendError, !s.aborted.load(),
+               "nccl: cannot post at {} on rank {}: the communicators were aborted", path,
+               s.rank);
+  cuda::activate(s.ordinal);
+  cuda::CudaStream& caller = cuda::cudaStream(current, "nccl post");
+  cudaEvent_t done_event = cuda::nativeEvent(done, "nccl post");
+
+  // The inputs are ready once the caller's stream reaches this point: the
+  // backend stream waits on an event recorded there. Skipped when nothing
+  // reached that (tracked) stream since the backend stream last joined it,
+  // other than stream waits on this backend's own completions (see wait()):
+  // the backend stream is already ordered after all of it.
+  const bool joined = !s.always_join && caller.tracked() &&
+                      caller.counterId() == s.joined_stream && caller.work() == s.joined_work;
+  if (!joined) {
+    HIR_CUDA_CHECK(s.ordinal, cudaEventRecord(s.inputs_ready, caller.native()));
+    HIR_CUDA_CHECK(s.ordinal, cudaStreamWaitEvent(s.stream, s.inputs_ready, 0));
+    s.joined_stream = caller.counterId();
+    s.joined_work = caller.work();
+  }
+
+  s.scratch_used = 0;
+  if (ops.size() == 1) {
+    s.enqueue(ops[0]);
+  } else if (ops.size() > 1) {
+    Group group(s.rank, path);
+    for (const PostArgs& op : ops) s.enqueue(op);
+    group.end();
+  }
+  HIR_CUDA_CHECK(s.ordinal, cudaEventRecord(done_event, s.stream));
+}
+
+// A stream-mode wait on one of this backend's completions adds nothing the
+// backend stream is not already ordered after: if the caller stream was
+// joined before it, it still is after it.
+void NcclBackend::wait(Event& done, Stream& current, WaitMode mode, Duration timeout) {
+  State& s = *state_;
+  if (mode != WaitMode::Stream) return Backend::wait(done, current, mode, timeout);
+  // Device::wait without its checks: this is the hot path of stream waits.
+  cuda::CudaStream& cs = cuda::cudaStream(current, "nccl wait");
+  const bool was_joined = cs.tracked() && cs.counterId() == s.joined_stream &&
+                          cs.work() == s.joined_work;
+  cuda::activate(s.ordinal);
+  HIR_CUDA_CHECK(s.ordinal,
+                 cudaStreamWaitEvent(cs.native(), cuda::nativeEvent(done, "nccl wait"), 0));
+  cs.noteWork();  // a new dependency of `current`, as Device::wait counts it
+  if (was_joined) s.joined_work = cs.work();
+}
+
+void NcclBackend::abort() { state_->abortAll(); }
+
+Support NcclBackend::supports(const SupportQuery& q) {
+  if (q.device != "cuda")
+    return {false, fmt::format("nccl runs on the cuda device only, not on '{}'", q.device)};
+  // Every communication type, dtype and reduce op of hostir maps to NCCL
+  // (gather, scatter and alltoall through grouped send/recv), and peers on
+  // other nodes are fine.
+  return {true, ""};
+}
+
+void registerNcclBackend() {
+  BackendInfo info;
+  info.name = "nccl";
+  info.supports = &NcclBackend::supports;
+  info.create = [] { return std::make_unique<NcclBackend>(); };
+  info.auto_priority = kAutoPriority;
+  registerBackend(std::move(info));
+}
+
+}  // namespace hir

@@ -1,0 +1,65 @@
+// The NCCL backend: GPU collectives and send/recv on the "cuda" device.
+//
+// - setup(): the world communicator (rank 0 makes the unique id, the bootstrap
+//   broadcasts it), then one ncclCommSplit of it per further team, in team
+//   order on every rank (a team equal to an earlier one reuses its
+//   communicator). Communicator rank == team rank. Unless the environment
+//   sets NCCL_NVLS_ENABLE, it is set to 0 first: hostir never uses NVLink
+//   multicast.
+// - post(): records an event on the caller's stream and makes the backend's
+//   own stream wait on it (never a host synchronization), enqueues the ops on
+//   the backend stream (an NCCL group when there are several), and records
+//   `done` there. gather, scatter and alltoall are grouped ncclSend/ncclRecv
+//   (each in its own nested group), the own chunk a send/recv to self.
+//   The record + wait is skipped when the caller stream is one of hostir's
+//   own (tracked, see device/cuda/cuda_impl.h) and nothing but stream waits on
+//   this backend's completions reached it since the last join: back-to-back
+//   communications then cost no extra event round trip between the streams.
+//   HIR_NCCL_ALWAYS_JOIN=1 disables the skip.
+//   An input that overlaps the output other than in NCCL's in-place layout is
+//   first copied to a scratch buffer of the backend (kept, grown on demand,
+//   freed at destruction).
+// - abort(): ncclCommAbort on every communicator; later posts throw.
+// - Destruction waits (with the setup timeout) for the backend stream, then
+//   destroys the communicators, which NCCL treats as an intra-node collective:
+//   every rank must destroy its backend. If the stream does not drain, the
+//   communicators are aborted instead.
+//
+// Destroy the backend before its device and before the bootstrap.
+#pragma once
+
+#include <memory>
+
+#include "backends/backend.h"
+
+namespace hir {
+
+class NcclBackend final : public Backend {
+ public:
+  NcclBackend();
+  ~NcclBackend() override;
+  NcclBackend(const NcclBackend&) = delete;
+  NcclBackend& operator=(const NcclBackend&) = delete;
+
+  std::string_view name() const override { return "nccl"; }
+  void setup(const BackendContext& ctx) override;
+  void post(std::span<const PostArgs> ops, Stream& current, Event& done) override;
+  // Backend::wait, plus bookkeeping that lets the next post skip a redundant
+  // join of the same stream. `done` must be an event of this backend's posts.
+  void wait(Event& done, Stream& current, WaitMode mode, Duration timeout) override;
+  void abort() override;
+
+  // "cuda" device only; every communication type, dtype and reduce op.
+  static Support supports(const SupportQuery& q);
+
+ private:
+  // NCCL and CUDA objects live in State so that this header needs neither.
+  struct State;
+  std::unique_ptr<State> state_;
+};
+
+// Adds "nccl" to the backend registry (auto priority 10). The registry calls
+// it on first use.
+void registerNcclBackend();
+
+}  // namespace hir

@@ -1,0 +1,598 @@
+// The CUDA device. See cuda_device.h for the behaviour and cuda_impl.h for
+// what other GPU code may use of it.
+#include "device/cuda/cuda_device.h"
+
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <new>
+#include <thread>
+#include <unordered_map>
+
+#include "common/error.h"
+#include "device/cuda/cuda_impl.h"
+#include "device/cuda/cuda_kernels.h"
+#include "device/cuda/driver_api.h"
+#include "device/cuda/test_kernels.h"
+
+namespace hir::cuda {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// "cudaMalloc(&p, n)" -> "cudaMalloc".
+std::string_view functionName(const char* call) {
+  std::string_view text(call);
+  std::size_t paren = text.find('(');
+  return paren == std::string_view::npos ? text : text.substr(0, paren);
+}
+
+// For destructors: never throws, ignores failures (after a sticky error
+// every call fails, and a destructor has nobody to report to).
+void activateQuietly(int ordinal) {
+  int current = -1;
+  if (cudaGetDevice(&current) != cudaSuccess || current != ordinal) (void)cudaSetDevice(ordinal);
+  (void)cudaGetLastError();
+}
+
+// Size of a zero-byte allocation: a real, unique block of CUDA's alignment.
+constexpr std::size_t kZeroByteAllocation = 256;
+// How long allocate() waits for its zeroing, and the destructor for the
+// default stream before it frees what was left allocated.
+constexpr Duration kHousekeepingTimeout = std::chrono::seconds(60);
+
+}  // namespace
+
+// ------------------------------------------------------------ shared helpers
+
+CudaStream::~CudaStream() {
+  if (!owned_) return;
+  activateQuietly(ordinal_);
+  (void)cudaStreamDestroy(native_);
+  (void)cudaGetLastError();
+}
+
+CudaEvent::~CudaEvent() {
+  activateQuietly(ordinal_);
+  (void)cudaEventDestroy(native_);
+  (void)cudaGetLastError();
+}
+
+CudaStream& cudaStream(Stream& s, const char* what) {
+  auto* cs = dynamic_cast<CudaStream*>(&s);
+  HIR_INTERNAL_ASSERT(cs != nullptr, "{}: the stream does not belong to a cuda device", what);
+  return *cs;
+}
+
+cudaStream_t nativeStream(Stream& s, const char* what) { return cudaStream(s, what).native(); }
+
+cudaEvent_t nativeEvent(Event& e, const char* what) {
+  auto* ce = dynamic_cast<CudaEvent*>(&e);
+  HIR_INTERNAL_ASSERT(ce != nullptr, "{}: the event does not belong to a cuda device", what);
+  return ce->native();
+}
+
+void activate(int ordinal) {
+  int current = -1;
+  if (cudaGetDevice(&current) == cudaSuccess && current == ordinal) return;
+  HIR_CUDA_CHECK(ordinal, cudaSetDevice(ordinal));
+}
+
+void throwCudaError(cudaError_t err, const char* call, int ordinal) {
+  // Clears the error if it is not sticky, so it does not resurface later.
+  (void)cudaGetLastError();
+  throw BackendError(fmt::format("cuda: {} failed on device {}: {} ({})", functionName(call),
+                                 ordinal, cudaGetErrorString(err), cudaGetErrorName(err)));
+}
+
+bool pollEvent(cudaEvent_t event, Duration timeout, int ordinal) {
+  const auto start = Clock::now();
+  const auto deadline = start + timeout;
+  auto pause = std::chrono::microseconds(2);
+  for (;;) {
+    cudaError_t err = cudaEventQuery(event);
+    if (err == cudaSuccess) return true;
+    if (err != cudaErrorNotReady) throwCudaError(err, "cudaEventQuery", ordinal);
+    const auto now = Clock::now();
+    if (now >= deadline) return false;
+    const auto waited = now - start;
+    if (waited < std::chrono::microseconds(50)) continue;  // short waits: spin
+    if (waited < std::chrono::milliseconds(1)) {
+      std::this_thread::yield();
+      continue;
+    }
+    auto left = std::chrono::duration_cast<std::chrono::microseconds>(deadline - now);
+    std::this_thread::sleep_for(std::min(pause, left));
+    pause = std::min(pause * 2, std::chrono::microseconds(1000));
+  }
+}
+
+// ----------------------------------------------------------------- the device
+
+namespace {
+
+// The sticky error of failed host functions, shared with the tasks in
+// flight so that a task finishing after the device is gone stays safe.
+struct StickyError {
+  std::mutex mutex;
+  std::string message;  // empty: none
+
+  void set(std::string text) {
+    std::lock_guard lock(mutex);
+    if (message.empty()) message = std::move(text);
+  }
+  std::string get() {
+    std::lock_guard lock(mutex);
+    return message;
+  }
+};
+
+struct HostTask {
+  std::function<void()> fn;
+  std::shared_ptr<StickyError> sticky;
+  int ordinal;
+};
+
+void CUDART_CB runHostTask(void* data) {
+  std::unique_ptr<HostTask> task(static_cast<HostTask*>(data));
+  try {
+    task->fn();
+  } catch (const std::exception& e) {
+    task->sticky->set(fmt::format("cuda: a host function on device {} failed: {}", task->ordinal,
+                                  e.what()));
+  } catch (...) {
+    task->sticky->set(fmt::format(
+        "cuda: a host function on device {} failed with an unknown exception", task->ordinal));
+  }
+}
+
+class CudaDevice final : public Device {
+ public:
+  explicit CudaDevice(int index) {
+    HIR_CHECK_AS(UsageError, index >= 0, "cuda: device index must be >= 0, got {}", index);
+    int count = 0;
+    HIR_CUDA_CHECK(index, cudaGetDeviceCount(&count));
+    HIR_CHECK_AS(BackendError, count > 0, "cuda: no GPU is visible (device index {})", index);
+    ordinal_ = index % count;
+    activate(ordinal_);
+    cudaDeviceProp props{};
+    HIR_CUDA_CHECK(ordinal_, cudaGetDeviceProperties(&props, ordinal_));
+    name_ = props.name;
+    max_blocks_ = std::max(1, props.multiProcessorCount) * 8;
+    cudaStream_t s = nullptr;
+    HIR_CUDA_CHECK(ordinal_, cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    default_stream_ = std::make_unique<CudaStream>(s, ordinal_, /*owned=*/true, default_counter_);
+    HIR_CUDA_CHECK(ordinal_, cudaStreamCreateWithFlags(&zero_stream_, cudaStreamNonBlocking));
+  }
+
+  ~CudaDevice() override {
+    activateQuietly(ordinal_);
+    // Memory the owner left allocated is freed only once the default stream
+    // drained: cudaFree waits for the whole device, and must not hang here.
+    bool drained = false;
+    try {
+      drained = drain(default_stream_->native(), kHousekeepingTimeout);
+    } catch (const std::exception&) {
+      drained = false;
+    }
+    if (drained) {
+      for (auto& [p, bytes] : allocations_) (void)cudaFree(p);
+      for (auto& [base, block] : check_blocks_) (void)cudaFreeHost(reinterpret_cast<void*>(base));
+      for (auto& [p, refs] : imports_)
+        for (int i = 0; i < refs; ++i) (void)cudaIpcCloseMemHandle(p);
+    } else if (!allocations_.empty() || !check_blocks_.empty() || !imports_.empty()) {
+      std::fprintf(stderr,
+                   "hostir: cuda device %d destroyed while its default stream is still busy; "
+                   "leaving %zu allocation(s) to the process exit\n",
+                   ordinal_, allocations_.size());
+    }
+    releaseHousekeeping();
+    default_stream_.reset();
+    (void)cudaGetLastError();
+  }
+
+  CudaDevice(const CudaDevice&) = delete;
+  CudaDevice& operator=(const CudaDevice&) = delete;
+
+  int ordinal() const { return ordinal_; }
+
+  std::string_view kind() const override { return "cuda"; }
+  std::string describe() const override { return fmt::format("cuda:{} ({})", ordinal_, name_); }
+
+  bool supports(DeviceFeature f) const override {
+    switch (f) {
+      case DeviceFeature::Ipc: return true;
+      case DeviceFeature::StreamSemaphore: return driverApi().hasStreamMemOps();
+    }
+    return false;
+  }
+
+  // --------------------------------------------------------------- memory
+
+  void* allocate(std::size_t bytes) override {
+    activate(ordinal_);
+    const std::size_t size = bytes ? bytes : kZeroByteAllocation;
+    void* p = nullptr;
+    cudaError_t err = cudaMalloc(&p, size);
+    if (err != cudaSuccess) {
+      (void)cudaGetLastError();
+      throw BackendError(fmt::format("cuda: cudaMalloc of {} bytes failed on device {}: {} ({})",
+                                     size, ordinal_, cudaGetErrorString(err),
+                                     cudaGetErrorName(err)));
+    }
+    try {
+      std::lock_guard lock(mutex_);
+      HIR_CUDA_CHECK(ordinal_, cudaMemsetAsync(p, 0, size, zero_stream_));
+      HIR_CHECK_AS(TimeoutError, drain(zero_stream_, kHousekeepingTimeout),
+                   "cuda: zeroing a new allocation of {} bytes on device {} took more than {} ms",
+                   size, ordinal_, kHousekeepingTimeout.count());
+      allocations_.emplace(p, size);
+    } catch (...) {
+      (void)cudaFree(p);
+      throw;
+    }
+    return p;
+  }
+
+  void deallocate(void* p) override {
+    if (p == nullptr) return;
+    activate(ordinal_);
+    {
+      std::lock_guard lock(mutex_);
+      HIR_INTERNAL_ASSERT(allocations_.erase(p) == 1,
+                          "cuda deallocate: {} is not a live allocation of device {}", p,
+                          ordinal_);
+    }
+    // cudaFree waits for the work in flight on the device, like the host
+    // device's deallocate.
+    HIR_CUDA_CHECK(ordinal_, cudaFree(p));
+  }
+
+  CheckRecord* allocateCheckRecords(std::size_t n) override {
+    activate(ordinal_);
+    const std::size_t bytes = std::max<std::size_t>(n, 1) * sizeof(CheckRecord);
+    void* host = nullptr;
+    HIR_CUDA_CHECK(ordinal_,
+                   cudaHostAlloc(&host, bytes, cudaHostAllocMapped | cudaHostAllocPortable));
+    auto* records = static_cast<CheckRecord*>(host);
+    for (std::size_t i = 0; i < std::max<std::size_t>(n, 1); ++i)
+      new (records + i) CheckRecord();  // zeros, first_execution = -1
+    void* device = nullptr;
+    cudaError_t err = cudaHostGetDevicePointer(&device, host, 0);
+    if (err != cudaSuccess) {
+      (void)cudaFreeHost(host);
+      throwCudaError(err, "cudaHostGetDevicePointer", ordinal_);
+    }
+    std::lock_guard lock(mutex_);
+    check_blocks_[reinterpret_cast<uintptr_t>(host)] = {bytes, device};
+    return records;
+  }
+
+  void freeCheckRecords(CheckRecord* p) override {
+    if (p == nullptr) return;
+    activate(ordinal_);
+    {
+      std::lock_guard lock(mutex_);
+      HIR_INTERNAL_ASSERT(check_blocks_.erase(reinterpret_cast<uintptr_t>(p)) == 1,
+                          "cuda freeCheckRecords: {} was not allocated by device {}",
+                          static_cast<void*>(p), ordinal_);
+    }
+    HIR_CUDA_CHECK(ordinal_, cudaFreeHost(p));
+  }
+
+  // -------------------------------------------------------------- streams
+
+  Stream& defaultStream() override { return *default_stream_; }
+
+  std::unique_ptr<Stream> createStream() override {
+    activate(ordinal_);
+    cudaStream_t s = nullptr;
+    HIR_CUDA_CHECK(ordinal_, cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    return std::make_unique<CudaStream>(s, ordinal_, /*owned=*/true, newCounter());
+  }
+
+  std::unique_ptr<Stream> wrapStream(void* native) override {
+    if (native == nullptr)
+      return std::make_unique<CudaStream>(default_stream_->native(), ordinal_, /*owned=*/false,
+                                          default_counter_);
+    auto s = static_cast<cudaStream_t>(native);
+    activate(ordinal_);
+    int device = -1;
+    // A stream of another GPU would fail later with an obscure error; say it
+    // now. Special handles (cudaStreamLegacy, ...) report the current device.
+    if (cudaStreamGetDevice(s, &device) == cudaSuccess) {
+      HIR_CHECK_AS(UsageError, device == ordinal_,
+                   "cuda: the stream passed to hostir belongs to device {}, but hostir runs on "
+                   "device {} (the local rank modulo the GPU count)",
+                   device, ordinal_);
+    } else {
+      (void)cudaGetLastError();
+    }
+    return std::make_unique<CudaStream>(s, ordinal_, /*owned=*/false, nullptr);  // untracked
+  }
+
+  // --------------------------------------------------------------- events
+
+  std::unique_ptr<Event> createEvent() override {
+    activate(ordinal_);
+    cudaEvent_t e = nullptr;
+    HIR_CUDA_CHECK(ordinal_, cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+    return std::make_unique<CudaEvent>(e, ordinal_);
+  }
+
+  void record(Event& e, Stream& s) override {
+    activate(ordinal_);
+    HIR_CUDA_CHECK(ordinal_, cudaEventRecord(nativeEvent(e, "record"), nativeStream(s, "record")));
+  }
+
+  void wait(Stream& s, Event& e) override {
+    activate(ordinal_);
+    CudaStream& cs = cudaStream(s, "wait");
+    HIR_CUDA_CHECK(ordinal_, cudaStreamWaitEvent(cs.native(), nativeEvent(e, "wait"), 0));
+    cs.noteWork();
+  }
+
+  bool query(Event& e) override {
+    throwIfSticky();
+    activate(ordinal_);
+    cudaError_t err = cudaEventQuery(nativeEvent(e, "query"));
+    if (err == cudaSuccess) return true;
+    if (err == cudaErrorNotReady) return false;
+    throwCudaError(err, "cudaEventQuery", ordinal_);
+  }
+
+  void synchronize(Event& e, Duration timeout) override {
+    throwIfSticky();
+    activate(ordinal_);
+    HIR_CHECK_AS(TimeoutError, pollEvent(nativeEvent(e, "synchronize"), timeout, ordinal_),
+                 "cuda: an event on device {} did not complete within {} ms", ordinal_,
+                 timeout.count());
+    throwIfSticky();
+  }
+
+  void synchronize(Stream& s, Duration timeout) override {
+    throwIfSticky();
+    activate(ordinal_);
+    HIR_CHECK_AS(TimeoutError, drain(nativeStream(s, "synchronize"), timeout),
+                 "cuda: a stream on device {} did not drain within {} ms", ordinal_,
+                 timeout.count());
+    throwIfSticky();
+  }
+
+  // --------------------------------------------------------- data kernels
+
+  void fill(Stream& s, void* dst, DType t, std::size_t count, int64_t value,
+            int64_t step) override {
+    activate(ordinal_);
+    CudaStream& cs = cudaStream(s, "fill");
+    HIR_CUDA_CHECK(ordinal_, launchFill(cs.native(), dst, t, count, value, step, max_blocks_));
+    cs.noteWork();
+  }
+
+  void copy(Stream& s, void* dst, const void* src, std::size_t bytes) override {
+    if (bytes == 0) return;
+    activate(ordinal_);
+    CudaStream& cs = cudaStream(s, "copy");
+    HIR_CUDA_CHECK(ordinal_,
+                   cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, cs.native()));
+    cs.noteWork();
+  }
+
+  void check(Stream& s, const void* src, DType t, std::size_t count, int64_t value, int64_t step,
+             double tolerance, CheckRecord* out, int64_t execution) override {
+    activate(ordinal_);
+    CheckRecord* device_record = devicePointerOf(out);
+    CudaStream& cs = cudaStream(s, "check");
+    HIR_CUDA_CHECK(ordinal_, launchCheck(cs.native(), src, t, count, value, step, tolerance,
+                                         device_record, execution, max_blocks_));
+    cs.noteWork();
+  }
+
+  void launchHostFunc(Stream& s, std::function<void()> fn) override {
+    activate(ordinal_);
+    auto task = std::make_unique<HostTask>(HostTask{std::move(fn), sticky_, ordinal_});
+    CudaStream& cs = cudaStream(s, "launchHostFunc");
+    HIR_CUDA_CHECK(ordinal_, cudaLaunchHostFunc(cs.native(), runHostTask, task.get()));
+    task.release();  // runHostTask owns it now
+    cs.noteWork();
+  }
+
+  // ------------------------------------------------------------------ IPC
+
+  MemoryHandle exportMemory(void* p) override {
+    {
+      std::lock_guard lock(mutex_);
+      HIR_INTERNAL_ASSERT(allocations_.count(p) == 1,
+                          "cuda exportMemory: {} is not the start of an allocation of device {}",
+                          p, ordinal_);
+    }
+    activate(ordinal_);
+    cudaIpcMemHandle_t handle{};
+    HIR_CUDA_CHECK(ordinal_, cudaIpcGetMemHandle(&handle, p));
+    MemoryHandle out;
+    out.bytes.resize(sizeof(handle));
+    std::memcpy(out.bytes.data(), &handle, sizeof(handle));
+    return out;
+  }
+
+  void* importMemory(const MemoryHandle& h) override {
+    HIR_CHECK_AS(BackendError, h.bytes.size() == sizeof(cudaIpcMemHandle_t),
+                 "cuda importMemory on device {}: expected a {}-byte CUDA IPC handle, got {} "
+                 "bytes (exported by another device kind?)",
+                 ordinal_, sizeof(cudaIpcMemHandle_t), h.bytes.size());
+    cudaIpcMemHandle_t handle{};
+    std::memcpy(&handle, h.bytes.data(), sizeof(handle));
+    activate(ordinal_);
+    void* p = nullptr;
+    HIR_CUDA_CHECK(ordinal_, cudaIpcOpenMemHandle(&p, handle, cudaIpcMemLazyEnablePeerAccess));
+    std::lock_guard lock(mutex_);
+    ++imports_[p];  // CUDA counts opens of one handle; so do we, for cleanup
+    return p;
+  }
+
+  void closeImported(void* p) override {
+    {
+      std::lock_guard lock(mutex_);
+      auto it = imports_.find(p);
+      HIR_INTERNAL_ASSERT(it != imports_.end(),
+                          "cuda closeImported: {} is not memory imported on device {}", p,
+                          ordinal_);
+      if (--it->second == 0) imports_.erase(it);
+    }
+    activate(ordinal_);
+    HIR_CUDA_CHECK(ordinal_, cudaIpcCloseMemHandle(p));
+  }
+
+  // ----------------------------------------------------- stream semaphores
+
+  void writeValue(Stream& s, uint32_t* addr, uint32_t value) override {
+    const DriverApi& api = semaphoreApi("writeValue", addr);
+    activate(ordinal_);
+    CudaStream& cs = cudaStream(s, "writeValue");
+    CUresult r = api.streamWriteValue32(cs.native(), reinterpret_cast<CUdeviceptr>(addr), value,
+                                        CU_STREAM_WRITE_VALUE_DEFAULT);
+    cs.noteWork();
+    HIR_CHECK_AS(BackendError, r == CUDA_SUCCESS,
+                 "cuda: cuStreamWriteValue32 of {} at {} failed on device {}: {}", value,
+                 static_cast<void*>(addr), ordinal_, api.describe(r));
+  }
+
+  void waitValue(Stream& s, const uint32_t* addr, uint32_t at_least) override {
+    const DriverApi& api = semaphoreApi("waitValue", addr);
+    activate(ordinal_);
+    // GEQ compares (int32_t)(*addr - at_least) >= 0: increasing sequence
+    // numbers work across 32-bit wrap-around.
+    CudaStream& cs = cudaStream(s, "waitValue");
+    CUresult r = api.streamWaitValue32(cs.native(), reinterpret_cast<CUdeviceptr>(addr), at_least,
+                                       CU_STREAM_WAIT_VALUE_GEQ);
+    cs.noteWork();
+    HIR_CHECK_AS(BackendError, r == CUDA_SUCCESS,
+                 "cuda: cuStreamWaitValue32 (>= {}) at {} failed on device {}: {}", at_least,
+                 static_cast<const void*>(addr), ordinal_, api.describe(r));
+  }
+
+ private:
+  struct CheckBlock {
+    std::size_t bytes = 0;
+    void* device = nullptr;  // device view of the block's start
+  };
+
+  const DriverApi& semaphoreApi(const char* call, const void* addr) const {
+    const DriverApi& api = driverApi();
+    HIR_CHECK_AS(BackendError, api.hasStreamMemOps(),
+                 "cuda: {} needs the stream memory operations, not available on device {}: {}",
+                 call, ordinal_, api.missing);
+    HIR_INTERNAL_ASSERT(reinterpret_cast<uintptr_t>(addr) % alignof(uint32_t) == 0,
+                        "cuda {}: semaphore address {} is not 4-byte aligned", call, addr);
+    return api;
+  }
+
+  // Device view of a record inside a block from allocateCheckRecords().
+  CheckRecord* devicePointerOf(CheckRecord* host) {
+    const auto addr = reinterpret_cast<uintptr_t>(host);
+    std::lock_guard lock(mutex_);
+    auto it = check_blocks_.upper_bound(addr);
+    HIR_INTERNAL_ASSERT(it != check_blocks_.begin(),
+                        "cuda check: record {} was not allocated by device {}",
+                        static_cast<void*>(host), ordinal_);
+    --it;
+    const std::size_t offset = addr - it->first;
+    HIR_INTERNAL_ASSERT(offset + sizeof(CheckRecord) <= it->second.bytes,
+                        "cuda check: record {} was not allocated by device {}",
+                        static_cast<void*>(host), ordinal_);
+    return reinterpret_cast<CheckRecord*>(static_cast<char*>(it->second.device) + offset);
+  }
+
+  // Waits for the work enqueued so far on `s`; false on timeout.
+  bool drain(cudaStream_t s, Duration timeout) {
+    cudaEvent_t e = nullptr;
+    HIR_CUDA_CHECK(ordinal_, cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+    struct Destroy {
+      cudaEvent_t e;
+      ~Destroy() { (void)cudaEventDestroy(e); }
+    } destroy{e};
+    HIR_CUDA_CHECK(ordinal_, cudaEventRecord(e, s));
+    return pollEvent(e, timeout, ordinal_);
+  }
+
+  void throwIfSticky() {
+    std::string message = sticky_->get();
+    if (!message.empty()) throw BackendError(message);
+  }
+
+  void releaseHousekeeping() {
+    if (zero_stream_) (void)cudaStreamDestroy(zero_stream_);
+    zero_stream_ = nullptr;
+  }
+
+  static CudaStream::Counter newCounter() { return std::make_shared<std::atomic<uint64_t>>(0); }
+
+  int ordinal_ = 0;
+  std::string name_;
+  int max_blocks_ = 1;
+  CudaStream::Counter default_counter_ = newCounter();  // shared with wrapStream(nullptr)
+  std::unique_ptr<CudaStream> default_stream_;
+  cudaStream_t zero_stream_ = nullptr;  // zeroes new allocations
+  std::shared_ptr<StickyError> sticky_ = std::make_shared<StickyError>();
+
+  std::mutex mutex_;  // guards the maps below and the zeroing stream
+  std::unordered_map<void*, std::size_t> allocations_;
+  std::map<uintptr_t, CheckBlock> check_blocks_;  // by host address
+  std::unordered_map<void*, int> imports_;        // imported pointer -> opens
+};
+
+}  // namespace
+
+int deviceOrdinal(const Device& d) {
+  auto* cd = dynamic_cast<const CudaDevice*>(&d);
+  HIR_INTERNAL_ASSERT(cd != nullptr, "expected a cuda device, got '{}'", d.kind());
+  return cd->ordinal();
+}
+
+void testSpin(Stream& s, double ms) {
+  CudaStream& cs = cudaStream(s, "testSpin");
+  activate(cs.ordinal());
+  const auto ns = static_cast<uint64_t>(std::max(0.0, ms) * 1e6);
+  HIR_CUDA_CHECK(cs.ordinal(), launchSpin(cs.native(), ns));
+  cs.noteWork();
+}
+
+}  // namespace hir::cuda
+
+namespace hir {
+
+namespace {
+
+bool cudaAvailable(std::string* why) {
+  int count = 0;
+  cudaError_t err = cudaGetDeviceCount(&count);
+  if (err != cudaSuccess) {
+    (void)cudaGetLastError();
+    if (why)
+      *why = fmt::format("cudaGetDeviceCount failed: {} ({})", cudaGetErrorString(err),
+                         cudaGetErrorName(err));
+    return false;
+  }
+  if (count < 1) {
+    if (why) *why = "no CUDA GPU is visible (cudaGetDeviceCount returned 0)";
+    return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+void registerCudaDevice() {
+  registerDevice(DeviceInfo{
+      "cuda", cudaAvailable,
+      [](int index) -> std::unique_ptr<Device> {
+        return std::make_unique<cuda::CudaDevice>(index);
+      }});
+}
+
+}  // namespace hir

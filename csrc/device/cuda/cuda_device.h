@@ -1,0 +1,30 @@
+// The CUDA device ("cuda"): one GPU, picked by the local rank modulo the
+// number of visible GPUs. This header stays free of CUDA headers; code that
+// needs the native handles includes device/cuda/cuda_impl.h.
+//
+// Behaviour worth knowing (the rest is device.h):
+// - defaultStream() is a stream created once with cudaStreamNonBlocking: it is
+//   hostir's stream 0 when hostir is not embedded. wrapStream(nullptr) gives
+//   that stream too; an embedder whose work is on the legacy default stream
+//   passes cudaStreamLegacy (or cudaStreamPerThread) explicitly.
+// - allocate() returns zeroed memory (so semaphores start at 0); zero bytes
+//   give a unique 256-byte allocation. Zeroing runs on a private stream that
+//   the call waits for (allocation is never on the per-node path).
+// - synchronize() polls with backoff and throws TimeoutError after the
+//   timeout; it never blocks in cudaEventSynchronize.
+// - check() may report any kMaxReported mismatches of the first failing
+//   execution, not necessarily those with the smallest indices.
+// - launchHostFunc(): an exception thrown by the function becomes the
+//   device's sticky error (the next query/synchronize throws it). As with
+//   cudaLaunchHostFunc, the function must not call CUDA.
+// - IPC through cudaIpcGetMemHandle / cudaIpcOpenMemHandle; stream
+//   semaphores through cuStreamWriteValue32 / cuStreamWaitValue32 (GEQ),
+//   resolved with cudaGetDriverEntryPointByVersion (no libcuda link).
+#pragma once
+
+namespace hir {
+
+// Adds "cuda" to the device registry (called by the registry itself).
+void registerCudaDevice();
+
+}  // namespace hir

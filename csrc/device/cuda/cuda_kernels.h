@@ -1,0 +1,37 @@
+// Host-side launchers of the CUDA device's kernels (cuda_kernels.cu). Each
+// returns the launch's error code; the caller checks it (cudaLaunchKernel
+// reports launch errors directly, so no stale cudaGetLastError is involved).
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "common/enums.h"
+
+namespace hir {
+struct CheckRecord;
+}
+
+namespace hir::cuda {
+
+// Threads per block of the data kernels.
+inline constexpr int kBlockThreads = 256;
+
+// dst[k] = pattern(value, step, k) for k in [0, count), as common/elements.h
+// defines it. Uses at most `max_blocks` blocks (grid-stride loop).
+cudaError_t launchFill(cudaStream_t stream, void* dst, DType t, std::size_t count, int64_t value,
+                       int64_t step, int max_blocks);
+
+// Compares src[k] with the pattern like elementMatches() and accumulates into
+// `record`, a device-accessible pointer to a CheckRecord in mapped host memory.
+cudaError_t launchCheck(cudaStream_t stream, const void* src, DType t, std::size_t count,
+                        int64_t value, int64_t step, double tolerance, CheckRecord* record,
+                        int64_t execution, int max_blocks);
+
+// One thread that busy-waits `nanoseconds` of GPU global time (for tests and
+// benchmarks that need a long-running kernel).
+cudaError_t launchSpin(cudaStream_t stream, uint64_t nanoseconds);
+
+}  // namespace hir::cuda

@@ -1,0 +1,248 @@
+#!/usr/bin/env bash
+# The one command for a GPU machine: configure and build with CUDA, run the GPU
+# tests under mpirun at 1, 2 and all GPUs, optionally the host test suite, the
+# examples on the cuda device at the same world sizes, and the communication
+# benchmark; keep full logs under ${OUT:-gpu-out}/ and print a summary last.
+#
+#   bash scripts/gpu-check.sh [--host-tests] [--no-tests] [--no-examples]
+#                             [--no-bench] [--bench-args "ARGS"] [--jobs N]
+#
+# Every step runs even when an earlier one failed (except what needs a
+# build that failed); the exit status is non-zero if anything failed.
+# Files written (at most 8): build.log tests.log host-tests.log examples.log
+# bench.log bench.csv summary.txt.
+#
+# NVLink multicast is never used: NCCL_NVLS_ENABLE=0 is exported (it can put
+# a shared host's GPUs out of service).
+set -u -o pipefail
+
+root=$(cd "$(dirname "$0")/.." && pwd)
+out=${OUT:-$root/gpu-out}
+build=${BUILD_DIR:-$root/build-gpu}
+jobs=$(nproc 2>/dev/null || echo 8)
+host_tests=0 run_tests=1 run_examples=1 run_bench=1
+bench_args=""
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --host-tests) host_tests=1 ;;
+    --no-tests) run_tests=0 ;;
+    --no-examples) run_examples=0 ;;
+    --no-bench) run_bench=0 ;;
+    --bench-args) shift; bench_args=${1:-} ;;
+    --jobs) shift; jobs=${1:-$jobs} ;;
+    -h|--help) sed -n '2,16p' "$0"; exit 0 ;;
+    *) echo "gpu-check: unknown option $1" >&2; exit 2 ;;
+  esac
+  shift
+done
+
+export NCCL_NVLS_ENABLE=0
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+export OMPI_MCA_rmaps_base_oversubscribe=1
+export HIR_TEST_TIMEOUT_S=${HIR_TEST_TIMEOUT_S:-120}
+mkdir -p "$out"
+summary="$out/summary.txt"
+: >"$summary"
+failed=0
+
+# ------------------------------------------------------------ bookkeeping
+rows=()
+# record STEP PASS FAIL SKIP NOTE
+record() {
+  rows+=("$(printf '%-26s %6s %6s %6s  %s' "$1" "$2" "$3" "$4" "${5:-}")")
+  if [ "$3" != "0" ] && [ "$3" != "-" ]; then failed=1; fi
+}
+log_header() { printf '\n===== %s (%s) =====\n' "$2" "$(date '+%F %T')" >>"$1"; }
+
+gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
+gpus=${gpus:-0}
+sizes=()
+for n in 1 2 "$gpus"; do
+  if [ "$n" -lt 1 ] || [ "$n" -gt "$gpus" ]; then continue; fi
+  case " ${sizes[*]:-} " in *" $n "*) ;; *) sizes+=("$n") ;; esac
+done
+mpirun_cmd=(mpirun --allow-run-as-root -x NCCL_NVLS_ENABLE -x HIR_TEST_TIMEOUT_S --bind-to none)
+{
+  echo "gpu-check on $(hostname) at $(date '+%F %T')"
+  echo "GPUs: $gpus; world sizes: ${sizes[*]:-none}"
+  nvidia-smi -L 2>/dev/null || echo "nvidia-smi: not available"
+} | tee -a "$summary"
+
+# ------------------------------------------------------------------ build
+# When the full build fails, the targets this script runs are built one by
+# one, so that a broken unrelated target does not hide the GPU results.
+log="$out/build.log"
+: >"$log"
+log_header "$log" "configure"
+built=0
+if cmake -S "$root" -B "$build" -G Ninja -DHIR_WITH_CUDA=ON -DCMAKE_BUILD_TYPE=Release \
+      >>"$log" 2>&1; then
+  log_header "$log" "build"
+  if cmake --build "$build" -j "$jobs" >>"$log" 2>&1; then
+    built=1
+    record "build" 1 0 0 "$build"
+  else
+    bad_targets=""
+    for target in tests/hostir_gpu_tests bin/hir bin/hir_comm_bench; do
+      log_header "$log" "build ${target#*/} alone"
+      if ! cmake --build "$build" -j "$jobs" --target "${target#*/}" >>"$log" 2>&1; then
+        bad_targets+=" ${target#*/}"
+        rm -f "${build:?}/$target"  # never run a stale binary of an earlier build
+      fi
+    done
+    record "build" 0 1 0 "full build failed (see build.log); alone failed:${bad_targets:- none}"
+  fi
+else
+  record "configure" 0 1 0 "see build.log"
+fi
+grep -aE "error:|FAILED:" "$log" | head -n 10 || true
+
+# ------------------------------------------------------- gtest summaries
+# Counts from rank 0's GoogleTest summary in a log piece: "P F S".
+gtest_counts() {
+  local text=$1 p f s
+  p=$(grep -aoE '\[  PASSED  \] [0-9]+' <<<"$text" | tail -n1 | grep -oE '[0-9]+$' || true)
+  f=$(grep -aoE '\[  FAILED  \] [0-9]+ test' <<<"$text" | tail -n1 | grep -oE '[0-9]+' || true)
+  s=$(grep -aoE '\[  SKIPPED \] [0-9]+' <<<"$text" | tail -n1 | grep -oE '[0-9]+$' || true)
+  echo "${p:-0} ${f:-0} ${s:-0}"
+}
+
+# -------------------------------------------------------------- GPU tests
+log="$out/tests.log"
+: >"$log"
+gpu_tests="$build/tests/hostir_gpu_tests"
+if [ "$run_tests" = 1 ]; then
+  if [ ! -x "$gpu_tests" ]; then
+    record "gpu tests" - 1 - "not built"
+  elif [ "${#sizes[@]}" -eq 0 ]; then
+    record "gpu tests" - - - "no GPU: skipped"
+  else
+    for n in "${sizes[@]}"; do
+      log_header "$log" "hostir_gpu_tests on $n rank(s)"
+      piece=$(timeout 1800 "${mpirun_cmd[@]}" -np "$n" "$gpu_tests" --gtest_color=no 2>&1)
+      rc=$?
+      printf '%s\n' "$piece" >>"$log"
+      read -r p f s <<<"$(gtest_counts "$piece")"
+      if [ "$rc" != 0 ] && [ "$f" = 0 ]; then f=1; fi  # crash, hang or another rank failed
+      note="exit $rc"
+      [ "$rc" = 124 ] && note="timed out"
+      record "gpu tests np=$n" "$p" "$f" "$s" "$note"
+    done
+  fi
+fi
+
+# ------------------------------------------------------------- host tests
+if [ "$host_tests" = 1 ]; then
+  log="$out/host-tests.log"
+  : >"$log"
+  if [ "$built" != 1 ]; then
+    record "host ctest" - 1 - "not built"
+  else
+    log_header "$log" "ctest (all but the gpu label)"
+    (cd "$build" && timeout 3600 ctest -LE gpu -j "$jobs" --output-on-failure) >>"$log" 2>&1
+    rc=$?
+    line=$(grep -aE 'tests passed, [0-9]+ tests failed out of [0-9]+' "$log" | tail -n1)
+    total=$(grep -oE 'out of [0-9]+' <<<"$line" | grep -oE '[0-9]+' || echo 0)
+    bad=$(grep -oE '[0-9]+ tests failed' <<<"$line" | grep -oE '[0-9]+' || echo 0)
+    [ "$rc" != 0 ] && [ "${bad:-0}" = 0 ] && bad=1
+    record "host ctest" "$(( ${total:-0} - ${bad:-0} ))" "${bad:-0}" 0 "exit $rc"
+  fi
+fi
+
+# --------------------------------------------------------------- examples
+# An example's "world_size" or "min_world_size" ($2), if any.
+world_size_of() {
+  grep -oE "\"$2\"[[:space:]]*:[[:space:]]*[0-9]+" "$1" | grep -oE '[0-9]+$' | head -n1
+}
+
+if [ "$run_examples" = 1 ]; then
+  log="$out/examples.log"
+  : >"$log"
+  hir="$build/bin/hir"
+  if [ ! -x "$hir" ]; then
+    record "examples" - 1 - "not built"
+  elif [ "${#sizes[@]}" -eq 0 ]; then
+    record "examples" - - - "no GPU: skipped"
+  else
+    for n in "${sizes[@]}"; do
+      p=0 f=0 s=0 failures=""
+      for ex in "$root"/ir_examples/*.json; do
+        [ -e "$ex" ] || continue
+        name=$(basename "$ex" .json)
+        ws=$(world_size_of "$ex" world_size)
+        mws=$(world_size_of "$ex" min_world_size)
+        if { [ -n "$ws" ] && [ "$ws" != "$n" ]; } || { [ -n "$mws" ] && [ "$mws" -gt "$n" ]; }; then
+          s=$((s + 1))
+          continue
+        fi
+        log_header "$log" "$name on $n rank(s)"
+        timeout 600 "$hir" run "$ex" --np "$n" --device cuda >>"$log" 2>&1
+        rc=$?
+        echo "exit status: $rc" >>"$log"
+        if [ "$rc" = 0 ]; then p=$((p + 1)); else f=$((f + 1)); failures+=" $name"; fi
+      done
+      record "examples np=$n" "$p" "$f" "$s" "${failures:+failed:$failures}"
+    done
+  fi
+fi
+
+# -------------------------------------------------------------- benchmark
+bench_lines=()
+if [ "$run_bench" = 1 ]; then
+  log="$out/bench.log"
+  csv="$out/bench.csv"
+  : >"$log"
+  rm -f "$csv"
+  bench="$build/bin/hir_comm_bench"
+  if [ ! -x "$bench" ]; then
+    record "comm bench" - 1 - "not built (bench/ needs Google Benchmark)"
+  elif [ "$gpus" -lt 2 ]; then
+    record "comm bench" - - - "needs 2 GPUs: skipped"
+  else
+    for n in "${sizes[@]}"; do
+      [ "$n" -ge 2 ] || continue
+      log_header "$log" "hir_comm_bench on $n ranks"
+      part="$out/.bench-$n.csv"
+      # shellcheck disable=SC2086
+      timeout 1800 "${mpirun_cmd[@]}" -np "$n" "$bench" --csv "$part" $bench_args >>"$log" 2>&1
+      rc=$?
+      if [ -s "$part" ]; then
+        if [ -s "$csv" ]; then tail -n +2 "$part" >>"$csv"; else cat "$part" >"$csv"; fi
+      fi
+      rm -f "$part"
+      if [ "$rc" = 0 ]; then record "comm bench np=$n" 1 0 0 ""; else
+        record "comm bench np=$n" 0 1 0 "exit $rc"; fi
+    done
+    # Key ratios: hir time / raw NCCL time, and busbw, at a few sizes.
+    if [ -s "$csv" ]; then
+      # shellcheck disable=SC2034  # every CSV column is named, a few are used
+      while IFS=, read -r world op dtype bytes count raw_us hir_us raw_alg raw_bus hir_alg \
+          hir_bus ratio raw_enq hir_enq post; do
+        case "$op:$bytes" in
+          allreduce:8|allreduce:16777216|allreduce:1073741824|allgather:1073741824|\
+          reduce_scatter:1073741824|sendrecv:8|sendrecv:1073741824|alltoall:1073741824)
+            bench_lines+=("$(printf 'np=%-2s %-15s %11s B  raw %9.2f us %7.1f GB/s | hir %9.2f us %7.1f GB/s | hir/raw %.3f | post %.2f us' \
+              "$world" "$op" "$bytes" "$raw_us" "$raw_bus" "$hir_us" "$hir_bus" "$ratio" "$post")")
+            ;;
+        esac
+      done < <(tail -n +2 "$csv")
+    fi
+  fi
+fi
+
+# ---------------------------------------------------------------- summary
+{
+  echo
+  echo "================================ summary ================================"
+  printf '%-26s %6s %6s %6s  %s\n' "step" "pass" "fail" "skip" "note"
+  for r in "${rows[@]}"; do echo "$r"; done
+  if [ "${#bench_lines[@]}" -gt 0 ]; then
+    echo
+    echo "benchmark (median; busbw in GB/s; full table in bench.log, bench.csv):"
+    for b in "${bench_lines[@]}"; do echo "  $b"; done
+  fi
+  echo
+  if [ "$failed" = 0 ]; then echo "RESULT: PASS"; else echo "RESULT: FAIL"; fi
+  echo "logs: $out"
+} | tee -a "$summary"
+exit "$failed"

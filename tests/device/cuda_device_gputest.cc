@@ -1,0 +1,618 @@
+// The CUDA device on real GPUs, one GPU per rank (the local rank), under
+// mpirun at 1, 2 or 4 ranks: fill/check/copy over every dtype against the
+// host implementation of the pattern (common/elements.h), check's mismatch
+// report, events and streams, timeouts, host functions, IPC and stream
+// semaphores between two ranks. Every test skips when there is no usable GPU
+// or too few of them; the skip decision is collective, so that no rank
+// waits in a collective that another rank skipped.
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <thread>
+#include <vector>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "common/elements.h"
+#include "common/error.h"
+#include "device/cuda/cuda_impl.h"
+#include "device/cuda/test_kernels.h"
+#include "device/device.h"
+#include "support/mpi_test.h"
+
+namespace hir {
+namespace {
+
+using ::testing::HasSubstr;
+using Clock = std::chrono::steady_clock;
+
+Duration testTimeout() {
+  const char* s = std::getenv("HIR_TEST_TIMEOUT_S");
+  return std::chrono::seconds(s != nullptr ? std::atoi(s) : 60);
+}
+
+double msSince(Clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+}
+
+// ------------------------------------------------------------- GPU gating
+
+// Whether this rank can run GPU tests: the cuda device is registered and
+// available, and the node has a GPU for each of its ranks. Empty when yes.
+std::string localGpuProblem() {
+  const Bootstrap& w = test::world();
+  std::string why;
+  bool available = false;
+  for (const DeviceInfo& info : registeredDevices())
+    if (info.name == "cuda") available = info.available(&why);
+  if (!available) return why.empty() ? "the cuda device is not registered" : why;
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess) return "cudaGetDeviceCount failed";
+  if (count < w.localSize())
+    return fmt::format("{} ranks on this node but only {} GPU(s)", w.localSize(), count);
+  return "";
+}
+
+// Collective (same answer on every rank), computed once: why GPU tests
+// cannot run here, or empty.
+const std::string& gpuProblem() {
+  static const std::string problem = [] {
+    Bootstrap& w = test::world();
+    const std::string mine = localGpuProblem();
+    int32_t ok = mine.empty() ? 1 : 0;
+    std::vector<int32_t> all(static_cast<std::size_t>(w.world()));
+    w.allgather(&ok, all.data(), sizeof(ok));
+    if (!mine.empty()) return mine;
+    for (int r = 0; r < w.world(); ++r)
+      if (!all[r]) return fmt::format("rank {} has no usable GPU", r);
+    return std::string();
+  }();
+  return problem;
+}
+
+// Skips unless every rank has its own GPU and the world has >= n ranks.
+#define HIR_REQUIRE_GPUS(n)                                                   \
+  do {                                                                        \
+    HIR_REQUIRE_WORLD(n);                                                     \
+    if (!::hir::gpuProblem().empty()) GTEST_SKIP() << ::hir::gpuProblem();    \
+  } while (0)
+
+// Ranks 0 and 1 share a node (IPC works within a node only). Collective.
+bool firstTwoRanksShareANode() {
+  const std::vector<std::string>& nodes = test::world().nodes();
+  return nodes.size() >= 2 && nodes[0] == nodes[1];
+}
+
+std::unique_ptr<Device> makeDevice() { return createDevice("cuda", test::world().localRank()); }
+
+// ------------------------------------------------------------- helpers
+
+// Device memory that frees itself.
+class Buffer {
+ public:
+  Buffer(Device& d, std::size_t bytes) : device_(d), bytes_(bytes), p_(d.allocate(bytes)) {}
+  ~Buffer() { device_.deallocate(p_); }
+  Buffer(const Buffer&) = delete;
+  Buffer& operator=(const Buffer&) = delete;
+  void* data() const { return p_; }
+  std::size_t bytes() const { return bytes_; }
+
+ private:
+  Device& device_;
+  std::size_t bytes_;
+  void* p_;
+};
+
+// Check records that free themselves.
+class Records {
+ public:
+  Records(Device& d, std::size_t n) : device_(d), p_(d.allocateCheckRecords(n)) {}
+  ~Records() { device_.freeCheckRecords(p_); }
+  Records(const Records&) = delete;
+  Records& operator=(const Records&) = delete;
+  CheckRecord& operator[](std::size_t i) const { return p_[i]; }
+  CheckRecord* get(std::size_t i = 0) const { return p_ + i; }
+
+ private:
+  Device& device_;
+  CheckRecord* p_;
+};
+
+std::vector<std::byte> readBack(const void* p, std::size_t bytes) {
+  std::vector<std::byte> out(bytes);
+  cudaError_t err = cudaMemcpy(out.data(), p, bytes, cudaMemcpyDeviceToHost);
+  if (err != cudaSuccess)
+    throw BackendError(fmt::format("test readBack: cudaMemcpy failed: {}", cudaGetErrorString(err)));
+  return out;
+}
+
+void upload(void* dst, const void* src, std::size_t bytes) {
+  cudaError_t err = cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice);
+  if (err != cudaSuccess)
+    throw BackendError(fmt::format("test upload: cudaMemcpy failed: {}", cudaGetErrorString(err)));
+}
+
+std::vector<std::byte> hostPattern(DType t, std::size_t count, int64_t value, int64_t step) {
+  std::vector<std::byte> out(count * dtypeSize(t));
+  fillPattern(out.data(), t, count, value, step);
+  return out;
+}
+
+// Index of the first differing element, or -1.
+int64_t firstDifference(const std::vector<std::byte>& a, const std::vector<std::byte>& b,
+                        DType t) {
+  const std::size_t el = dtypeSize(t);
+  for (std::size_t k = 0; k * el < a.size(); ++k)
+    if (std::memcmp(a.data() + k * el, b.data() + k * el, el) != 0) return static_cast<int64_t>(k);
+  return -1;
+}
+
+struct PatternCase {
+  int64_t value;
+  int64_t step;
+  std::size_t count;
+};
+
+// Patterns that exercise rounding (16-bit floats past their exact range,
+// infinities), integer wrap-around (uint8, int32) and multi-block grids.
+const PatternCase kPatternCases[] = {
+    {0, 1, 1},
+    {-1000, 7, 100003},
+    {5, -3, 4097},
+    {2147483600, 3, 1000},          // int32 wrap-around
+    {int64_t{1} << 40, 12345, 777},  // beyond float32/bf16 precision
+    {70000, 1, 10},                  // half infinity
+    {12, 0, 300000},                 // constant, many blocks
+};
+
+// ------------------------------------------------------- fill, check, copy
+
+TEST(CudaDevice, FillMatchesTheHostPatternForEveryDtype) {
+  HIR_REQUIRE_GPUS(1);
+  auto device = makeDevice();
+  Stream& s = device->defaultStream();
+  for (const auto& [t, name] : kDTypeNames) {
+    for (const PatternCase& c : kPatternCases) {
+      Buffer buf(*device, c.count * dtypeSize(t));
+      device->fill(s, buf.data(), t, c.count, c.value, c.step);
+      device->synchronize(s, testTimeout());
+      std::vector<std::byte> got = readBack(buf.data(), buf.bytes());
+      std::vector<std::byte> want = hostPattern(t, c.count, c.value, c.step);
+      int64_t k = firstDifference(got, want, t);
+      EXPECT_EQ(k, -1) << name << " value " << c.value << " step " << c.step << ": element " << k
+                       << " is " << (k >= 0 ? loadAsDouble(got.data(), t, k) : 0) << ", host has "
+                       << (k >= 0 ? loadAsDouble(want.data(), t, k) : 0);
+    }
+  }
+}
+
+TEST(CudaDevice, CheckAcceptsFilledDataForEveryDtype) {
+  HIR_REQUIRE_GPUS(1);
+  auto device = makeDevice();
+  Stream& s = device->defaultStream();
+  const std::size_t n_cases = std::size(kPatternCases);
+  for (const auto& [t, name] : kDTypeNames) {
+    Records records(*device, n_cases);
+    for (std::size_t i = 0; i < n_cases; ++i) {
+      const PatternCase& c = kPatternCases[i];
+      Buffer buf(*device, c.count * dtypeSize(t));
+      device->fill(s, buf.data(), t, c.count, c.value, c.step);
+      device->check(s, buf.data(), t, c.count, c.value, c.step, 0.0, records.get(i), 1);
+      device->synchronize(s, testTimeout());
+    }
+    for (std::size_t i = 0; i < n_cases; ++i) {
+      EXPECT_EQ(records[i].mismatches, 0u) << name << " case " << i;
+      EXPECT_EQ(records[i].checked, kPatternCases[i].count) << name << " case " << i;
+      EXPECT_EQ(records[i].first_execution, -1) << name << " case " << i;
+      EXPECT_EQ(records[i].reported, 0) << name << " case " << i;
+    }
+  }
+}
+
+TEST(CudaDevice, CheckReportsMismatchesWithIndexGotAndExpected) {
+  HIR_REQUIRE_GPUS(1);
+  auto device = makeDevice();
+  Stream& s = device->defaultStream();
+  constexpr std::size_t kCount = 200;  // 5 + 3k stays distinct from 5 + 2k in every dtype
+  for (const auto& [t, name] : kDTypeNames) {
+    Buffer buf(*device, kCount * dtypeSize(t));
+    Records rec(*device, 1);
+    device->fill(s, buf.data(), t, kCount, 5, 2);
+    device->check(s, buf.data(), t, kCount, 5, 3, 0.0, rec.get(), 7);  // wrong step
+    device->synchronize(s, testTimeout());
+    const CheckRecord& r = rec[0];
+    EXPECT_EQ(r.mismatches, kCount - 1) << name;  // element 0 matches
+    EXPECT_EQ(r.checked, kCount) << name;
+    EXPECT_EQ(r.first_execution, 7) << name;
+    ASSERT_EQ(r.reported, CheckRecord::kMaxReported) << name;
+    std::vector<int64_t> seen;
+    for (int j = 0; j < r.reported; ++j) {
+      const int64_t k = r.index[j];
+      ASSERT_GE(k, 1) << name;
+      ASSERT_LT(k, static_cast<int64_t>(kCount)) << name;
+      const PatternElement got = patternElement(t, 5, 2, k);
+      const PatternElement want = patternElement(t, 5, 3, k);
+      EXPECT_EQ(r.got[j], isFloating(t) ? got.f : static_cast<double>(got.i))
+          << name << " element " << k;
+      EXPECT_EQ(r.expected[j], isFloating(t) ? want.f : static_cast<double>(want.i))
+          << name << " element " << k;
+      seen.push_back(k);
+    }
+    std::sort(seen.begin(), seen.end());
+    EXPECT_EQ(std::adjacent_find(seen.begin(), seen.end()), seen.end())
+        << name << ": an element was reported twice";
+
+    // A second failing execution adds to the counts but keeps the report of
+    // the first one.
+    // (1000000: no element of the fill rounds or wraps to it in any dtype.)
+    device->check(s, buf.data(), t, kCount, 1000000, 0, 0.0, rec.get(), 8);
+    device->synchronize(s, testTimeout());
+    EXPECT_EQ(r.mismatches, 2 * kCount - 1) << name;
+    EXPECT_EQ(r.checked, 2 * kCount) << name;
+    EXPECT_EQ(r.first_execution, 7) << name;
+    EXPECT_EQ(r.reported, CheckRecord::kMaxReported) << name;
+  }
+}
+
+TEST(CudaDevice, CheckHonoursTheTolerance) {
+  HIR_REQUIRE_GPUS(1);
+  auto device = makeDevice();
+  Stream& s = device->defaultStream();
+  constexpr std::size_t kCount = 1000;
+  for (DType t : {DType::Float32, DType::Int32, DType::BFloat16}) {
+    Buffer buf(*device, kCount * dtypeSize(t));
+    Records rec(*device, 3);
+    device->fill(s, buf.data(), t, kCount, 10, 0);
+    device->check(s, buf.data(), t, kCount, 11, 0, 1.0, rec.get(0), 1);  // within 1
+    device->check(s, buf.data(), t, kCount, 11, 0, 0.5, rec.get(1), 1);  // not within 0.5
+    device->check(s, buf.data(), t, kCount, 11, 0, 0.0, rec.get(2), 1);  // exact
+    device->synchronize(s, testTimeout());
+    EXPECT_EQ(rec[0].mismatches, 0u) << toString(t);
+    EXPECT_EQ(rec[1].mismatches, kCount) << toString(t);
+    EXPECT_EQ(rec[2].mismatches, kCount) << toString(t);
+  }
+}
+
+TEST(CudaDevice, CheckNeverAcceptsNaN) {
+  HIR_REQUIRE_GPUS(1);
+  auto device = makeDevice();
+  constexpr std::size_t kCount = 64;
+  Buffer buf(*device, kCount * sizeof(float));
+  std::vector<float> nans(kCount, std::nanf(""));
+  upload(buf.data(), nans.data(), kCount * sizeof(float));
+  Records rec(*device, 1);
+  device->check(device->defaultStream(), buf.data(), DType::Float32, kCount, 0, 0, 1e30,
+                rec.get(), 3);
+  device->synchronize(device->defaultStream(), testTimeout());
+  EXPECT_EQ(rec[0].mismatches, kCount);
+  EXPECT_TRUE(std::isnan(rec[0].got[0]));
+}
+
+TEST(CudaDevice, CopyMovesTheBytes) {
+  HIR_REQUIRE_GPUS(1);
+  auto device = makeDevice();
+  Stream& s = device->defaultStream();
+  constexpr std::size_t kCount = 123457;
+  Buffer a(*device, kCount * 8), b(*device, kCount * 8);
+  device->fill(s, a.data(), DType::Int64, kCount, -5, 11);
+  device->fill(s, b.data(), DType::Int64, kCount, 0, 0);
+  device->copy(s, b.data(), a.data(), kCount * 8);
+  device->copy(s, b.data(), a.data(), 0);  // nothing
+  device->synchronize(s, testTimeout());
+  EXPECT_EQ(firstDifference(readBack(b.data(), b.bytes()),
+                            hostPattern(DType::Int64, kCount, -5, 11), DType::Int64),
+            -1);
+}
+
+// ------------------------------------------------------------ memory
+
+TEST(CudaDevice, ZeroByteAllocationsAreDistinctAndMemoryStartsZeroed) {
+  HIR_REQUIRE_GPUS(1);
+  auto device = makeDevice();
+  void* a = device->allocate(0);
+  void* b = device->allocate(0);
+  EXPECT_NE(a, nullptr);
+  EXPECT_NE(a, b);
+  device->deallocate(a);
+  device->deallocate(b);
+  Buffer big(*device, 3 << 20);
+  std::vector<std::byte> bytes = readBack(big.data(), big.bytes());
+  EXPECT_TRUE(std::all_of(bytes.begin(), bytes.end(), [](std::byte x) { return x == std::byte{0}; }));
+}
+
+TEST(CudaDevice, CheckRecordsStartCleared) {
+  HIR_REQUIRE_GPUS(1);
+  auto device = makeDevice();
+  Records rec(*device, 5);
+  for (int i = 0; i < 5; ++i) {
+    EXPECT_EQ(rec[i].mismatches, 0u);
+    EXPECT_EQ(rec[i].checked, 0u);
+    EXPECT_EQ(rec[i].first_execution, -1);
+    EXPECT_EQ(rec[i].reported, 0);
+  }
+}
+
+TEST(CudaDevice, DescribeNamesTheGpu) {
+  HIR_REQUIRE_GPUS(1);
+  auto device = makeDevice();
+  EXPECT_EQ(device->kind(), "cuda");
+  EXPECT_THAT(device->describe(), ::testing::StartsWith("cuda:"));
+  EXPECT_TRUE(device->supports(DeviceFeature::Ipc));
+}
+
+// ------------------------------------------------------ streams and events
+
+TEST(CudaDevice, WaitOrdersWorkAcrossStreams) {
+  HIR_REQUIRE_GPUS(1);
+  auto device = makeDevice();
+  auto a = device->createStream();
+  auto b = device->createStream();
+  constexpr std::size_t kCount = 1 << 20;
+  Buffer x(*device, kCount * 4), y(*device, kCount * 4);
+  auto e = device->createEvent();
+  // x gets its data only after 150 ms on stream a; stream b copies it after
+  // waiting for the event: without the wait it would copy zeros.
+  cuda::testSpin(*a, 150);
+  device->fill(*a, x.data(), DType::Int32, kCount, 3, 1);
+  device->record(*e, *a);
+  EXPECT_FALSE(device->query(*e));
+  device->wait(*b, *e);
+  device->copy(*b, y.data(), x.data(), kCount * 4);
+  device->synchronize(*b, testTimeout());
+  EXPECT_TRUE(device->query(*e));
+  EXPECT_EQ(firstDifference(readBack(y.data(), y.bytes()), hostPattern(DType::Int32, kCount, 3, 1),
+                            DType::Int32),
+            -1);
+}
+
+TEST(CudaDevice, AnEventNeverRecordedIsComplete) {
+  HIR_REQUIRE_GPUS(1);
+  auto device = makeDevice();
+  auto e = device->createEvent();
+  EXPECT_TRUE(device->query(*e));
+  device->synchronize(*e, std::chrono::milliseconds(10));
+}
+
+TEST(CudaDevice, SynchronizeTimesOutWhileWorkRuns) {
+  HIR_REQUIRE_GPUS(1);
+  auto device = makeDevice();
+  auto s = device->createStream();
+  auto e = device->createEvent();
+  cuda::testSpin(*s, 600);
+  device->record(*e, *s);
+  auto t0 = Clock::now();
+  EXPECT_THROW(device->synchronize(*s, std::chrono::milliseconds(30)), TimeoutError);
+  EXPECT_THROW(device->synchronize(*e, std::chrono::milliseconds(30)), TimeoutError);
+  EXPECT_LT(msSince(t0), 400.0) << "the timeouts took far longer than asked";
+  EXPECT_FALSE(device->query(*e));
+  device->synchronize(*s, testTimeout());
+  EXPECT_TRUE(device->query(*e));
+  EXPECT_GE(msSince(t0), 500.0) << "the spin kernel did not spin";
+}
+
+TEST(CudaDevice, WrapStreamAdoptsACallerStream) {
+  HIR_REQUIRE_GPUS(1);
+  auto device = makeDevice();
+  auto wrapped_default = device->wrapStream(nullptr);
+  EXPECT_EQ(cuda::nativeStream(*wrapped_default, "test"),
+            cuda::nativeStream(device->defaultStream(), "test"));
+  cudaStream_t mine = nullptr;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&mine, cudaStreamNonBlocking), cudaSuccess);
+  {
+    auto wrapped = device->wrapStream(mine);
+    EXPECT_EQ(cuda::nativeStream(*wrapped, "test"), mine);
+    Buffer buf(*device, 1024 * 4);
+    device->fill(*wrapped, buf.data(), DType::Float32, 1024, 1, 1);
+    device->synchronize(*wrapped, testTimeout());
+    EXPECT_EQ(firstDifference(readBack(buf.data(), buf.bytes()),
+                              hostPattern(DType::Float32, 1024, 1, 1), DType::Float32),
+              -1);
+  }
+  // The wrapper did not own the stream: it is still usable.
+  EXPECT_EQ(cudaStreamQuery(mine), cudaSuccess);
+  EXPECT_EQ(cudaStreamDestroy(mine), cudaSuccess);
+}
+
+TEST(CudaDevice, HostFunctionsRunInStreamOrder) {
+  HIR_REQUIRE_GPUS(1);
+  auto device = makeDevice();
+  auto s = device->createStream();
+  std::atomic<int> step{0};
+  std::atomic<int> seen_by_second{-1};
+  cuda::testSpin(*s, 100);
+  device->launchHostFunc(*s, [&] { step = 1; });
+  device->launchHostFunc(*s, [&] { seen_by_second = step.load(); });
+  EXPECT_EQ(step.load(), 0) << "the host function ran before the work enqueued before it";
+  device->synchronize(*s, testTimeout());
+  EXPECT_EQ(step.load(), 1);
+  EXPECT_EQ(seen_by_second.load(), 1);
+}
+
+TEST(CudaDevice, AThrowingHostFunctionIsAStickyError) {
+  HIR_REQUIRE_GPUS(1);
+  auto device = makeDevice();  // its own device: the error stays with it
+  Stream& s = device->defaultStream();
+  device->launchHostFunc(s, [] { throw std::runtime_error("host task exploded"); });
+  try {
+    device->synchronize(s, testTimeout());
+    FAIL() << "synchronize did not report the host function's failure";
+  } catch (const BackendError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("host task exploded"));
+  }
+  auto e = device->createEvent();
+  EXPECT_THROW(device->query(*e), BackendError);
+}
+
+// ------------------------------------------------------ stream semaphores
+
+// Makes sure a stream that waits on `flag` is released at scope exit even
+// when the test fails half-way (a stream blocked forever would hang the
+// device's teardown).
+class SemaphoreRelease {
+ public:
+  SemaphoreRelease(Device& d, uint32_t* flag) : device_(d), flag_(flag) {}
+  ~SemaphoreRelease() {
+    try {
+      auto s = device_.createStream();
+      device_.writeValue(*s, flag_, 0x7fffffffu);
+      device_.synchronize(*s, std::chrono::seconds(10));
+    } catch (...) {
+    }
+  }
+
+ private:
+  Device& device_;
+  uint32_t* flag_;
+};
+
+TEST(CudaDevice, WaitValueHoldsAStreamUntilAnotherStreamWrites) {
+  HIR_REQUIRE_GPUS(1);
+  auto device = makeDevice();
+  if (!device->supports(DeviceFeature::StreamSemaphore))
+    GTEST_SKIP() << "stream memory operations are not available";
+  Buffer flag_mem(*device, 4);
+  auto* flag = static_cast<uint32_t*>(flag_mem.data());
+  constexpr std::size_t kCount = 4096;
+  Buffer out(*device, kCount * 4);
+  auto waiter = device->createStream();
+  auto writer = device->createStream();
+  auto done = device->createEvent();
+  SemaphoreRelease release(*device, flag);
+
+  device->waitValue(*waiter, flag, 1);
+  device->fill(*waiter, out.data(), DType::Int32, kCount, 9, 2);
+  device->record(*done, *waiter);
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  EXPECT_FALSE(device->query(*done)) << "the wait did not hold the stream";
+
+  device->writeValue(*writer, flag, 1);
+  device->synchronize(*done, testTimeout());
+  EXPECT_EQ(firstDifference(readBack(out.data(), out.bytes()),
+                            hostPattern(DType::Int32, kCount, 9, 2), DType::Int32),
+            -1);
+
+  // Greater-or-equal: a later sequence number satisfies an earlier wait.
+  device->writeValue(*writer, flag, 5);
+  device->synchronize(*writer, testTimeout());
+  device->waitValue(*waiter, flag, 3);
+  device->record(*done, *waiter);
+  device->synchronize(*done, std::chrono::seconds(5));
+}
+
+// ------------------------------------------------------- two ranks: IPC
+
+MemoryHandle broadcastHandle(const MemoryHandle& h, int root) {
+  Bootstrap& w = test::world();
+  uint64_t size = h.bytes.size();
+  w.broadcast(&size, sizeof(size), root);
+  MemoryHandle out;
+  out.bytes = h.bytes;
+  out.bytes.resize(size);
+  w.broadcast(out.bytes.data(), size, root);
+  return out;
+}
+
+TEST(CudaDevice, IpcMemoryIsReadableAndWritableFromAnotherRank) {
+  HIR_REQUIRE_GPUS(2);
+  if (!firstTwoRanksShareANode()) GTEST_SKIP() << "ranks 0 and 1 are on different nodes";
+  auto device = makeDevice();
+  Bootstrap& w = test::world();
+  const int rank = w.rank();
+  constexpr std::size_t kCount = (1 << 20) + 3;  // not a multiple of any page
+  Stream& s = device->defaultStream();
+
+  std::unique_ptr<Buffer> exported;
+  MemoryHandle handle;
+  if (rank == 0) {
+    exported = std::make_unique<Buffer>(*device, kCount * 4);
+    device->fill(s, exported->data(), DType::Int32, kCount, 42, 3);
+    device->synchronize(s, testTimeout());
+    handle = device->exportMemory(exported->data());
+    EXPECT_THROW(device->exportMemory(static_cast<char*>(exported->data()) + 256), InternalError);
+  }
+  handle = broadcastHandle(handle, 0);
+  ASSERT_FALSE(handle.bytes.empty());
+
+  if (rank == 1) {
+    void* peer = device->importMemory(handle);
+    ASSERT_NE(peer, nullptr);
+    Buffer local(*device, kCount * 4);
+    device->copy(s, local.data(), peer, kCount * 4);  // read the peer
+    Records rec(*device, 1);
+    device->check(s, local.data(), DType::Int32, kCount, 42, 3, 0, rec.get(), 1);
+    device->fill(s, peer, DType::Int32, kCount, -7, 5);  // then write it
+    device->synchronize(s, testTimeout());
+    EXPECT_EQ(rec[0].mismatches, 0u);
+    EXPECT_EQ(rec[0].checked, kCount);
+    device->closeImported(peer);
+  }
+  w.barrier();  // rank 1 wrote and closed
+  if (rank == 0) {
+    EXPECT_EQ(firstDifference(readBack(exported->data(), exported->bytes()),
+                              hostPattern(DType::Int32, kCount, -7, 5), DType::Int32),
+              -1)
+        << "rank 1's writes through the IPC mapping are missing";
+  }
+  w.barrier();
+}
+
+// Rank 1 exports a flag; rank 0 imports it and writes a value into it; rank
+// 1's stream waits on that value.
+TEST(CudaDevice, StreamSemaphoresSignalAcrossRanks) {
+  HIR_REQUIRE_GPUS(2);
+  if (!firstTwoRanksShareANode()) GTEST_SKIP() << "ranks 0 and 1 are on different nodes";
+  auto device = makeDevice();
+  // Same answer on every rank (same driver), so the skip is collective.
+  if (!device->supports(DeviceFeature::StreamSemaphore))
+    GTEST_SKIP() << "stream memory operations are not available";
+  Bootstrap& w = test::world();
+  const int rank = w.rank();
+  constexpr std::size_t kCount = 1024;
+
+  std::unique_ptr<Buffer> flag_mem, out;
+  std::unique_ptr<SemaphoreRelease> release;
+  std::unique_ptr<Event> done = device->createEvent();
+  auto stream = device->createStream();
+  MemoryHandle handle;
+  if (rank == 1) {
+    flag_mem = std::make_unique<Buffer>(*device, 4);
+    out = std::make_unique<Buffer>(*device, kCount * 4);
+    auto* flag = static_cast<uint32_t*>(flag_mem->data());
+    release = std::make_unique<SemaphoreRelease>(*device, flag);
+    handle = device->exportMemory(flag_mem->data());
+    device->waitValue(*stream, flag, 2);
+    device->fill(*stream, out->data(), DType::Int32, kCount, 100, 1);
+    device->record(*done, *stream);
+  }
+  handle = broadcastHandle(handle, 1);
+  if (rank == 1) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    EXPECT_FALSE(device->query(*done)) << "rank 1's stream ran before rank 0 signalled";
+  }
+  w.barrier();
+  if (rank == 0) {
+    auto* peer_flag = static_cast<uint32_t*>(device->importMemory(handle));
+    device->writeValue(*stream, peer_flag, 1);  // not enough yet
+    device->writeValue(*stream, peer_flag, 2);
+    device->synchronize(*stream, testTimeout());
+    device->closeImported(peer_flag);
+  }
+  if (rank == 1) {
+    auto t0 = Clock::now();
+    device->synchronize(*done, testTimeout());
+    EXPECT_LT(msSince(t0), 10000.0);
+    EXPECT_EQ(firstDifference(readBack(out->data(), out->bytes()),
+                              hostPattern(DType::Int32, kCount, 100, 1), DType::Int32),
+              -1);
+  }
+  w.barrier();
+}
+
+}  // namespace
+}  // namespace hir
