@@ -75,7 +75,21 @@ struct CollectiveRecord {
 
 struct MessageRecord {  // one send or recv
   std::optional<int64_t> count;
-  DType dtype;
+  DType dtype = DType::Float32;
+  Site site;
+  int comm = -1;
+  std::optional<Range> range;  // unknown when the tensor did not resolve
+  int backend = -1;
+  Protocol protocol = Protocol::Put;  // auto is put
+};
+
+// What must happen in the same order on every rank for ipc: share_mem_handles
+// (collective) and allocations of ipc-shared buffers (their blocks are what
+// is exchanged, so every rank must know when a peer's block changes).
+struct IpcEvent {
+  int pc = -1;
+  int alloc = -1;  // -1: a share_mem_handles
+  std::vector<int64_t> shape;
   Site site;
 };
 
@@ -122,8 +136,7 @@ class Findings {
  public:
   explicit Findings(const Plan& plan)
       : collectives_(plan.teams.size(), std::vector<std::vector<CollectiveRecord>>(plan.world)),
-        ipc_shapes_(plan.allocs.size(),
-                    std::vector<std::optional<std::vector<int64_t>>>(plan.world)) {}
+        ipc_events_(plan.world) {}
 
   // Whether this is the first problem of `kind` at instruction `pc`
   // (problems of one kind at one instruction are reported once).
@@ -145,7 +158,7 @@ class Findings {
   std::vector<std::vector<std::vector<CollectiveRecord>>> collectives_;       // [team][rank]
   std::map<std::pair<int, int>, std::vector<MessageRecord>> sends_;           // (from, to)
   std::map<std::pair<int, int>, std::vector<MessageRecord>> recvs_;           // (from, to): on `to`
-  std::vector<std::vector<std::optional<std::vector<int64_t>>>> ipc_shapes_;  // [alloc][rank]
+  std::vector<std::vector<IpcEvent>> ipc_events_;                            // [rank]
   std::vector<Issue> issues_;
   bool truncated_ = false;
   int64_t posts_ = 0;
@@ -249,8 +262,7 @@ class RankRun {
         return fmt::format("allocates '{}' again while it is still allocated; deallocate it first",
                            alloc.name);
       });
-    if (alloc.ipc_shared && !findings_.ipc_shapes_[a.alloc][rank_])
-      findings_.ipc_shapes_[a.alloc][rank_] = shape;
+    if (alloc.ipc_shared) findings_.ipc_events_[rank_].push_back({pc_, a.alloc, shape, site()});
     shapes_[a.alloc] = std::move(shape);
     bad_alloc_[a.alloc] = false;
   }
@@ -302,7 +314,7 @@ class RankRun {
       });
 
     if (p2p) {
-      postMessage(c, in ? in : out, dtype);
+      postMessage(p.comm, c, in ? in : out, dtype);
     } else {
       checkSizes(c, team, in, out);
       CollectiveRecord rec{c.type,       in ? std::optional<int64_t>(in->count) : std::nullopt,
@@ -360,7 +372,10 @@ class RankRun {
     std::erase_if(pending_, [&](const Pending& p) { return p.group == w.group; });
   }
 
-  void operator()(const instr::Share&) {}  // no data moves; nothing to check
+  // No data moves, but the exchange is collective.
+  void operator()(const instr::Share&) {
+    findings_.ipc_events_[rank_].push_back({pc_, -1, {}, site()});
+  }
 
   // -------------------------------------------------------------- streams
   void operator()(const instr::SetStream& s) { checkStream(s.stream); }
@@ -496,7 +511,7 @@ class RankRun {
   }
 
   // ------------------------------------------------------ communications
-  void postMessage(const PlanComm& c, const std::optional<Range>& tensor, DType dtype) {
+  void postMessage(int slot, const PlanComm& c, const std::optional<Range>& tensor, DType dtype) {
     HIR_INTERNAL_ASSERT(c.peer.has_value(), "send/recv '{}' without a peer", c.name);
     const int64_t peer = c.peer->eval(scalars_.data());
     if (peer < 0 || peer >= plan_.world) {
@@ -506,11 +521,35 @@ class RankRun {
       });
       return;
     }
-    MessageRecord rec{tensor ? std::optional<int64_t>(tensor->count) : std::nullopt, dtype, site()};
+    checkPeerNode(c, static_cast<int>(peer));
+    MessageRecord rec;
+    rec.count = tensor ? std::optional<int64_t>(tensor->count) : std::nullopt;
+    rec.dtype = dtype;
+    rec.site = site();
+    rec.comm = slot;
+    rec.range = tensor;
+    rec.backend = c.backend;
+    rec.protocol = c.protocol == Protocol::Auto ? Protocol::Put : c.protocol;
     if (c.type == CommType::Send)
       findings_.sends_[{rank_, static_cast<int>(peer)}].push_back(std::move(rec));
     else
       findings_.recvs_[{static_cast<int>(peer), rank_}].push_back(std::move(rec));
+  }
+
+  // A backend that maps the peer's memory (ipc) reaches only its own node.
+  void checkPeerNode(const PlanComm& c, int peer) {
+    const std::vector<std::string>& nodes = options_.nodes;
+    if (c.cross_node_why.empty() || nodes.empty()) return;
+    HIR_INTERNAL_ASSERT(static_cast<int>(nodes.size()) == plan_.world,
+                        "{} node names for a world of {}", nodes.size(), plan_.world);
+    if (nodes[rank_] == nodes[peer]) return;
+    problem("node", [&] {
+      return fmt::format("{} {} rank {} through backend '{}', but rank {} is on node '{}' and rank "
+                         "{} on node '{}': {}",
+                         toString(c.type), c.type == CommType::Send ? "to" : "from", peer,
+                         plan_.backends[c.backend], peer, nodes[peer], rank_, nodes[rank_],
+                         c.cross_node_why);
+    });
   }
 
   std::optional<int64_t> evalRoot(const PlanComm& c, const PlanTeam& team) {
@@ -629,8 +668,29 @@ void matchCollectives(const Plan& plan, Findings& f) {
   }
 }
 
+// How the send and the recv of a message disagree, as the two halves of a
+// sentence ("rank 0's send ... <first> rank 1's recv ... <second>"), or
+// nothing when they agree.
+std::optional<std::pair<std::string, std::string>> mismatch(const Plan& plan,
+                                                            const MessageRecord& a,
+                                                            const MessageRecord& b) {
+  if (a.dtype != b.dtype || (a.count && b.count && *a.count != *b.count))
+    return std::pair(fmt::format("carries {} but", describe(a)),
+                     fmt::format("expects {}", describe(b)));
+  if (a.backend != b.backend)
+    return std::pair(fmt::format("uses backend '{}' but", plan.backends[a.backend]),
+                     fmt::format("uses backend '{}'; a send and its recv need the same backend",
+                                 plan.backends[b.backend]));
+  if (a.protocol != b.protocol)
+    return std::pair(fmt::format("uses protocol '{}' but", toString(a.protocol)),
+                     fmt::format("uses protocol '{}'; a send and its recv need the same protocol "
+                                 "(auto is put)",
+                                 toString(b.protocol)));
+  return std::nullopt;
+}
+
 // The k-th send from a to b meets the k-th recv on b from a.
-void matchMessages(Findings& f) {
+void matchMessages(const Plan& plan, Findings& f) {
   std::set<std::pair<int, int>> pairs;
   for (const auto& [key, v] : f.sends_) pairs.insert(key);
   for (const auto& [key, v] : f.recvs_) pairs.insert(key);
@@ -644,13 +704,13 @@ void matchMessages(Findings& f) {
     bool reported = false;
     for (std::size_t k = 0; k < common; ++k) {
       const MessageRecord &a = sends[k], &b = recvs[k];
-      const bool same = a.dtype == b.dtype && (!a.count || !b.count || *a.count == *b.count);
-      if (same) continue;
+      const auto differ = mismatch(plan, a, b);
+      if (!differ) continue;
       f.add(a.site.path(),
-            fmt::format("rank {}'s send #{} to rank {} ({}) carries {} but rank {}'s recv #{} "
-                        "from rank {} ({}) expects {}",
-                        from, k + 1, to, a.site.str(), describe(a), to, k + 1, from, b.site.str(),
-                        describe(b)));
+            fmt::format("rank {}'s send #{} to rank {} ({}) {} rank {}'s recv #{} from rank {} "
+                        "({}) {}",
+                        from, k + 1, to, a.site.str(), differ->first, to, k + 1, from,
+                        b.site.str(), differ->second));
       reported = true;
       break;
     }
@@ -665,40 +725,121 @@ void matchMessages(Findings& f) {
   }
 }
 
-// IPC peers map each other's memory: the shapes must agree.
-void matchIpcShapes(const Plan& plan, Findings& f) {
-  for (std::size_t a = 0; a < plan.allocs.size(); ++a) {
-    const auto& shapes = f.ipc_shapes_[a];
-    int first = -1;
-    for (int r = 0; r < plan.world; ++r) {
-      if (!shapes[r]) continue;
-      if (first < 0) {
-        first = r;
-      } else if (*shapes[r] != *shapes[first]) {
-        const std::string path =
-            plan.allocs[a].node >= 0 ? plan.nodes[plan.allocs[a].node].path : std::string("/");
-        f.add(path, fmt::format("'{}' is shared through ipc, so its shape must be the same on "
-                                "every rank: rank {} has {}, rank {} has {}",
-                                plan.allocs[a].name, first, listInts(*shapes[first]), r,
-                                listInts(*shapes[r])));
-        break;
-      }
+std::string describe(const Plan& plan, const IpcEvent& e) {
+  if (e.alloc < 0) return fmt::format("share_mem_handles ({})", e.site.str());
+  return fmt::format("allocate '{}' {} ({})", plan.allocs[e.alloc].name, listInts(e.shape),
+                     e.site.str());
+}
+
+// IPC peers map each other's memory: every rank allocates the ipc-shared
+// buffers with the same shapes, and exchanges them at the same points, so
+// that all ranks know which blocks an exchange covers (and the exchange,
+// being collective, is reached by all).
+void matchIpcEvents(const Plan& plan, Findings& f) {
+  const std::vector<IpcEvent>& ref = f.ipc_events_[0];
+  for (int r = 1; r < plan.world; ++r) {
+    const std::vector<IpcEvent>& mine = f.ipc_events_[r];
+    const std::size_t common = std::min(ref.size(), mine.size());
+    std::size_t k = 0;
+    while (k < common && ref[k].pc == mine[k].pc && ref[k].shape == mine[k].shape) ++k;
+    if (k == common && (ref.size() == mine.size() || f.truncated_)) continue;
+    if (k < common && ref[k].pc == mine[k].pc) {  // the same allocate, another shape
+      const PlanAlloc& a = plan.allocs[ref[k].alloc];
+      const std::string path = a.node >= 0 ? plan.nodes[a.node].path : std::string("/");
+      f.add(path, fmt::format("'{}' is shared through ipc, so its shape must be the same on "
+                              "every rank: rank 0 has {}, rank {} has {}",
+                              a.name, listInts(ref[k].shape), r, listInts(mine[k].shape)));
+      return;
+    }
+    const IpcEvent& first = k < ref.size() ? ref[k] : mine[k];
+    auto what = [&](const std::vector<IpcEvent>& v) {
+      return k < v.size() ? describe(plan, v[k]) : std::string("nothing more");
+    };
+    f.add(first.site.path(),
+          fmt::format("share_mem_handles and the allocations of ipc-shared buffers must happen in "
+                      "the same order on every rank (the exchange is collective): event #{} is "
+                      "{} on rank 0 but {} on rank {}",
+                      k + 1, what(ref), what(mine), r));
+    return;
+  }
+}
+
+// The matched messages, for backends that need the peer's address.
+P2pTrace buildTrace(const Plan& plan, const Findings& f) {
+  P2pTrace trace;
+  trace.truncated = f.truncated_;
+  for (const auto& [pair, sends] : f.sends_) {
+    auto r = f.recvs_.find(pair);
+    if (r == f.recvs_.end()) continue;
+    const std::vector<MessageRecord>& recvs = r->second;
+    std::vector<P2pMessage>& out = trace.pairs[pair];
+    for (std::size_t k = 0; k < std::min(sends.size(), recvs.size()); ++k) {
+      const MessageRecord &a = sends[k], &b = recvs[k];
+      if (!a.range || !b.range) break;  // reported; the rest would be off by one
+      const std::size_t size = dtypeSize(a.dtype);
+      P2pMessage m;
+      m.send = {a.comm, a.range->alloc, static_cast<std::size_t>(a.range->offset) * size};
+      m.recv = {b.comm, b.range->alloc,
+                static_cast<std::size_t>(b.range->offset) * dtypeSize(b.dtype)};
+      m.bytes = static_cast<std::size_t>(a.range->count) * size;
+      m.protocol = a.protocol;
+      m.backend = a.backend;
+      out.push_back(m);
     }
   }
+  return trace;
+}
+
+Findings simulate(const Plan& plan, const ScheduleCheckOptions& options) {
+  HIR_INTERNAL_ASSERT(plan.world >= 1, "plan for world {}", plan.world);
+  HIR_INTERNAL_ASSERT(!plan.teams.empty(), "plan without the world team");
+  HIR_INTERNAL_ASSERT(options.nodes.empty() || static_cast<int>(options.nodes.size()) == plan.world,
+                      "{} node names for a world of {}", options.nodes.size(), plan.world);
+  Findings findings(plan);
+  for (int rank = 0; rank < plan.world; ++rank) RankRun(plan, options, findings, rank).run();
+  return findings;
 }
 
 }  // namespace
 
 ScheduleCheckResult checkSchedule(const Plan& plan, const ScheduleCheckOptions& options) {
-  HIR_INTERNAL_ASSERT(plan.world >= 1, "plan for world {}", plan.world);
-  HIR_INTERNAL_ASSERT(!plan.teams.empty(), "plan without the world team");
-  Findings findings(plan);
-  for (int rank = 0; rank < plan.world; ++rank) RankRun(plan, options, findings, rank).run();
+  Findings findings = simulate(plan, options);
   matchCollectives(plan, findings);
-  matchMessages(findings);
-  matchIpcShapes(plan, findings);
+  matchMessages(plan, findings);
+  matchIpcEvents(plan, findings);
   if (!findings.issues_.empty()) throw ValidationError(std::move(findings.issues_));
-  return {findings.truncated_, findings.posts_};
+  return {findings.truncated_, findings.posts_, buildTrace(plan, findings)};
+}
+
+P2pTrace traceP2p(const Plan& plan, const ScheduleCheckOptions& options) {
+  return buildTrace(plan, simulate(plan, options));
+}
+
+void checkPeerNodes(const Plan& plan, const P2pTrace& trace,
+                    const std::vector<std::string>& nodes) {
+  if (nodes.empty()) return;
+  HIR_INTERNAL_ASSERT(static_cast<int>(nodes.size()) == plan.world,
+                      "{} node names for a world of {}", nodes.size(), plan.world);
+  std::vector<Issue> issues;
+  std::set<int> reported;  // one issue per communication
+  auto check = [&](int comm, int rank, int peer) {
+    const PlanComm& c = plan.comms[comm];
+    if (c.cross_node_why.empty() || nodes[rank] == nodes[peer] || !reported.insert(comm).second)
+      return;
+    issues.push_back(
+        {plan.nodes[c.node].path,
+         fmt::format("on rank {}: {} {} rank {} through backend '{}', but rank {} is on node '{}' "
+                     "and rank {} on node '{}': {}",
+                     rank, toString(c.type), c.type == CommType::Send ? "to" : "from", peer,
+                     plan.backends[c.backend], peer, nodes[peer], rank, nodes[rank],
+                     c.cross_node_why)});
+  };
+  for (const auto& [pair, messages] : trace.pairs)
+    for (const P2pMessage& m : messages) {
+      check(m.send.comm, pair.first, pair.second);
+      check(m.recv.comm, pair.second, pair.first);
+    }
+  if (!issues.empty()) throw ValidationError(std::move(issues));
 }
 
 }  // namespace hir

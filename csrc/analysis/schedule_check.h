@@ -9,14 +9,22 @@
 //   of unequal sizes, ipc-shared allocations whose shape differs by rank;
 // - across ranks: collectives of each team in the same order with the same
 //   type, root, count, dtype and reduce op; every send matched by a recv of
-//   the same size and dtype, in the same order per pair of ranks;
+//   the same size and dtype, on the same backend with the same protocol, in
+//   the same order per pair of ranks; share_mem_handles and the allocations
+//   of ipc-shared buffers in the same order with the same shapes; no peer
+//   on another node for a backend that reaches only its own node (ipc);
 // - hazards: a tensor read, written or deallocated while a communication
 //   writing it is still pending (not waited), or written while one reading
 //   it is pending.
 // Throws ValidationError listing every problem (capped at 20).
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "lower/plan.h"
 
@@ -26,13 +34,49 @@ struct ScheduleCheckOptions {
   // Stop simulating a rank after this many executed instructions; the check
   // then covers only the prefix (and says so through `truncated`).
   int64_t max_steps_per_rank = 4'000'000;
+  // Node identity of each rank (Bootstrap::nodes()); empty: one node.
+  std::vector<std::string> nodes;
+};
+
+// One end of a point-to-point message, as the dry run resolved it.
+struct P2pEnd {
+  int comm = -1;           // communication slot
+  int alloc = -1;          // allocation slot
+  std::size_t offset = 0;  // bytes from the start of the allocation
+};
+
+// A send matched with its recv.
+struct P2pMessage {
+  P2pEnd send, recv;
+  std::size_t bytes = 0;
+  Protocol protocol = Protocol::Put;  // as the send says; auto is put
+  int backend = -1;                   // as the send says (Plan::backends)
+};
+
+// Every matched send/recv of one run, per ordered pair of ranks (from, to),
+// in the order the pair's messages match. A run of the plan repeats it
+// exactly: the plan is deterministic given the rank. Backends that map a
+// peer's memory (ipc) use it to know, at post time, the peer's address.
+struct P2pTrace {
+  bool truncated = false;  // the dry run stopped early: only a prefix is known
+  std::map<std::pair<int, int>, std::vector<P2pMessage>> pairs;
 };
 
 struct ScheduleCheckResult {
   bool truncated = false;
   int64_t communications = 0;  // posts over all ranks
+  P2pTrace p2p;
 };
 
 ScheduleCheckResult checkSchedule(const Plan& plan, const ScheduleCheckOptions& options = {});
+
+// The dry run alone: the trace of checkSchedule() without the checks (for an
+// evaluator that skips them). Messages that did not resolve are left out.
+P2pTrace traceP2p(const Plan& plan, const ScheduleCheckOptions& options = {});
+
+// The node rule of checkSchedule() alone, over a trace: a send/recv whose
+// backend reaches only its own node (PlanComm::cross_node_why) with a peer on
+// another node. Throws ValidationError naming node path, ranks and nodes.
+void checkPeerNodes(const Plan& plan, const P2pTrace& trace, const std::vector<std::string>& nodes);
 
 }  // namespace hir

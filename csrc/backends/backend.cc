@@ -3,6 +3,7 @@
 
 #include <mutex>
 
+#include "backends/ipc_backend.h"
 #include "backends/mpi_backend.h"
 #include "common/error.h"
 #ifdef HIR_WITH_CUDA
@@ -58,7 +59,7 @@ void registerBuiltins(Registry& r) {
 #ifdef HIR_WITH_CUDA
   registerNcclBackend();
 #endif
-  // The ipc backend (cuda and host devices) will register here the same way.
+  registerIpcBackend();  // cuda and host devices
 }
 
 std::string describeQuery(const SupportQuery& q) {

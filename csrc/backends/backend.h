@@ -44,6 +44,15 @@ struct PostArgs {
   int input_alloc = -1, output_alloc = -1;  // allocation slots
   std::size_t input_offset = 0, output_offset = 0;  // bytes from allocation start
   const char* path = "";           // node path, for error messages
+  // Send/recv on a backend that maps peer memory (BackendInfo::
+  // maps_peer_memory), filled by the evaluator from the load-time trace: the
+  // peer's end of this message (its allocation slot and byte offset), and
+  // pair_seq, the 1-based number of this message among the messages of its
+  // ordered pair (sender, receiver) on such backends over every run so far:
+  // the same number on both sides.
+  int remote_alloc = -1;
+  std::size_t remote_offset = 0;
+  uint64_t pair_seq = 0;
 };
 
 struct BackendContext {
@@ -69,7 +78,9 @@ struct Support {
 };
 
 // An item of a share_mem_handles batch (ipc): communication `comm` of this
-// rank moves data with `peer` through allocation `alloc` ([base, base+bytes)).
+// rank moves data with `peer` through allocation `alloc` ([base, base+bytes)),
+// and the peer's end of those messages is its allocation `peer_alloc`.
+// `base` is null when the allocation has no memory yet on this rank.
 struct ShareItem {
   int comm = -1;
   CommType type = CommType::Send;
@@ -77,6 +88,10 @@ struct ShareItem {
   int alloc = -1;
   void* base = nullptr;
   std::size_t bytes = 0;
+  int peer_alloc = -1;
+  Protocol protocol = Protocol::Auto;
+  bool caller_owned = false;  // `base` is a caller's buffer (bind()), not from Device::allocate
+  const char* name = "";      // the allocation's name, for messages
 };
 
 class Backend {
@@ -117,6 +132,10 @@ struct BackendInfo {
   std::function<std::unique_ptr<Backend>()> create;
   // Preference of "auto" (higher first) among those that support a query.
   int auto_priority = 0;
+  // The backend maps peer memory (ipc): its communications need
+  // share_mem_handles, and its send/recv posts carry the peer's address
+  // (PostArgs::remote_alloc, remote_offset, pair_seq).
+  bool maps_peer_memory = false;
 };
 
 void registerBackend(BackendInfo info);

@@ -38,6 +38,7 @@ class Lowerer {
 
     declareAll(program_.body);
     collectExplicitShares(program_.body);
+    collectImplicitUsers(program_.body);
     scopes_.emplace_back();
     emitBody(program_.body, "", /*top=*/true);
     scopes_.pop_back();
@@ -150,15 +151,39 @@ class Lowerer {
     }
   }
 
-  // Communications in `n` bound to ipc and not listed by an explicit
-  // share_mem_handles (their exchange is inserted by lowering).
+  // A communication whose exchange lowering inserts: on a backend that maps
+  // peer memory (ipc; "auto" never picks one) and not listed by an explicit
+  // share_mem_handles.
+  bool implicitlyShared(const Communication& c) const {
+    const BackendInfo* info = findBackend(c.backend);
+    return info != nullptr && info->maps_peer_memory && !explicitly_shared_.count(c.name);
+  }
+
+  // Per allocation name: the implicitly shared communications that use it.
+  void collectImplicitUsers(const Body& body) {
+    for (const Node& n : body) {
+      if (auto* c = std::get_if<Communication>(&n.v)) {
+        if (!implicitlyShared(*c)) continue;
+        for (const auto* ref : {&c->tensor, &c->input, &c->output})
+          if (*ref) implicit_users_[(*ref)->name].push_back(comm_slots_.at(c->name));
+      } else if (auto* f = std::get_if<ForLoop>(&n.v)) {
+        collectImplicitUsers(f->body);
+      } else if (auto* i = std::get_if<If>(&n.v)) {
+        collectImplicitUsers(i->then_body);
+        collectImplicitUsers(i->else_body);
+      } else if (auto* g = std::get_if<Group>(&n.v)) {
+        collectImplicitUsers(g->body);
+      }
+    }
+  }
+
+  // Communications in `n` whose exchange lowering inserts.
   void implicitShares(const Node& n, std::vector<int>& out) const {
     auto all = [&](const Body& body) {
       for (const Node& child : body) implicitShares(child, out);
     };
     if (auto* c = std::get_if<Communication>(&n.v)) {
-      if (c->backend == "ipc" && !explicitly_shared_.count(c->name))
-        out.push_back(comm_slots_.at(c->name));
+      if (implicitlyShared(*c)) out.push_back(comm_slots_.at(c->name));
     } else if (auto* f = std::get_if<ForLoop>(&n.v)) {
       all(f->body);
     } else if (auto* i = std::get_if<If>(&n.v)) {
@@ -172,6 +197,7 @@ class Lowerer {
   // ------------------------------------------------------------------ code
   void emitBody(const Body& body, const std::string& parent, bool top,
                 std::string_view field = "body") {
+    ++depth_;
     for (std::size_t i = 0; i < body.size(); ++i) {
       std::string path = childPath(parent, field, i);
       if (top) {
@@ -183,6 +209,7 @@ class Lowerer {
       }
       emitNode(body[i], path);
     }
+    --depth_;
   }
 
   void emitNode(const Node& n, const std::string& path) {
@@ -194,6 +221,13 @@ class Lowerer {
               pa.node = node;
               for (const Expr& e : a.shape) pa.shape.push_back(compile(e));
               emit(instr::Allocate{alloc_slots_.at(a.name)}, node);
+              // Allocated inside a loop or if: the exchange hoisted before
+              // the top-level node ran before this memory existed, so the
+              // implicitly shared users exchange again here (a no-op once
+              // the block is known, as it is cached across iterations).
+              auto users = implicit_users_.find(a.name);
+              if (depth_ > 1 && users != implicit_users_.end())
+                emit(instr::Share{users->second}, node);
             },
             [&](const Deallocate& d) { emit(instr::Deallocate{allocSlot(d.name, path)}, node); },
             [&](const Communication& c) {
@@ -340,9 +374,16 @@ class Lowerer {
     q.reduce = pc.reduce;
     const BackendInfo& info = selectBackend(c.backend, q, path);
     pc.backend = backendIndex(info.name);
-    if (info.name == "ipc") {
+    if (info.maps_peer_memory) {
       if (pc.input) plan_.allocs[pc.input->alloc].ipc_shared = true;
       if (pc.output) plan_.allocs[pc.output->alloc].ipc_shared = true;
+    }
+    if (isPointToPoint(c.type)) {
+      // Binding is per node, not per pair of ranks: whether a peer is on
+      // another node is checked per rank by the schedule check.
+      q.peer_on_other_node = true;
+      Support remote = info.supports(q);
+      if (!remote.ok) pc.cross_node_why = remote.why;
     }
     if (current_group_ >= 0) {
       PlanGroup& g = plan_.groups[current_group_];
@@ -398,6 +439,8 @@ class Lowerer {
   std::vector<std::map<std::string, int>> scopes_;  // loop index -> slot
   std::unordered_map<std::string, int> alloc_slots_, comm_slots_, group_slots_;
   std::set<std::string> explicitly_shared_;
+  std::map<std::string, std::vector<int>> implicit_users_;  // allocation -> comm slots
+  int depth_ = 0;  // bodies being emitted: 1 at the top level
   int current_group_ = -1;
 };
 

@@ -39,7 +39,7 @@ struct PlanAlloc {
   std::vector<CompiledExpr> shape;
   int node = -1;                 // the Allocate node (for its path)
   bool bindable = false;         // listed in inputs or outputs
-  bool ipc_shared = false;       // used by an ipc communication
+  bool ipc_shared = false;       // used by a communication whose backend maps peer memory (ipc)
 };
 
 struct PlanComm {
@@ -53,6 +53,9 @@ struct PlanComm {
   int backend = 0;    // index into Plan::backends
   Protocol protocol = Protocol::Auto;
   int group = -1;     // enclosing group, or -1
+  // Send/recv whose bound backend cannot reach a peer on another node (ipc):
+  // why, as the backend says it. Empty: any peer will do.
+  std::string cross_node_why;
 };
 
 struct PlanGroup {

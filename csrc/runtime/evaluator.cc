@@ -9,6 +9,8 @@
 #include <algorithm>
 #include <array>
 #include <map>
+#include <set>
+#include <tuple>
 
 #include "analysis/schedule_check.h"
 #include "analysis/validate.h"
@@ -50,6 +52,36 @@ struct Evaluator::Impl {
     std::size_t cached_bytes = 0;
     std::vector<int> comm_users;  // comms that used it since it was (re)allocated
     uint32_t stream_mask = 0;     // streams that touched it since then
+    // Blocks this node has had: the first allocation and each change of size
+    // start a new one. The same on every rank for ipc-shared allocations
+    // (the schedule check says so), which makes it an exchange key. A
+    // re-bind() to another buffer of the same size is not a new one (ipc
+    // never maps caller buffers).
+    uint64_t generation = 0;
+    std::size_t generation_bytes = 0;
+    uint64_t exchanged_generation = 0;  // at the last exchange that covered it
+  };
+  // Backends that map peer memory (ipc): where the k-th message of this
+  // rank with a peer lives on the peer's side, from the load-time trace.
+  struct Route {
+    int comm = -1, alloc = -1;
+    std::size_t offset = 0;
+    int remote_alloc = -1;
+    std::size_t remote_offset = 0;
+  };
+  struct PeerRoutes {
+    std::vector<Route> sends, recvs;  // one run's messages to / from the peer
+    uint64_t sent = 0, received = 0;  // posted so far, over every run
+  };
+  // What one share_mem_handles instruction exchanges. A link is (from, to,
+  // send allocation, recv allocation) of messages of the listed
+  // communications, over every rank: all ranks compute the same links, and,
+  // because ipc-shared allocations happen in the same order everywhere (the
+  // schedule check says so), the same block generations, so all decide
+  // alike whether the exchange is needed.
+  struct ShareSpec {
+    std::vector<std::array<int, 4>> links;
+    std::map<int, std::vector<ShareItem>> items;  // backend -> this rank's items
   };
   enum class PostState : uint8_t { Never, Posted, Skipped };
   struct CommState {
@@ -91,6 +123,12 @@ struct Evaluator::Impl {
   std::unique_ptr<Event> run_start;
   int current = 0;
   int64_t exchanges = 0;
+  std::vector<bool> maps_peer_memory;  // per plan backend
+  std::vector<PeerRoutes> routes;      // per peer; empty when no backend maps peer memory
+  bool routes_truncated = false;
+  std::map<int, ShareSpec> shares;     // by pc of the Share instruction
+  std::set<std::array<uint64_t, 6>> exchanged;  // links with both block generations
+  std::vector<void*> retired;          // replaced blocks of ipc-shared allocations
   CheckRecord* records = nullptr;
   std::vector<int64_t> check_executions;
   std::vector<std::vector<int64_t>> check_contexts;  // per check: flat loop values
@@ -104,7 +142,25 @@ struct Evaluator::Impl {
     lo.world = boot.world();
     lo.device = std::string(dev.kind());
     plan = lower(program, lo);
-    if (opts.check_schedule) checkSchedule(plan);
+    for (const std::string& name : plan.backends) {
+      const BackendInfo* info = findBackend(name);
+      HIR_INTERNAL_ASSERT(info, "lowering bound unknown backend '{}'", name);
+      maps_peer_memory.push_back(info->maps_peer_memory);
+    }
+    const bool peer_mapped = std::count(maps_peer_memory.begin(), maps_peer_memory.end(), true);
+    ScheduleCheckOptions check;
+    // Node names cost an allgather: only for programs that care.
+    const bool node_bound = std::any_of(plan.comms.begin(), plan.comms.end(),
+                                        [](const PlanComm& c) { return !c.cross_node_why.empty(); });
+    if (boot.world() > 1 && node_bound) check.nodes = boot.nodes();
+    P2pTrace trace;
+    if (opts.check_schedule)
+      trace = checkSchedule(plan, check).p2p;
+    else if (peer_mapped) {
+      trace = traceP2p(plan, check);
+      checkPeerNodes(plan, trace, check.nodes);  // unchecked programs still get this rule
+    }
+    if (peer_mapped) planPeerMemory(trace);
 
     for (const PlanTeam& t : plan.teams) {
       auto it = std::find(t.ranks.begin(), t.ranks.end(), rank);
@@ -141,11 +197,114 @@ struct Evaluator::Impl {
       // Teardown after a failure: memory may still be in use by a stuck
       // communication, so it is leaked rather than freed under it.
       for (AllocState& a : allocs) a.cached = nullptr;
+      retired.clear();
     }
-    backends.clear();
+    // Backends first: they finish with the memory below (ipc: peers are done
+    // with our blocks once our own communications completed).
+    // A destructor must not throw: after a device failure (sticky error)
+    // teardown calls fail too, and the error that matters was reported.
+    auto quietly = [](auto&& fn) {
+      try {
+        fn();
+      } catch (const std::exception&) {
+      }
+    };
+    quietly([&] { backends.clear(); });
     for (AllocState& a : allocs)
-      if (a.cached) dev.deallocate(a.cached);
-    if (records) dev.freeCheckRecords(records);
+      if (a.cached) quietly([&] { dev.deallocate(a.cached); });
+    for (void* p : retired) quietly([&] { dev.deallocate(p); });
+    if (records) quietly([&] { dev.freeCheckRecords(records); });
+  }
+
+  // --------------------------------------------------- peer-mapped memory
+  void planPeerMemory(const P2pTrace& trace) {
+    routes.resize(static_cast<std::size_t>(plan.world));
+    routes_truncated = trace.truncated;
+    for (const auto& [pair, messages] : trace.pairs) {
+      const auto [from, to] = pair;
+      for (const P2pMessage& m : messages) {
+        if (!maps_peer_memory[plan.comms[m.send.comm].backend]) continue;
+        if (from == rank)
+          routes[to].sends.push_back(
+              {m.send.comm, m.send.alloc, m.send.offset, m.recv.alloc, m.recv.offset});
+        if (to == rank)
+          routes[from].recvs.push_back(
+              {m.recv.comm, m.recv.alloc, m.recv.offset, m.send.alloc, m.send.offset});
+      }
+    }
+    for (std::size_t pc = 0; pc < plan.code.size(); ++pc)
+      if (auto* share = std::get_if<instr::Share>(&plan.code[pc].op))
+        shares[static_cast<int>(pc)] = shareSpec(*share, trace);
+  }
+
+  ShareSpec shareSpec(const instr::Share& in, const P2pTrace& trace) const {
+    const std::set<int> listed(in.comms.begin(), in.comms.end());
+    std::set<std::array<int, 4>> links;
+    std::set<std::tuple<int, int, int, int>> seen;  // (comm, peer, alloc, peer alloc)
+    ShareSpec spec;
+    auto addItem = [&](const P2pEnd& mine, const P2pEnd& theirs, int peer) {
+      if (!seen.insert({mine.comm, peer, mine.alloc, theirs.alloc}).second) return;
+      const PlanComm& c = plan.comms[mine.comm];
+      ShareItem item;
+      item.comm = mine.comm;
+      item.type = c.type;
+      item.peer = peer;
+      item.alloc = mine.alloc;
+      item.peer_alloc = theirs.alloc;
+      item.protocol = c.protocol;
+      item.name = plan.allocs[mine.alloc].name.c_str();
+      spec.items[c.backend].push_back(item);
+    };
+    for (const auto& [pair, messages] : trace.pairs) {
+      const auto [from, to] = pair;
+      for (const P2pMessage& m : messages) {
+        if (!maps_peer_memory[plan.comms[m.send.comm].backend]) continue;
+        if (!listed.count(m.send.comm) && !listed.count(m.recv.comm)) continue;
+        links.insert({from, to, m.send.alloc, m.recv.alloc});
+        if (from == rank) addItem(m.send, m.recv, to);
+        if (to == rank) addItem(m.recv, m.send, from);
+      }
+    }
+    spec.links.assign(links.begin(), links.end());
+    return spec;
+  }
+
+  // The peer's end of this rank's next message with p.peer (ipc).
+  void addRemote(PostArgs& p, int slot) {
+    PeerRoutes& r = routes[p.peer];
+    const bool send = p.type == CommType::Send;
+    const std::vector<Route>& list = send ? r.sends : r.recvs;
+    uint64_t& posted = send ? r.sent : r.received;
+    const uint64_t seq = posted + 1;
+    const bool traced = !list.empty() && (!routes_truncated || seq <= list.size());
+    HIR_CHECK(traced,
+              "{} rank {} is message #{} of this rank {} rank {}, but the load-time dry run "
+              "traced {}{}; backend '{}' needs the peer's address of every message from it",
+              send ? "send to" : "recv from", p.peer, seq, send ? "to" : "from", p.peer,
+              list.size(), routes_truncated ? " (it stopped early: the plan runs too long)" : "",
+              plan.backends[plan.comms[slot].backend]);
+    const Route& route = list[(seq - 1) % list.size()];
+    const int alloc = send ? p.input_alloc : p.output_alloc;
+    const std::size_t offset = send ? p.input_offset : p.output_offset;
+    HIR_CHECK(route.comm == slot && route.alloc == alloc && route.offset == offset,
+              "message #{} {} rank {} is not the one the load-time dry run traced (a run that "
+              "failed part-way leaves the message numbers out of step; create a new evaluator)",
+              seq, send ? "to" : "from", p.peer);
+    // Both ends' blocks, checked on both ranks, so that both fail alike.
+    for (int a : {alloc, route.remote_alloc}) {
+      const AllocState& state = allocs[a];
+      HIR_CHECK(state.exchanged_generation == state.generation,
+                "'{}' got new memory (it was {}) after the last share_mem_handles that covered "
+                "it; a share_mem_handles listing this communication must run after the "
+                "allocation",
+                plan.allocs[a].name,
+                state.exchanged_generation == 0 ? "never exchanged"
+                                                : "allocated with another size");
+    }
+    p.remote_alloc = route.remote_alloc;
+    p.remote_offset = route.remote_offset;
+    p.pair_seq = seq;
+    posted = seq;
   }
 
   // ------------------------------------------------------------- helpers
@@ -233,6 +392,10 @@ struct Evaluator::Impl {
       elements *= e;
     }
     a.bytes = static_cast<std::size_t>(elements) * dtypeSize(pa.dtype);
+    if (a.generation == 0 || a.generation_bytes != a.bytes) {
+      ++a.generation;
+      a.generation_bytes = a.bytes;
+    }
     if (a.bound) {
       HIR_CHECK(a.bound_bytes >= a.bytes,
                 "'{}' needs {} bytes but the buffer bound to it holds {}", pa.name, a.bytes,
@@ -245,7 +408,11 @@ struct Evaluator::Impl {
         for (int k = 0; k < kMaxStreams; ++k)
           if ((a.stream_mask >> k & 1) && streams[k].stream)
             dev.synchronize(*streams[k].stream, opts.timeout);
-        dev.deallocate(a.cached);
+        // Peers may have mapped an ipc-shared block: it lives until teardown.
+        if (pa.ipc_shared)
+          retired.push_back(a.cached);
+        else
+          dev.deallocate(a.cached);
         a.cached = nullptr;
         a.comm_users.clear();
         a.stream_mask = 0;
@@ -355,6 +522,7 @@ struct Evaluator::Impl {
         break;
     }
     (void)tr;
+    if (maps_peer_memory[c.backend] && isPointToPoint(c.type)) addRemote(p, slot);
     return p;
   }
 
@@ -432,26 +600,38 @@ struct Evaluator::Impl {
     return static_cast<int>(k);
   }
 
-  void doShare(const instr::Share& in) {
-    // Items per backend; the ipc backend exchanges handles, others ignore.
-    std::map<int, std::vector<ShareItem>> per_backend;
-    for (int slot : in.comms) {
-      const PlanComm& c = plan.comms[slot];
-      const PlanRef* ref = c.input ? &*c.input : c.output ? &*c.output : nullptr;
-      if (!ref) continue;
-      AllocState& a = allocs[ref->alloc];
-      if (!a.live) continue;
-      ShareItem item;
-      item.comm = slot;
-      item.type = c.type;
-      item.peer = c.peer ? static_cast<int>(c.peer->eval(scalars.data())) : -1;
-      item.alloc = ref->alloc;
-      item.base = a.ptr;
-      item.bytes = a.bytes;
-      per_backend[c.backend].push_back(item);
+  // Collective: every rank reaches the same decision (see ShareSpec) and, if
+  // the exchange is needed, calls every backend that maps peer memory, also
+  // with no items of its own.
+  void doShare(int pc) {
+    auto it = shares.find(pc);
+    if (it == shares.end()) return;
+    const ShareSpec& spec = it->second;
+    std::vector<std::array<uint64_t, 6>> keys;
+    for (const auto& [from, to, send_alloc, recv_alloc] : spec.links)
+      keys.push_back({static_cast<uint64_t>(from), static_cast<uint64_t>(to),
+                      static_cast<uint64_t>(send_alloc), static_cast<uint64_t>(recv_alloc),
+                      allocs[send_alloc].generation, allocs[recv_alloc].generation});
+    if (std::all_of(keys.begin(), keys.end(), [&](const auto& k) { return exchanged.count(k); }))
+      return;
+    for (std::size_t b = 0; b < backends.size(); ++b) {
+      if (!maps_peer_memory[b]) continue;
+      auto items = spec.items.find(static_cast<int>(b));
+      std::vector<ShareItem> mine;
+      if (items != spec.items.end()) mine = items->second;
+      for (ShareItem& item : mine) {
+        const AllocState& a = allocs[item.alloc];
+        item.caller_owned = a.bound != nullptr;
+        item.base = a.bound ? a.bound : a.cached;
+        item.bytes = a.bound ? a.bound_bytes : a.cached_bytes;
+      }
+      backends[b]->shareMemHandles(mine);
     }
-    for (auto& [b, items] : per_backend) backends[b]->shareMemHandles(items);
     ++exchanges;
+    exchanged.insert(keys.begin(), keys.end());
+    for (const auto& link : spec.links)
+      for (int slot : {link[2], link[3]})
+        allocs[slot].exchanged_generation = allocs[slot].generation;
   }
 
   void doCheck(const instr::Check& in) {
@@ -483,7 +663,7 @@ struct Evaluator::Impl {
               return pc + 1;
             },
             [&](const instr::GroupEnd& in) { doGroupEnd(in); return pc + 1; },
-            [&](const instr::Share& in) { doShare(in); return pc + 1; },
+            [&](const instr::Share&) { doShare(pc); return pc + 1; },
             [&](const instr::Wait& in) { doWait(in); return pc + 1; },
             [&](const instr::LoopInit& in) {
               int64_t start = in.start.eval(scalars.data());

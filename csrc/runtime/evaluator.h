@@ -73,7 +73,8 @@ class Evaluator {
   RunReport report() const;
 
   const Plan& plan() const;
-  // Exchanges done by share_mem_handles so far (ipc), for tests.
+  // Exchanges by share_mem_handles (ipc) that went through the bootstrap so
+  // far; one of memory already exchanged is skipped and not counted. For tests.
   int64_t exchanges() const;
 
  private:

@@ -190,6 +190,135 @@ TEST(ScheduleCheck, IpcSharedAllocationWithRankDependentShapeIsReported) {
                         "rank 0 has [8], rank 1 has [9]"}));
 }
 
+// ------------------------------------------------------------------- ipc
+
+// The ring allgather with every send/recv bound to ipc.
+std::string ipcRing(const std::string& protocol_fields = "") {
+  std::string out = kRing;
+  for (const std::string peer : {R"("(rank + 1) % world")", R"("(rank - 1 + world) % world")"}) {
+    const std::size_t at = out.find(peer);
+    out.insert(at + peer.size(), R"(, "backend": "ipc")" + protocol_fields);
+  }
+  return out;
+}
+
+TEST(ScheduleCheck, IpcAllocationWhoseShapeDependsOnTheRankIsReported) {
+  const std::string body =
+      alloc("a", R"(["n + rank"])") + "," +
+      comm(R"("name": "s", "type": "send", "tensor": "a[0:1]", "peer": "1 - rank",
+              "backend": "ipc")") +
+      "," +
+      comm(R"("name": "r", "type": "recv", "tensor": "a[1:2]", "peer": "1 - rank",
+              "backend": "ipc")") +
+      "," + wait("r") + "," + wait("s");
+  Issues issues = scheduleIssues(planOf(body, 2));
+  EXPECT_TRUE(hasIssue(issues, "/body/0",
+                       {"'a' is shared through ipc, so its shape must be the same on every rank: "
+                        "rank 0 has [8], rank 1 has [9]"}));
+}
+
+TEST(ScheduleCheck, IpcExchangeReachedByOnlySomeRanksIsReported) {
+  const std::string body =
+      alloc("a", R"(["n"])") + R"(,
+    {"op": "if", "cond": "rank == 0", "then": [
+      {"op": "share_mem_handles", "communications": ["s"]}]},)" +
+      comm(R"("name": "s", "type": "send", "tensor": "a", "peer": "(rank + 1) % world",
+              "backend": "ipc")") +
+      "," +
+      comm(R"("name": "r", "type": "recv", "tensor": "a", "peer": "(rank - 1 + world) % world",
+              "backend": "ipc")") +
+      "," + wait("r") + "," + wait("s");
+  Issues issues = scheduleIssues(planOf(body, 2));
+  EXPECT_TRUE(hasIssue(issues, "/body/1/then/0",
+                       {"share_mem_handles and the allocations of ipc-shared buffers must happen "
+                        "in the same order on every rank (the exchange is collective)",
+                        "event #2 is share_mem_handles (/body/1/then/0) on rank 0 but "
+                        "share_mem_handles (/body/3) on rank 1"}));
+}
+
+TEST(ScheduleCheck, SendAndRecvOnDifferentBackendsOrProtocolsAreReported) {
+  const std::string body = alloc("a", R"(["n"])") + "," + alloc("b", R"(["n"])") + "," +
+                           comm(R"("name": "s", "type": "send", "tensor": "a",
+                                   "peer": "(rank + 1) % world", "backend": "ipc")") +
+                           "," +
+                           comm(R"("name": "r", "type": "recv", "tensor": "b",
+                                   "peer": "(rank - 1 + world) % world", "backend": "mpi")") +
+                           "," + wait("r") + "," + wait("s");
+  Issues issues = scheduleIssues(planOf(body, 2));
+  EXPECT_TRUE(hasIssue(issues, "/body/2",
+                       {"rank 0's send #1 to rank 1 (/body/2) uses backend 'ipc' but rank 1's "
+                        "recv #1 from rank 0 (/body/3) uses backend 'mpi'; a send and its recv "
+                        "need the same backend"}));
+
+  std::string get = body;
+  get.replace(get.find(R"("backend": "mpi")"), 16, R"("backend": "ipc", "protocol": "get")");
+  issues = scheduleIssues(planOf(get, 2));
+  EXPECT_TRUE(hasIssue(issues, "/body/2",
+                       {"uses protocol 'put' but rank 1's recv #1 from rank 0 (/body/3) uses "
+                        "protocol 'get'; a send and its recv need the same protocol (auto is "
+                        "put)"}));
+}
+
+TEST(ScheduleCheck, IpcToAPeerOnAnotherNodeNamesPathRankPeerAndNodes) {
+  Plan plan = planOf(ipcRing(), 4);
+  ScheduleCheckOptions options;
+  options.nodes = {"a", "a", "b", "b"};
+  Issues issues = scheduleIssues(plan, options);
+  EXPECT_TRUE(hasIssue(issues, "/body/2/body/0",
+                       {"on rank 1 (i=0): send to rank 2 through backend 'ipc', but rank 2 is on "
+                        "node 'b' and rank 1 on node 'a': the ipc backend maps the peer's memory, "
+                        "so both ranks must be on one node"}));
+  EXPECT_TRUE(hasIssue(issues, "/body/2/body/1", {"on rank 0 (i=0): recv from rank 3"}));
+  // The same rule over a trace (for evaluators that skip the check).
+  P2pTrace trace = traceP2p(plan);
+  try {
+    checkPeerNodes(plan, trace, options.nodes);
+    ADD_FAILURE() << "checkPeerNodes accepted ipc across nodes";
+  } catch (const ValidationError& e) {
+    EXPECT_TRUE(hasIssue(e.issues(), "/body/2/body/0", {"on rank 1: send to rank 2"}));
+  }
+  EXPECT_NO_THROW(checkPeerNodes(plan, trace, {"a", "a", "a", "a"}));
+  // Auto never binds ipc, so the same ring on auto passes.
+  options.nodes = {"a", "b", "a", "b"};
+  EXPECT_NO_THROW(checkSchedule(planOf(kRing, 4), options));
+}
+
+TEST(ScheduleCheck, TheTraceGivesEachMessageBothEndsInBytes) {
+  Plan plan = planOf(ipcRing(R"(, "protocol": "get")"), 3);
+  P2pTrace trace = checkSchedule(plan).p2p;
+  EXPECT_FALSE(trace.truncated);
+  ASSERT_EQ(trace.pairs.size(), 3u);  // 0 -> 1, 1 -> 2, 2 -> 0
+  const std::vector<P2pMessage>& m = trace.pairs.at({1, 2});
+  ASSERT_EQ(m.size(), 2u);  // world - 1 steps
+  const std::size_t row = 8 * sizeof(float);  // n = 8
+  // Step i: rank 1 sends buf[(1 - i + 3) % 3], rank 2 receives it in the same row.
+  EXPECT_EQ(m[0].send.offset, 1 * row);
+  EXPECT_EQ(m[0].recv.offset, 1 * row);
+  EXPECT_EQ(m[1].send.offset, 0 * row);
+  EXPECT_EQ(m[1].recv.offset, 0 * row);
+  EXPECT_EQ(m[1].bytes, row);
+  EXPECT_EQ(m[1].protocol, Protocol::Get);
+  EXPECT_EQ(plan.backends[m[1].backend], "ipc");
+  EXPECT_EQ(plan.comms[m[1].send.comm].name, "s");
+  EXPECT_EQ(plan.comms[m[1].recv.comm].name, "r");
+  EXPECT_EQ(m[1].send.alloc, m[1].recv.alloc);
+  // The dry run alone gives the same trace.
+  P2pTrace again = traceP2p(plan);
+  EXPECT_EQ(again.pairs.at({1, 2}).size(), 2u);
+  EXPECT_EQ(again.pairs.at({2, 0})[1].recv.offset, 1 * row);  // step 1: buf[1]
+}
+
+TEST(ScheduleCheck, ATruncatedDryRunGivesATruncatedTrace) {
+  Plan plan = planOf(ipcRing(), 4);
+  ScheduleCheckOptions options;
+  options.max_steps_per_rank = 8;  // a few instructions into the loop
+  P2pTrace trace = traceP2p(plan, options);
+  EXPECT_TRUE(trace.truncated);
+  std::size_t messages = 0;
+  for (const auto& [pair, m] : trace.pairs) messages += m.size();
+  EXPECT_EQ(messages, 4u) << "each rank got through the first step only (a full run has 12)";
+}
+
 // -------------------------------------------------------------- per rank
 
 TEST(ScheduleCheck, PeerOutOfRangeNamesRankAndLoopIndex) {

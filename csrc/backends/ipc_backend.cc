@@ -1,0 +1,579 @@
+// The ipc backend (see ipc_backend.h and docs/ipc.md).
+//
+// A message from s to r with sequence number q (PostArgs::pair_seq) moves
+// like this, each side on its stream for (peer, direction), after the
+// stream waited for the inputs to be ready on the poster's current stream:
+//
+//   put  receiver r: signal s.page[r][PutFree] = q;  wait r.page[s][PutDone] >= q
+//        sender   s: wait s.page[r][PutFree] >= q;   copy s.buf -> r.buf;
+//                    signal r.page[s][PutDone] = q
+//   get  sender   s: signal r.page[s][GetReady] = q; wait s.page[r][GetConsumed] >= q
+//        receiver r: wait r.page[s][GetReady] >= q;  copy s.buf -> r.buf;
+//                    signal s.page[r][GetConsumed] = q
+//
+// where x.page[w][k] is counter w * 4 + k of rank x's signal page, written
+// only by rank w. The side that copies maps the other's buffer ("imports");
+// the other side's buffer is "exported". Every counter only grows, so a
+// wait for >= q is satisfied by q or any later message, which comes after q
+// on both sides (one stream per pair and direction keeps them in order).
+#include "backends/ipc_backend.h"
+
+#include <algorithm>
+#include <cstring>
+#include <limits>
+#include <map>
+#include <mutex>
+#include <set>
+
+#include "common/error.h"
+#include "runtime/bootstrap.h"
+
+namespace hir {
+
+namespace {
+
+// Counters of a signal page, per writer rank.
+enum Signal : int { kPutFree = 0, kPutDone = 1, kGetReady = 2, kGetConsumed = 3, kSignals = 4 };
+
+// The signal page's own slot in an exchange table (allocation slots are >= 0).
+constexpr int64_t kPageSlot = -1;
+
+bool isGet(Protocol p) { return p == Protocol::Get; }
+
+// Put writes into the receiver's buffer, get reads the sender's: that buffer
+// is exported by its owner and imported by the side that copies.
+bool exportsBuffer(CommType type, Protocol p) { return (type == CommType::Recv) != isGet(p); }
+
+std::string_view direction(CommType type) {
+  return type == CommType::Send ? "send to" : "recv from";
+}
+
+// One rank's exchange table: [error][entries: slot, handle bytes], each
+// field length-prefixed.
+class TableWriter {
+ public:
+  void i64(int64_t v) { raw(&v, sizeof v); }
+  void blob(const void* p, std::size_t n) {
+    i64(static_cast<int64_t>(n));
+    raw(p, n);
+  }
+  const std::vector<uint8_t>& bytes() const { return bytes_; }
+
+ private:
+  void raw(const void* p, std::size_t n) {
+    const auto* b = static_cast<const uint8_t*>(p);
+    bytes_.insert(bytes_.end(), b, b + n);
+  }
+  std::vector<uint8_t> bytes_;
+};
+
+class TableReader {
+ public:
+  TableReader(const uint8_t* p, std::size_t n, int rank) : p_(p), n_(n), rank_(rank) {}
+  int64_t i64() {
+    int64_t v = 0;
+    std::memcpy(&v, take(sizeof v), sizeof v);
+    return v;
+  }
+  std::vector<uint8_t> blob() {
+    const int64_t n = i64();
+    HIR_INTERNAL_ASSERT(n >= 0, "ipc: rank {}'s exchange table has a negative length", rank_);
+    const uint8_t* p = take(static_cast<std::size_t>(n));
+    return {p, p + n};
+  }
+
+ private:
+  const uint8_t* take(std::size_t n) {
+    HIR_INTERNAL_ASSERT(at_ + n <= n_, "ipc: rank {}'s exchange table is truncated", rank_);
+    const uint8_t* p = p_ + at_;
+    at_ += n;
+    return p;
+  }
+  const uint8_t* p_;
+  std::size_t n_, at_ = 0;
+  int rank_;
+};
+
+struct Table {
+  std::string error;                                // this rank's problem, or empty
+  std::map<int64_t, std::vector<uint8_t>> handles;  // slot (kPageSlot: page) -> handle
+};
+
+// Two allgathers: the sizes, then the tables padded to the largest.
+std::vector<Table> allgatherTables(Bootstrap& boot, const std::vector<uint8_t>& mine) {
+  const int world = boot.world();
+  const uint64_t size = mine.size();
+  std::vector<uint64_t> sizes(static_cast<std::size_t>(world));
+  boot.allgather(&size, sizes.data(), sizeof size);
+  const uint64_t longest = *std::max_element(sizes.begin(), sizes.end());
+  std::vector<uint8_t> send(longest), all(longest * static_cast<uint64_t>(world));
+  std::copy(mine.begin(), mine.end(), send.begin());
+  boot.allgather(send.data(), all.data(), longest);
+  std::vector<Table> out(static_cast<std::size_t>(world));
+  for (int r = 0; r < world; ++r) {
+    TableReader in(all.data() + longest * r, sizes[r], r);
+    std::vector<uint8_t> error = in.blob();
+    out[r].error.assign(error.begin(), error.end());
+    for (int64_t n = in.i64(); n > 0; --n) {
+      const int64_t slot = in.i64();
+      out[r].handles[slot] = in.blob();
+    }
+  }
+  return out;
+}
+
+// Every rank's problem (empty: none) through one allgather of fixed-size
+// texts, so that every rank fails alike instead of some waiting forever.
+constexpr std::size_t kStatusBytes = 1024;
+
+std::vector<std::string> allgatherStatus(Bootstrap& boot, const std::string& mine) {
+  std::vector<char> send(kStatusBytes, '\0');
+  std::copy_n(mine.begin(), std::min(mine.size(), kStatusBytes - 1), send.begin());
+  std::vector<char> all(kStatusBytes * static_cast<std::size_t>(boot.world()));
+  boot.allgather(send.data(), all.data(), kStatusBytes);
+  std::vector<std::string> out;
+  for (int r = 0; r < boot.world(); ++r) out.emplace_back(all.data() + kStatusBytes * r);
+  return out;
+}
+
+void throwIfAnyFailed(const std::vector<std::string>& problems, std::string_view what) {
+  std::string failures;
+  int failed = 0;
+  for (std::size_t r = 0; r < problems.size(); ++r) {
+    if (problems[r].empty()) continue;
+    failures += fmt::format("{}rank {}: {}", failed ? "; " : "", r, problems[r]);
+    ++failed;
+  }
+  HIR_CHECK(failed == 0, "ipc: share_mem_handles failed on {} rank{} ({}): {}", failed,
+            failed == 1 ? "" : "s", what, failures);
+}
+
+// A post's op, resolved on the posting thread before anything is enqueued.
+struct Step {
+  Stream* stream = nullptr;
+  bool copies = false;  // this side copies (it imported the peer's buffer)
+  void* dst = nullptr;
+  const void* src = nullptr;
+  std::size_t bytes = 0;
+  uint32_t* signal = nullptr;       // in the peer's page (or ours, for ourselves)
+  const uint32_t* await = nullptr;  // in our page
+  uint32_t seq = 0;
+};
+
+}  // namespace
+
+struct IpcBackend::State {
+  struct Export {
+    void* base = nullptr;
+    MemoryHandle handle;
+  };
+  struct Import {
+    void* ptr = nullptr;
+    std::vector<uint8_t> handle;
+    bool own = false;  // our own block (a message to ourselves): not a mapping
+  };
+
+  BackendContext ctx;
+  Device* dev = nullptr;
+  int rank = -1, world = 0;
+  std::vector<std::string> nodes;
+
+  uint32_t* page = nullptr;  // world x kSignals counters, written by peers
+  std::size_t page_bytes = 0;
+  std::vector<uint8_t> page_handle;               // exported at the first exchange
+  std::vector<uint32_t*> peer_pages;              // per peer, once exchanged (ours for ourselves)
+  std::vector<void*> mapped_pages;                // the peers' pages we imported, to close
+  std::map<int, Export> exports;                  // allocation slot -> what peers map
+  std::map<std::pair<int, int>, Import> imports;  // (peer, its allocation slot)
+  std::vector<void*> retired;                     // mappings replaced by a newer block
+
+  std::vector<std::unique_ptr<Stream>> send_streams, recv_streams;  // per peer
+  std::unique_ptr<Stream> join;     // joins the streams of a group post
+  std::unique_ptr<Stream> control;  // page fills (setup, abort)
+  std::unique_ptr<Event> ready, joined;
+  std::mutex post_mutex;  // see post()
+  int64_t exchanges = 0;
+
+  Stream& streamFor(CommType type, int peer) {
+    auto& s = (type == CommType::Send ? send_streams : recv_streams)[peer];
+    if (!s) s = dev->createStream();
+    return *s;
+  }
+  Step resolve(const PostArgs& a);
+  void enqueue(const Step& s);
+  void importPage(int peer, const Table& table);
+  void importBlock(int peer, int slot, const std::vector<uint8_t>& handle);
+  std::string exportError(const ShareItem& item, const std::string& what) const;
+  void unblock();
+  void shutdown() noexcept;
+};
+
+Step IpcBackend::State::resolve(const PostArgs& a) {
+  HIR_INTERNAL_ASSERT(isPointToPoint(a.type), "{}: ipc bound to {}", a.path, toString(a.type));
+  HIR_INTERNAL_ASSERT(a.peer >= 0 && a.peer < world, "{}: peer {} outside the world", a.path,
+                      a.peer);
+  HIR_CHECK(a.pair_seq >= 1 && a.remote_alloc >= 0,
+            "ipc: {}: {} rank {} was posted without the peer's address (remote_alloc, "
+            "remote_offset, pair_seq), which the evaluator fills from the load-time trace",
+            a.path, direction(a.type), a.peer);
+  HIR_CHECK_AS(BackendError, a.pair_seq <= std::numeric_limits<uint32_t>::max(),
+               "ipc: {}: message #{} between ranks {} and {}: the 32-bit semaphores allow at most "
+               "{} messages per ordered pair of ranks in one evaluator",
+               a.path, a.pair_seq, rank, a.peer, std::numeric_limits<uint32_t>::max());
+  uint32_t* peer_page = peer_pages[a.peer];
+  HIR_CHECK(peer_page != nullptr,
+            "ipc: {}: {} rank {} before any share_mem_handles exchanged with rank {}; list this "
+            "communication in a share_mem_handles that runs before it",
+            a.path, direction(a.type), a.peer, a.peer);
+  const bool get = isGet(a.protocol);
+  const int me = rank, peer = a.peer;
+  Step s;
+  s.stream = &streamFor(a.type, peer);
+  s.seq = static_cast<uint32_t>(a.pair_seq);
+  s.bytes = a.count * dtypeSize(a.dtype);
+  s.copies = !exportsBuffer(a.type, a.protocol);
+  const bool send = a.type == CommType::Send;
+  // Our counters for this message are the ones the peer writes: as the
+  // sender, the receiver's "free"/"consumed"; as the receiver, the sender's
+  // "done"/"ready". The peer's counter is the one we write.
+  const Signal ours = send ? (get ? kGetConsumed : kPutFree) : (get ? kGetReady : kPutDone);
+  const Signal theirs = send ? (get ? kGetReady : kPutDone) : (get ? kGetConsumed : kPutFree);
+  s.await = page + peer * kSignals + ours;
+  s.signal = peer_page + me * kSignals + theirs;
+  if (!s.copies) return s;
+  auto it = imports.find({peer, a.remote_alloc});
+  HIR_CHECK(it != imports.end(),
+            "ipc: {}: {} rank {} ({}): rank {}'s allocation #{} was never exchanged; a "
+            "share_mem_handles listing this communication must run after that allocation and "
+            "before this post",
+            a.path, direction(a.type), peer, toString(get ? Protocol::Get : Protocol::Put), peer,
+            a.remote_alloc);
+  char* remote = static_cast<char*>(it->second.ptr) + a.remote_offset;
+  if (send) {
+    s.dst = remote;
+    s.src = a.input;
+  } else {
+    s.dst = a.output;
+    s.src = remote;
+  }
+  return s;
+}
+
+// After the poster's `ready` event: the side that copies waits for the
+// peer's signal, copies and signals; the other side signals and waits.
+void IpcBackend::State::enqueue(const Step& s) {
+  Stream& on = *s.stream;
+  dev->wait(on, *ready);
+  if (s.copies) {
+    dev->waitValue(on, s.await, s.seq);
+    dev->copy(on, s.dst, s.src, s.bytes);
+    dev->writeValue(on, s.signal, s.seq);
+  } else {
+    dev->writeValue(on, s.signal, s.seq);
+    dev->waitValue(on, s.await, s.seq);
+  }
+}
+
+void IpcBackend::State::importPage(int peer, const Table& table) {
+  if (peer_pages[peer] != nullptr) return;
+  if (peer == rank) {
+    peer_pages[peer] = page;
+    return;
+  }
+  auto it = table.handles.find(kPageSlot);
+  HIR_INTERNAL_ASSERT(it != table.handles.end(), "ipc: rank {} sent no signal page", peer);
+  void* p = nullptr;
+  try {
+    p = dev->importMemory(MemoryHandle{it->second});
+  } catch (const Error& e) {
+    throw BackendError(fmt::format("ipc: rank {} cannot map the signal page of rank {}: {}", rank,
+                                   peer, e.what()));
+  }
+  mapped_pages.push_back(p);
+  peer_pages[peer] = static_cast<uint32_t*>(p);
+}
+
+void IpcBackend::State::importBlock(int peer, int slot, const std::vector<uint8_t>& handle) {
+  auto known = imports.find({peer, slot});
+  if (known != imports.end() && known->second.handle == handle) return;  // mapped: a no-op
+  Import next;
+  next.handle = handle;
+  if (peer == rank) {
+    next.ptr = exports.at(slot).base;
+    next.own = true;
+  } else {
+    try {
+      next.ptr = dev->importMemory(MemoryHandle{handle});
+    } catch (const Error& e) {
+      throw BackendError(fmt::format("ipc: rank {} cannot map allocation #{} of rank {}: {}", rank,
+                                     slot, peer, e.what()));
+    }
+  }
+  // The peer has a new block: the old mapping may still serve earlier posts.
+  if (known != imports.end() && !known->second.own) retired.push_back(known->second.ptr);
+  imports[{peer, slot}] = std::move(next);
+}
+
+std::string IpcBackend::State::exportError(const ShareItem& item, const std::string& what) const {
+  return fmt::format("'{}' (allocation #{}, {} rank {}): {}", item.name, item.alloc,
+                     direction(item.type), item.peer, what);
+}
+
+// Every counter of our page to 2^31 - 1, which satisfies each of our waits
+// (for message numbers below 2^31) both as an unsigned compare (host device)
+// and as cuStreamWaitValue32's wrap-around compare, (int32)(value - q) >= 0:
+// streams stuck on a peer that will never signal then drain. Failure path
+// only: the messages it releases carry no data.
+void IpcBackend::State::unblock() {
+  if (page == nullptr || control == nullptr) return;
+  dev->fill(*control, page, DType::Int32, static_cast<std::size_t>(world) * kSignals,
+            std::numeric_limits<int32_t>::max(), 0);
+}
+
+void IpcBackend::State::shutdown() noexcept {
+  if (dev == nullptr) return;
+  std::vector<Stream*> all;
+  for (auto& s : send_streams) all.push_back(s.get());
+  for (auto& s : recv_streams) all.push_back(s.get());
+  all.push_back(join.get());
+  all.push_back(control.get());
+  auto drain = [&] {
+    bool ok = true;
+    for (Stream* s : all) {
+      if (s == nullptr) continue;
+      try {
+        dev->synchronize(*s, ctx.timeout);
+      } catch (...) {
+        ok = false;  // reported where the run failed
+      }
+    }
+    return ok;
+  };
+  // Our communications completed: by the protocol, no peer touches our page
+  // or our exported blocks any more, and we touch none of theirs.
+  const bool clean = drain();
+  if (!clean) {
+    try {
+      unblock();
+    } catch (...) {
+    }
+    drain();
+  }
+  send_streams.clear();
+  recv_streams.clear();
+  join.reset();
+  control.reset();
+  joined.reset();
+  ready.reset();
+  if (!clean) return;  // a peer may still write into our page: leave it, and its mappings
+  try {
+    for (auto& [key, im] : imports)
+      if (!im.own) dev->closeImported(im.ptr);
+    for (void* p : retired) dev->closeImported(p);
+    for (void* p : mapped_pages) dev->closeImported(p);
+    dev->deallocate(page);
+  } catch (...) {
+    // Teardown goes on; the device reports its own failures at the next use.
+  }
+}
+
+IpcBackend::IpcBackend() : state_(std::make_unique<State>()) {}
+
+IpcBackend::~IpcBackend() { state_->shutdown(); }
+
+Support IpcBackend::supports(const SupportQuery& q) {
+  if (q.device != "host" && q.device != "cuda")
+    return {false, fmt::format("the ipc backend maps peer memory of the host or cuda device, not "
+                               "of device '{}'",
+                               q.device)};
+  if (!isPointToPoint(q.type))
+    return {false, fmt::format("the ipc backend moves point-to-point messages (send, recv); use "
+                               "nccl or mpi for {}",
+                               toString(q.type))};
+  if (q.peer_on_other_node)
+    return {false,
+            "the ipc backend maps the peer's memory, so both ranks must be on one node; use "
+            "backend \"auto\" (nccl or mpi) for a peer on another node"};
+  return {true, {}};
+}
+
+void IpcBackend::setup(const BackendContext& ctx) {
+  State& st = *state_;
+  HIR_INTERNAL_ASSERT(ctx.device != nullptr && ctx.bootstrap != nullptr,
+                      "ipc backend setup without a device or bootstrap");
+  HIR_INTERNAL_ASSERT(st.dev == nullptr, "ipc backend set up twice");
+  Device& d = *ctx.device;
+  Support s = supports(SupportQuery{d.kind(), CommType::Send});
+  HIR_CHECK_AS(BackendError, s.ok, "{}", s.why);
+  HIR_CHECK_AS(BackendError,
+               d.supports(DeviceFeature::Ipc) && d.supports(DeviceFeature::StreamSemaphore),
+               "the ipc backend needs memory export/import and stream semaphores, which device {} "
+               "does not offer",
+               d.describe());
+  st.ctx = ctx;
+  st.rank = ctx.bootstrap->rank();
+  st.world = ctx.bootstrap->world();
+  st.nodes = ctx.bootstrap->nodes();  // collective, like setup itself
+  st.dev = &d;
+  device_ = &d;
+  st.page_bytes = static_cast<std::size_t>(st.world) * kSignals * sizeof(uint32_t);
+  st.control = d.createStream();
+  st.join = d.createStream();
+  st.ready = d.createEvent();
+  st.joined = d.createEvent();
+  st.peer_pages.assign(static_cast<std::size_t>(st.world), nullptr);
+  st.send_streams.resize(static_cast<std::size_t>(st.world));
+  st.recv_streams.resize(static_cast<std::size_t>(st.world));
+  // Device memory (a peer maps it), zeroed: every counter starts below the
+  // first sequence number, 1.
+  st.page = static_cast<uint32_t*>(d.allocate(st.page_bytes));
+  d.fill(*st.control, st.page, DType::Int32, static_cast<std::size_t>(st.world) * kSignals, 0, 0);
+  d.synchronize(*st.control, ctx.timeout);
+}
+
+void IpcBackend::post(std::span<const PostArgs> ops, Stream& current, Event& done) {
+  State& st = *state_;
+  HIR_INTERNAL_ASSERT(st.dev != nullptr, "ipc backend posted to before setup()");
+  HIR_INTERNAL_ASSERT(!ops.empty(), "ipc: empty post");
+  Device& d = *st.dev;
+  // Posts re-record the shared events and may create a pair's stream.
+  std::lock_guard lock(st.post_mutex);
+  // One message, the usual case: no allocation on the way.
+  if (ops.size() == 1) {
+    const Step s = st.resolve(ops[0]);
+    d.record(*st.ready, current);
+    st.enqueue(s);
+    d.record(done, *s.stream);
+    return;
+  }
+  std::vector<Step> steps;
+  steps.reserve(ops.size());
+  for (const PostArgs& a : ops) steps.push_back(st.resolve(a));
+  d.record(*st.ready, current);
+  std::vector<Stream*> used;
+  for (const Step& s : steps) {
+    st.enqueue(s);
+    if (std::find(used.begin(), used.end(), s.stream) == used.end()) used.push_back(s.stream);
+  }
+  // A group: `done` on a stream of its own, so that no later message queues
+  // behind the group's other messages.
+  for (Stream* s : used) {
+    d.record(*st.joined, *s);
+    d.wait(*st.join, *st.joined);
+  }
+  d.record(done, *st.join);
+}
+
+void IpcBackend::shareMemHandles(std::span<const ShareItem> items) {
+  State& st = *state_;
+  HIR_INTERNAL_ASSERT(st.dev != nullptr, "ipc backend exchanged before setup()");
+  std::map<int, const ShareItem*> to_export;  // our allocation slot -> an item naming it
+  std::set<std::pair<int, int>> to_import;    // (peer, its allocation slot)
+  std::set<int> peers;
+  std::string error;
+  auto problem = [&](const std::string& what) { error += (error.empty() ? "" : "; ") + what; };
+  for (const ShareItem& item : items) {
+    HIR_INTERNAL_ASSERT(item.peer >= 0 && item.peer < st.world && item.alloc >= 0,
+                        "ipc: share item with peer {} and allocation {}", item.peer, item.alloc);
+    peers.insert(item.peer);
+    if (st.nodes[item.peer] != st.nodes[st.rank])
+      problem(fmt::format(
+          "{} rank {} on node '{}' from node '{}': {}", direction(item.type), item.peer,
+          st.nodes[item.peer], st.nodes[st.rank],
+          supports(SupportQuery{st.dev->kind(), item.type, DType::Float32, ReduceOp::Sum, true})
+              .why));
+    if (exportsBuffer(item.type, item.protocol))
+      to_export.emplace(item.alloc, &item);
+    else
+      to_import.insert({item.peer, item.peer_alloc});
+  }
+
+  // What we offer: our signal page, and each block a peer copies to or from
+  // (exported once per block).
+  std::vector<std::pair<int64_t, const std::vector<uint8_t>*>> entries;
+  if (st.page_handle.empty()) {
+    try {
+      st.page_handle = st.dev->exportMemory(st.page).bytes;
+    } catch (const Error& e) {
+      problem(fmt::format("cannot export the signal page: {}", e.what()));
+    }
+  }
+  if (!st.page_handle.empty()) entries.emplace_back(kPageSlot, &st.page_handle);
+  for (const auto& [slot, item] : to_export) {
+    if (item->base == nullptr) continue;  // no memory yet: a later exchange covers it
+    if (item->caller_owned) {
+      problem(st.exportError(*item,
+                             "it is bound to a caller's buffer, which ipc cannot share; "
+                             "only memory the evaluator allocates can be mapped by peers"));
+      continue;
+    }
+    State::Export& e = st.exports[slot];
+    if (e.base != item->base) {
+      try {
+        e.handle = st.dev->exportMemory(item->base);
+        e.base = item->base;
+      } catch (const Error& ex) {
+        e = {};
+        problem(st.exportError(*item, ex.what()));
+        continue;
+      }
+    }
+    entries.emplace_back(slot, &e.handle.bytes);
+  }
+  TableWriter out;
+  out.blob(error.data(), error.size());
+  out.i64(static_cast<int64_t>(entries.size()));
+  for (const auto& [slot, handle] : entries) {
+    out.i64(slot);
+    out.blob(handle->data(), handle->size());
+  }
+
+  Bootstrap& boot = *st.ctx.bootstrap;
+  std::vector<Table> tables = allgatherTables(boot, out.bytes());
+  ++st.exchanges;
+  std::vector<std::string> problems;
+  for (const Table& t : tables) problems.push_back(t.error);
+  throwIfAnyFailed(problems, "offering memory");
+
+  std::string import_error;
+  try {
+    for (int peer : peers) st.importPage(peer, tables[peer]);
+    for (const auto& [peer, slot] : to_import) {
+      const auto& handles = tables[peer].handles;
+      auto it = handles.find(slot);
+      // Not offered: the peer has no memory for it yet (a later exchange
+      // covers it) or it was offered before and is already mapped.
+      if (it != handles.end()) st.importBlock(peer, slot, it->second);
+    }
+    for (int peer : peers) {
+      st.streamFor(CommType::Send, peer);
+      st.streamFor(CommType::Recv, peer);
+    }
+  } catch (const Error& e) {
+    import_error = e.what();
+  }
+  // Also a barrier: once it returns, every peer has mapped what it needs
+  // from us, so a rank may tear down (and free) right after an exchange.
+  throwIfAnyFailed(allgatherStatus(boot, import_error), "mapping peer memory");
+}
+
+void IpcBackend::abort() {
+  try {
+    state_->unblock();
+  } catch (...) {
+  }
+}
+
+int64_t IpcBackend::exchanges() const { return state_->exchanges; }
+
+void registerIpcBackend() {
+  BackendInfo info;
+  info.name = "ipc";
+  info.supports = &IpcBackend::supports;
+  info.create = [] { return std::make_unique<IpcBackend>(); };
+  info.auto_priority = 0;  // below mpi and nccl (10): "auto" never picks ipc
+  info.maps_peer_memory = true;
+  registerBackend(std::move(info));
+}
+
+}  // namespace hir

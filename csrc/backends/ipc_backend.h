@@ -1,0 +1,65 @@
+// The ipc backend: send/recv through peer-mapped memory and stream
+// semaphores, written once over the Device interface (exportMemory,
+// importMemory, copy, writeValue, waitValue), so that it runs on the host
+// device (shared memory, worker threads) and on the cuda device (CUDA IPC,
+// copy engines, cuStreamWriteValue32/WaitValue32) alike. docs/ipc.md tells
+// the whole story; in short:
+//
+// - shareMemHandles() is the only place ranks talk on the host: one batched
+//   exchange through the bootstrap of the memory handles the listed
+//   communications need, and of each rank's signal page. Posts never
+//   exchange anything.
+// - Each rank owns a signal page of world x 4 uint32 counters in device
+//   memory. Rank w writes into rank o's page at [w * 4 + kind]; o waits on
+//   its own page. Counters carry PostArgs::pair_seq (increasing forever, the
+//   same number on both sides), so nothing is ever reset.
+// - Put (the default): the receiver signals "free", the sender copies into
+//   the receiver's buffer and signals "done". Get: the sender signals
+//   "ready", the receiver copies from the sender's buffer and signals
+//   "consumed".
+// - One stream per (peer, direction): a message waits only for the earlier
+//   messages of its own ordered pair, so any program whose sends and recvs
+//   match in order (which the schedule check guarantees) cannot deadlock,
+//   whatever order ranks post them in.
+// - Teardown needs no peer: once this rank's communications completed, the
+//   protocol guarantees that no peer touches its memory any more.
+#pragma once
+
+#include <memory>
+
+#include "backends/backend.h"
+
+namespace hir {
+
+class IpcBackend final : public Backend {
+ public:
+  IpcBackend();
+  ~IpcBackend() override;
+
+  std::string_view name() const override { return "ipc"; }
+  // Collective (Bootstrap::nodes()); allocates and zeroes the signal page.
+  void setup(const BackendContext& ctx) override;
+  // Send/recv only; each op needs remote_alloc, remote_offset and pair_seq
+  // (the evaluator fills them) and a completed exchange for its peer.
+  void post(std::span<const PostArgs> ops, Stream& current, Event& done) override;
+  // Collective over the world, on every rank even with no items.
+  void shareMemHandles(std::span<const ShareItem> items) override;
+  // Releases this rank's own semaphore waits (a failed job is being ended).
+  void abort() override;
+
+  // host or cuda device; send and recv; any dtype; peers on this node only.
+  static Support supports(const SupportQuery& q);
+
+  // Exchanges through the bootstrap so far (for tests).
+  int64_t exchanges() const;
+
+ private:
+  struct State;
+  std::unique_ptr<State> state_;
+};
+
+// Adds "ipc" to the backend registry: auto priority 0, below mpi and nccl,
+// so "auto" never picks it; maps_peer_memory is set.
+void registerIpcBackend();
+
+}  // namespace hir

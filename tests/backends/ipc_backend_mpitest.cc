@@ -1,0 +1,720 @@
+// The ipc backend on the host device, at any world size (a world of one
+// sends to itself): data seeded by (rank, iteration) through the evaluator
+// under both protocols and every posting order, slices of one allocation and
+// buffers shared by several communications, the ring allgather against the
+// MPI allgather, the exchange cache (counted), implicit exchanges, errors
+// (peer out of range, caller buffers, posts without an exchange), memory over
+// 1000 runs and teardown. IpcFakeNodes runs under HIR_FAKE_NODES=2 (ctest
+// mpi.np4.fake_nodes): ipc to another node is refused, auto falls back.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <string>
+#include <thread>
+#include <tuple>
+#include <vector>
+
+#include "backends/backend.h"
+#include "backends/ipc_backend.h"
+#include "common/error.h"
+#include "device/host_device.h"
+#include "ir/json.h"
+#include "lower/plan.h"
+#include "runtime/evaluator.h"
+#include "runtime/session.h"
+#include "support/mpi_test.h"
+
+namespace hir {
+namespace {
+
+using ::testing::HasSubstr;
+
+Duration testTimeout() {
+  const char* s = std::getenv("HIR_TEST_TIMEOUT_S");
+  return std::chrono::seconds(s != nullptr ? std::atoi(s) : 60);
+}
+
+EvaluatorOptions options() {
+  EvaluatorOptions o;
+  o.timeout = testTimeout();
+  return o;
+}
+
+std::string program(const std::string& name, const std::string& params, const std::string& body,
+                    const std::string& outputs = "") {
+  return fmt::format(R"({{"format": "hostir/1", "name": "{}", "params": {{{}}},
+    "outputs": [{}], "body": [{}]}})",
+                     name, params, outputs, body);
+}
+
+std::string protocolName(Protocol p) { return std::string(toString(p)); }
+
+// Runs `text` `runs` times in one evaluator; every check must pass.
+RunReport runProgram(const std::string& text, int runs, int64_t* exchanges = nullptr) {
+  Session session(test::world(), SessionOptions{"host"});
+  Evaluator ev(session, parseProgram(text), options());
+  for (int r = 0; r < runs; ++r) ev.run();
+  ev.synchronize();
+  if (exchanges) *exchanges = ev.exchanges();
+  return ev.report();
+}
+
+// ------------------------------------------------- both protocols, any order
+
+// Posting orders of the ring: 0 every rank sends first, 1 every rank
+// receives first, 2 even ranks send first and odd ranks receive first.
+using OrderParam = std::tuple<Protocol, int>;
+
+class IpcProtocolOrder : public ::testing::TestWithParam<OrderParam> {};
+
+// A ring exchange of int32 data seeded by (rank, iteration), 100 iterations,
+// with no explicit share_mem_handles (lowering inserts one).
+std::string ringPatterns(Protocol protocol, int order) {
+  const std::string cond = order == 0 ? "1" : order == 1 ? "0" : "rank % 2 == 0";
+  auto send = [&](const char* name) {
+    return fmt::format(R"({{"op": "communication", "name": "{}", "type": "send",
+      "tensor": "mine", "peer": "(rank + 1) % world", "backend": "ipc", "protocol": "{}"}})",
+                       name, protocolName(protocol));
+  };
+  auto recv = [&](const char* name) {
+    return fmt::format(R"({{"op": "communication", "name": "{}", "type": "recv",
+      "tensor": "theirs", "peer": "(rank - 1 + world) % world", "backend": "ipc",
+      "protocol": "{}"}})",
+                       name, protocolName(protocol));
+  };
+  auto wait = [](const char* name) {
+    return fmt::format(R"({{"op": "wait", "communication": "{}"}})", name);
+  };
+  const std::string body = fmt::format(
+      R"({{"op": "allocate", "name": "mine", "dtype": "int32", "shape": ["n"]}},
+      {{"op": "allocate", "name": "theirs", "dtype": "int32", "shape": ["n"]}},
+      {{"op": "for", "index": "i", "start": 0, "stop": "iters", "body": [
+        {{"op": "fill", "tensor": "mine", "value": "rank * 100000 + i * 1000", "step": 1}},
+        {{"op": "fill", "tensor": "theirs", "value": -1}},
+        {{"op": "if", "cond": "{}", "then": [{}, {}, {}, {}], "else": [{}, {}, {}, {}]}},
+        {{"op": "check", "tensor": "theirs",
+         "value": "(rank - 1 + world) % world * 100000 + i * 1000", "step": 1}}
+      ]}})",
+      cond, send("s1"), recv("r1"), wait("r1"), wait("s1"), recv("r2"), send("s2"), wait("s2"),
+      wait("r2"));
+  return program("ring_patterns", R"("n": 256, "iters": 100)", body);
+}
+
+TEST_P(IpcProtocolOrder, RingDataSeededByRankAndIterationArrivesOver100Iterations) {
+  const auto [protocol, order] = GetParam();
+  int64_t exchanges = -1;
+  RunReport r = runProgram(ringPatterns(protocol, order), 2, &exchanges);
+  EXPECT_TRUE(r.ok()) << r.format();
+  EXPECT_EQ(r.checks_run, 200u);
+  EXPECT_EQ(exchanges, 1) << "the implicit exchange before the loop runs once, in the first run";
+}
+
+std::string orderName(const ::testing::TestParamInfo<OrderParam>& info) {
+  static const char* kOrders[] = {"SendFirst", "RecvFirst", "Mixed"};
+  return protocolName(std::get<0>(info.param)) + kOrders[std::get<1>(info.param)];
+}
+
+INSTANTIATE_TEST_SUITE_P(Ipc, IpcProtocolOrder,
+                         ::testing::Combine(::testing::Values(Protocol::Put, Protocol::Get),
+                                            ::testing::Values(0, 1, 2)),
+                         orderName);
+
+// -------------------------------------------------------- per protocol
+
+class IpcProtocol : public ::testing::TestWithParam<Protocol> {
+ protected:
+  std::string protocol() const { return protocolName(GetParam()); }
+};
+
+// The ring allgather of design §3 through ipc and, on the same data, the
+// MPI allgather; both copied to caller buffers and compared byte for byte.
+TEST_P(IpcProtocol, RingAllgatherEqualsTheMpiAllgather) {
+  const std::string body = fmt::format(
+      R"({{"op": "allocate", "name": "mine", "dtype": "int32", "shape": ["n"]}},
+      {{"op": "allocate", "name": "buf", "dtype": "int32", "shape": ["world", "n"]}},
+      {{"op": "allocate", "name": "ring_out", "dtype": "int32", "shape": ["world", "n"]}},
+      {{"op": "allocate", "name": "mpi_out", "dtype": "int32", "shape": ["world", "n"]}},
+      {{"op": "fill", "tensor": "mine", "value": "rank * 7919 + seed", "step": 3}},
+      {{"op": "copy", "src": "mine", "dst": "buf[rank]"}},
+      {{"op": "for", "index": "i", "start": 0, "stop": "world - 1", "body": [
+        {{"op": "share_mem_handles", "communications": ["s", "r"]}},
+        {{"op": "communication", "name": "s", "type": "send",
+         "tensor": "buf[(rank - i + world) % world]", "peer": "(rank + 1) % world",
+         "backend": "ipc", "protocol": "{0}"}},
+        {{"op": "communication", "name": "r", "type": "recv",
+         "tensor": "buf[(rank - i - 1 + world) % world]", "peer": "(rank - 1 + world) % world",
+         "backend": "ipc", "protocol": "{0}"}},
+        {{"op": "wait", "communication": "r"}},
+        {{"op": "wait", "communication": "s"}}
+      ]}},
+      {{"op": "communication", "name": "ag", "type": "allgather", "input": "mine",
+       "output": "mpi_out", "backend": "mpi"}},
+      {{"op": "wait", "communication": "ag"}},
+      {{"op": "copy", "src": "buf", "dst": "ring_out"}})",
+      protocol());
+  const int n = 1000, world = test::world().world();
+  Session session(test::world(), SessionOptions{"host"});
+  for (int seed : {5, 11}) {
+    Program p = parseProgram(program("allgathers", fmt::format(R"("n": {}, "seed": {})", n, seed),
+                                     body, R"("ring_out", "mpi_out")"));
+    Evaluator ev(session, p, options());
+    std::vector<int32_t> ring(static_cast<std::size_t>(n) * world, -7);
+    std::vector<int32_t> mpi(ring.size(), -9);
+    ev.bind("ring_out", ring.data(), ring.size() * sizeof(int32_t));
+    ev.bind("mpi_out", mpi.data(), mpi.size() * sizeof(int32_t));
+    ev.run();
+    ev.synchronize();
+    EXPECT_EQ(std::memcmp(ring.data(), mpi.data(), ring.size() * sizeof(int32_t)), 0)
+        << "the ring allgather through ipc differs from the MPI allgather";
+    for (int r = 0; r < world; ++r)
+      for (int k = 0; k < n; ++k)
+        ASSERT_EQ(ring[r * n + k], r * 7919 + seed + 3 * k) << "chunk " << r << ", element " << k;
+  }
+}
+
+// Four communications on four slices of one allocation, two to each
+// neighbour (with one or two ranks, both neighbours are one rank, and the
+// messages of a pair match in program order).
+TEST_P(IpcProtocol, SlicesOfOneAllocationServeSeveralCommunications) {
+  const std::string body = fmt::format(
+      R"({{"op": "allocate", "name": "buf", "dtype": "int32", "shape": [4, "n"]}},
+      {{"op": "for", "index": "i", "start": 0, "stop": 10, "body": [
+        {{"op": "fill", "tensor": "buf[0]", "value": "rank * 1000 + i * 10", "step": 1}},
+        {{"op": "fill", "tensor": "buf[1]", "value": "rank * 1000 + i * 10 + 5", "step": 2}},
+        {{"op": "fill", "tensor": "buf[2:4]", "value": -1}},
+        {{"op": "communication", "name": "a", "type": "send", "tensor": "buf[0]",
+         "peer": "(rank + 1) % world", "backend": "ipc", "protocol": "{0}"}},
+        {{"op": "communication", "name": "b", "type": "send", "tensor": "buf[1]",
+         "peer": "(rank - 1 + world) % world", "backend": "ipc", "protocol": "{0}"}},
+        {{"op": "communication", "name": "c", "type": "recv", "tensor": "buf[2]",
+         "peer": "(rank - 1 + world) % world", "backend": "ipc", "protocol": "{0}"}},
+        {{"op": "communication", "name": "d", "type": "recv", "tensor": "buf[3]",
+         "peer": "(rank + 1) % world", "backend": "ipc", "protocol": "{0}"}},
+        {{"op": "wait", "communication": "a"}}, {{"op": "wait", "communication": "b"}},
+        {{"op": "wait", "communication": "c"}}, {{"op": "wait", "communication": "d"}},
+        {{"op": "check", "tensor": "buf[2]", "value": "(rank - 1 + world) % world * 1000 + i * 10",
+         "step": 1}},
+        {{"op": "check", "tensor": "buf[3]", "value": "(rank + 1) % world * 1000 + i * 10 + 5",
+         "step": 2}}
+      ]}})",
+      protocol());
+  RunReport r = runProgram(program("slices", R"("n": 300)", body), 2);
+  EXPECT_TRUE(r.ok()) << r.format();
+  EXPECT_EQ(r.checks_run, 40u);
+}
+
+// Two sends read one buffer and two recvs write halves of another, posted
+// as one group (one completion for all four).
+TEST_P(IpcProtocol, TwoCommunicationsShareABufferInOneGroup) {
+  const std::string body = fmt::format(
+      R"({{"op": "allocate", "name": "src", "dtype": "int64", "shape": ["n"]}},
+      {{"op": "allocate", "name": "dst", "dtype": "int64", "shape": [2, "n"]}},
+      {{"op": "for", "index": "i", "start": 0, "stop": 20, "body": [
+        {{"op": "fill", "tensor": "src", "value": "rank * 1000000 + i * 1000", "step": 1}},
+        {{"op": "fill", "tensor": "dst", "value": -1}},
+        {{"op": "group", "name": "g", "body": [
+          {{"op": "communication", "name": "to_next", "type": "send", "tensor": "src",
+           "peer": "(rank + 1) % world", "backend": "ipc", "protocol": "{0}"}},
+          {{"op": "communication", "name": "to_prev", "type": "send", "tensor": "src",
+           "peer": "(rank - 1 + world) % world", "backend": "ipc", "protocol": "{0}"}},
+          {{"op": "communication", "name": "from_prev", "type": "recv", "tensor": "dst[0]",
+           "peer": "(rank - 1 + world) % world", "backend": "ipc", "protocol": "{0}"}},
+          {{"op": "communication", "name": "from_next", "type": "recv", "tensor": "dst[1]",
+           "peer": "(rank + 1) % world", "backend": "ipc", "protocol": "{0}"}}
+        ]}},
+        {{"op": "wait", "communication": "g"}},
+        {{"op": "check", "tensor": "dst[0]",
+         "value": "(rank - 1 + world) % world * 1000000 + i * 1000", "step": 1}},
+        {{"op": "check", "tensor": "dst[1]", "value": "(rank + 1) % world * 1000000 + i * 1000",
+         "step": 1}}
+      ]}})",
+      protocol());
+  RunReport r = runProgram(program("shared", R"("n": 100)", body), 2);
+  EXPECT_TRUE(r.ok()) << r.format();
+  EXPECT_EQ(r.checks_run, 80u);
+}
+
+// Buffers allocated and deallocated in every iteration: lowering exchanges
+// after the allocation; the cached block makes later exchanges no-ops, and
+// a second run exchanges nothing.
+TEST_P(IpcProtocol, BuffersAllocatedInsideTheLoopAreExchangedOnlyInTheFirstRun) {
+  const std::string body = fmt::format(
+      R"({{"op": "for", "index": "i", "start": 0, "stop": 5, "body": [
+        {{"op": "allocate", "name": "x", "dtype": "float32", "shape": ["n"]}},
+        {{"op": "allocate", "name": "y", "dtype": "float32", "shape": ["n"]}},
+        {{"op": "fill", "tensor": "x", "value": "rank * 100 + i", "step": 1}},
+        {{"op": "communication", "name": "s", "type": "send", "tensor": "x",
+         "peer": "(rank + 1) % world", "backend": "ipc", "protocol": "{0}"}},
+        {{"op": "communication", "name": "r", "type": "recv", "tensor": "y",
+         "peer": "(rank - 1 + world) % world", "backend": "ipc", "protocol": "{0}"}},
+        {{"op": "wait", "communication": "s"}},
+        {{"op": "wait", "communication": "r"}},
+        {{"op": "check", "tensor": "y", "value": "(rank - 1 + world) % world * 100 + i",
+         "step": 1}},
+        {{"op": "deallocate", "name": "x"}},
+        {{"op": "deallocate", "name": "y"}}
+      ]}})",
+      protocol());
+  Session session(test::world(), SessionOptions{"host"});
+  Evaluator ev(session, parseProgram(program("inner", R"("n": 64)", body)), options());
+  ev.run();
+  ev.synchronize();
+  const int64_t first = ev.exchanges();
+  EXPECT_GE(first, 1);
+  for (int run = 0; run < 3; ++run) ev.run();
+  ev.synchronize();
+  EXPECT_EQ(ev.exchanges(), first) << "a later run exchanged again";
+  RunReport r = ev.report();
+  EXPECT_TRUE(r.ok()) << r.format();
+  EXPECT_EQ(r.checks_run, 20u);
+}
+
+INSTANTIATE_TEST_SUITE_P(Ipc, IpcProtocol, ::testing::Values(Protocol::Put, Protocol::Get),
+                         [](const auto& info) { return protocolName(info.param); });
+
+// ------------------------------------------------------------ exchanges
+
+std::string ringWithShares(const std::string& shares, int iters) {
+  const std::string body = fmt::format(
+      R"({{"op": "allocate", "name": "a", "dtype": "int32", "shape": [32]}},
+      {{"op": "allocate", "name": "b", "dtype": "int32", "shape": [32]}},
+      {{"op": "for", "index": "i", "start": 0, "stop": {}, "body": [
+        {}
+        {{"op": "fill", "tensor": "a", "value": "rank + i * 10", "step": 1}},
+        {{"op": "communication", "name": "s", "type": "send", "tensor": "a",
+         "peer": "(rank + 1) % world", "backend": "ipc"}},
+        {{"op": "communication", "name": "r", "type": "recv", "tensor": "b",
+         "peer": "(rank - 1 + world) % world", "backend": "ipc"}},
+        {{"op": "wait", "communication": "s"}},
+        {{"op": "wait", "communication": "r"}},
+        {{"op": "check", "tensor": "b", "value": "(rank - 1 + world) % world + i * 10",
+         "step": 1}}
+      ]}})",
+      iters, shares);
+  return program("ring", "", body);
+}
+
+TEST(Ipc, ASecondRunDoesNoExchange) {
+  // The exchange sits inside the loop, as in design §3: only the first
+  // execution goes through the bootstrap.
+  Session session(test::world(), SessionOptions{"host"});
+  Evaluator ev(session,
+               parseProgram(ringWithShares(
+                   R"({"op": "share_mem_handles", "communications": ["s", "r"]},)", 4)),
+               options());
+  EXPECT_EQ(ev.exchanges(), 0);
+  ev.run();
+  ev.synchronize();
+  EXPECT_EQ(ev.exchanges(), 1);
+  for (int run = 0; run < 5; ++run) ev.run();
+  ev.synchronize();
+  EXPECT_EQ(ev.exchanges(), 1);
+  RunReport r = ev.report();
+  EXPECT_TRUE(r.ok()) << r.format();
+  EXPECT_EQ(r.checks_run, 24u);
+}
+
+TEST(Ipc, RepeatingAnExchangeOfTheSameCommunicationsIsANoOp) {
+  int64_t exchanges = -1;
+  RunReport r =
+      runProgram(ringWithShares(R"({"op": "share_mem_handles", "communications": ["s", "r"]},
+                        {"op": "share_mem_handles", "communications": ["r", "s"]},
+                        {"op": "share_mem_handles", "communications": ["s"]},)",
+                                3),
+                 2, &exchanges);
+  EXPECT_TRUE(r.ok()) << r.format();
+  EXPECT_EQ(exchanges, 1);
+}
+
+// An explicit share_mem_handles that leaves out 'r': lowering adds an
+// exchange for 'r' alone, and the program runs.
+TEST(Ipc, ACommunicationLeftOutOfAnExplicitExchangeGetsAnImplicitOne) {
+  const std::string text =
+      ringWithShares(R"({"op": "share_mem_handles", "communications": ["s"]},)", 3);
+  Session session(test::world(), SessionOptions{"host"});
+  Evaluator ev(session, parseProgram(text), options());
+  std::vector<std::vector<std::string>> shares;
+  for (const Instr& in : ev.plan().code)
+    if (auto* s = std::get_if<instr::Share>(&in.op)) {
+      shares.emplace_back();
+      for (int c : s->comms) shares.back().push_back(ev.plan().comms[c].name);
+    }
+  EXPECT_EQ(shares, (std::vector<std::vector<std::string>>{{"r"}, {"s"}}))
+      << "expected the implicit exchange of 'r' before the loop, then the explicit one of 's'";
+  ev.run();
+  ev.run();
+  ev.synchronize();
+  RunReport r = ev.report();
+  EXPECT_TRUE(r.ok()) << r.format();
+  EXPECT_EQ(r.checks_run, 6u);
+}
+
+// ---------------------------------------------------------------- errors
+
+TEST(Ipc, APeerOutsideTheWorldIsAValidationErrorNamingPathAndRank) {
+  const std::string body = R"(
+      {"op": "allocate", "name": "a", "dtype": "int32", "shape": [8]},
+      {"op": "communication", "name": "s", "type": "send", "tensor": "a", "peer": "rank + world",
+       "backend": "ipc"},
+      {"op": "wait", "communication": "s"})";
+  Session session(test::world(), SessionOptions{"host"});
+  try {
+    Evaluator ev(session, parseProgram(program("out", "", body)), options());
+    FAIL() << "a peer outside the world was accepted";
+  } catch (const ValidationError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("/body/1"));
+    EXPECT_THAT(e.what(), HasSubstr("on rank 0: peer rank + world evaluates to"));
+    EXPECT_THAT(e.what(), HasSubstr("outside the world"));
+  }
+}
+
+// An explicit exchange placed before the allocations it should cover: the
+// post says so on every rank (instead of moving data to stale memory).
+TEST(Ipc, AnExchangeBeforeTheAllocationIsAClearErrorAtThePost) {
+  const std::string body = R"(
+      {"op": "share_mem_handles", "communications": ["s", "r"]},
+      {"op": "allocate", "name": "a", "dtype": "int32", "shape": [8]},
+      {"op": "allocate", "name": "b", "dtype": "int32", "shape": [8]},
+      {"op": "communication", "name": "s", "type": "send", "tensor": "a",
+       "peer": "(rank + 1) % world", "backend": "ipc"},
+      {"op": "communication", "name": "r", "type": "recv", "tensor": "b",
+       "peer": "(rank - 1 + world) % world", "backend": "ipc"},
+      {"op": "wait", "communication": "s"},
+      {"op": "wait", "communication": "r"})";
+  Session session(test::world(), SessionOptions{"host"});
+  Evaluator ev(session, parseProgram(program("early", "", body)), options());
+  try {
+    ev.run();
+    FAIL() << "a post into memory never exchanged went ahead";
+  } catch (const ProgramError& e) {
+    EXPECT_THAT(e.what(), HasSubstr(fmt::format("/body/3: on rank {}: 'a' got new memory (it was "
+                                                "never exchanged) after the last "
+                                                "share_mem_handles that covered it",
+                                                test::world().rank())));
+  }
+}
+
+// Put maps the receiver's buffer: a caller's buffer there cannot be shared.
+// Every rank fails the same exchange with the same message (no rank hangs).
+TEST(Ipc, ACallerBufferThatPeersMustMapFailsTheExchangeOnEveryRank) {
+  const std::string body = R"(
+      {"op": "allocate", "name": "a", "dtype": "int32", "shape": [8]},
+      {"op": "allocate", "name": "b", "dtype": "int32", "shape": [8]},
+      {"op": "communication", "name": "s", "type": "send", "tensor": "a",
+       "peer": "(rank + 1) % world", "backend": "ipc"},
+      {"op": "communication", "name": "r", "type": "recv", "tensor": "b",
+       "peer": "(rank - 1 + world) % world", "backend": "ipc"},
+      {"op": "wait", "communication": "s"},
+      {"op": "wait", "communication": "r"})";
+  Session session(test::world(), SessionOptions{"host"});
+  Evaluator ev(session, parseProgram(program("bound", "", body, R"("b")")), options());
+  std::vector<int32_t> mine(8);
+  ev.bind("b", mine.data(), sizeof(int32_t) * mine.size());
+  try {
+    ev.run();
+    FAIL() << "a caller's buffer was exported";
+  } catch (const ProgramError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("ipc: share_mem_handles failed on"));
+    EXPECT_THAT(e.what(), HasSubstr("rank 0: 'b' (allocation #1, recv from rank"));
+    EXPECT_THAT(e.what(), HasSubstr("bound to a caller's buffer"));
+  }
+}
+
+// --------------------------------------------------- memory and teardown
+
+// Resident memory of this process, in bytes.
+long residentBytes() {
+  std::ifstream statm("/proc/self/statm");
+  long size = 0, resident = 0;
+  statm >> size >> resident;
+  return resident * sysconf(_SC_PAGESIZE);
+}
+
+// Mappings of hostir memory (memfd blocks, ours and imported).
+int hostirMappings() {
+  std::ifstream maps("/proc/self/maps");
+  int n = 0;
+  for (std::string line; std::getline(maps, line);)
+    n += line.find("memfd:hostir") != std::string::npos;
+  return n;
+}
+
+TEST(Ipc, AThousandRunsLeaveResidentMemoryFlat) {
+  HIR_REQUIRE_WORLD(2);
+  Session session(test::world(), SessionOptions{"host"});
+  Evaluator ev(session, parseProgram(ringWithShares("", 2)), options());
+  auto runs = [&](int n) {
+    for (int k = 0; k < n; ++k) {
+      ev.run();
+      if (k % 50 == 49) ev.synchronize();  // bounds the work in flight
+    }
+    ev.synchronize();
+  };
+  runs(100);  // warm-up: caches, pools, thread stacks
+  const long before = residentBytes();
+  runs(1000);
+  const long after = residentBytes();
+  RunReport r = ev.report();
+  EXPECT_TRUE(r.ok()) << r.format();
+  EXPECT_EQ(r.checks_run, 2200u);
+  EXPECT_EQ(ev.exchanges(), 1);
+  // Measured: a few KiB either way (malloc noise); a leak of one event,
+  // closure or mapping per message would be 1000 x 2 or more.
+  EXPECT_LT(after - before, 512 * 1024)
+      << "resident memory grew from " << before << " to " << after << " bytes over 1000 runs";
+  if (test::world().rank() == 0)
+    std::printf("[ ipc ] resident memory over 1000 runs: %ld -> %ld bytes (%+ld)\n", before, after,
+                after - before);
+}
+
+TEST(Ipc, TeardownUnmapsEveryPeerBlockAndFreesEveryBlock) {
+  const int baseline = hostirMappings();
+  {
+    Session session(test::world(), SessionOptions{"host"});
+    Evaluator ev(session, parseProgram(ringWithShares("", 2)), options());
+    ev.run();
+    ev.synchronize();
+    EXPECT_TRUE(ev.report().ok()) << ev.report().format();
+    // Ours (a, b, the signal page) and, from another rank, its b and page.
+    EXPECT_GE(hostirMappings(), baseline + (test::world().world() > 1 ? 5 : 3));
+  }
+  EXPECT_EQ(hostirMappings(), baseline);
+}
+
+// Rank 0's second run posts a message that rank 1 posts only seconds later:
+// rank 0 times out, and its teardown must end promptly (the backend releases
+// its own stuck waits) rather than after the device's 10-minute stream-wait
+// limit; rank 1 then completes against the memory rank 0 left mapped.
+TEST(Ipc, TeardownAfterATimedOutRunEndsPromptly) {
+  HIR_REQUIRE_WORLD(2);
+  using Clock = std::chrono::steady_clock;
+  const int rank = test::world().rank();
+  const std::string body = R"(
+      {"op": "allocate", "name": "a", "dtype": "int32", "shape": [64]},
+      {"op": "allocate", "name": "b", "dtype": "int32", "shape": [64]},
+      {"op": "share_mem_handles", "communications": ["s", "r"]},
+      {"op": "if", "cond": "rank < 2", "then": [
+        {"op": "fill", "tensor": "a", "value": "rank", "step": 1},
+        {"op": "communication", "name": "s", "type": "send", "tensor": "a", "peer": "1 - rank",
+         "backend": "ipc"},
+        {"op": "communication", "name": "r", "type": "recv", "tensor": "b", "peer": "1 - rank",
+         "backend": "ipc"},
+        {"op": "wait", "communication": "s"},
+        {"op": "wait", "communication": "r"},
+        {"op": "check", "tensor": "b", "value": "1 - rank", "step": 1}]})";
+  Session session(test::world(), SessionOptions{"host"});
+  EvaluatorOptions o = options();
+  o.timeout = std::chrono::milliseconds(500);
+  double teardown_s = 0;
+  {
+    auto ev = std::make_unique<Evaluator>(session, parseProgram(program("late", "", body)), o);
+    ev->run();  // the exchange, and a first message both ways
+    ev->synchronize();
+    test::world().barrier();
+    if (rank == 1) std::this_thread::sleep_for(std::chrono::seconds(4));
+    ev->run();
+    if (rank == 0) EXPECT_THROW(ev->synchronize(), TimeoutError);
+    if (rank != 0) ev->synchronize();
+    if (rank != 0) EXPECT_TRUE(ev->report().ok()) << ev->report().format();
+    const auto t0 = Clock::now();
+    ev.reset();
+    teardown_s = std::chrono::duration<double>(Clock::now() - t0).count();
+  }
+  if (rank == 0)
+    EXPECT_LT(teardown_s, 3.0) << "teardown after a timeout took " << teardown_s << " s";
+  test::world().barrier();
+}
+
+// ---------------------------------------------- the backend, without evaluator
+
+// A host device and an ipc backend set up on it (collective).
+struct Harness {
+  Harness() : device(testTimeout()) {
+    backend = findBackend("ipc")->create();
+    BackendContext ctx;
+    ctx.device = &device;
+    ctx.bootstrap = &test::world();
+    ctx.teams = {{}};
+    for (int r = 0; r < test::world().world(); ++r) ctx.teams[0].push_back(r);
+    ctx.timeout = testTimeout();
+    backend->setup(ctx);
+  }
+  ~Harness() { backend.reset(); }
+  HostDevice device;
+  std::unique_ptr<Backend> backend;
+};
+
+PostArgs sendToNext(void* data, std::size_t count) {
+  const int rank = test::world().rank(), world = test::world().world();
+  PostArgs a;
+  a.type = CommType::Send;
+  a.dtype = DType::Int32;
+  a.input = data;
+  a.count = count;
+  a.peer = (rank + 1) % world;
+  a.comm = 0;
+  a.input_alloc = 0;
+  a.remote_alloc = 1;
+  a.pair_seq = 1;
+  a.path = "/body/7";
+  return a;
+}
+
+TEST(IpcBackend, PostingBeforeAnyExchangeIsAClearError) {
+  Harness h;
+  void* data = h.device.allocate(64);
+  PostArgs a = sendToNext(data, 16);
+  std::unique_ptr<Event> done = h.device.createEvent();
+  try {
+    h.backend->post(std::span<const PostArgs>(&a, 1), h.device.defaultStream(), *done);
+    FAIL() << "a send was posted without an exchange";
+  } catch (const ProgramError& e) {
+    EXPECT_THAT(e.what(),
+                HasSubstr(fmt::format("ipc: /body/7: send to rank {} before any share_mem_handles "
+                                      "exchanged with rank {}",
+                                      a.peer, a.peer)));
+  }
+  h.device.deallocate(data);
+}
+
+TEST(IpcBackend, PostingWithoutThePeerAddressIsAClearError) {
+  Harness h;
+  void* data = h.device.allocate(64);
+  PostArgs a = sendToNext(data, 16);
+  a.pair_seq = 0;
+  std::unique_ptr<Event> done = h.device.createEvent();
+  try {
+    h.backend->post(std::span<const PostArgs>(&a, 1), h.device.defaultStream(), *done);
+    FAIL() << "a send was posted without its message number";
+  } catch (const ProgramError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("was posted without the peer's address"));
+  }
+  h.device.deallocate(data);
+}
+
+// The exchange covered the signal pages but not the allocation the post
+// names: the post says which allocation of which rank is missing.
+TEST(IpcBackend, PostingIntoAnAllocationNeverExchangedIsAClearError) {
+  Harness h;
+  const int rank = test::world().rank(), world = test::world().world();
+  void* data = h.device.allocate(64);
+  ShareItem send;
+  send.comm = 0;
+  send.type = CommType::Send;
+  send.peer = (rank + 1) % world;
+  send.alloc = 0;
+  send.base = data;
+  send.bytes = 64;
+  send.peer_alloc = 1;
+  send.name = "a";
+  ShareItem recv = send;
+  recv.comm = 1;
+  recv.type = CommType::Recv;
+  recv.peer = (rank - 1 + world) % world;
+  recv.alloc = 1;
+  recv.base = nullptr;  // no memory yet: nothing to export
+  recv.peer_alloc = 0;
+  std::vector<ShareItem> items{send, recv};
+  h.backend->shareMemHandles(items);
+  EXPECT_EQ(static_cast<IpcBackend&>(*h.backend).exchanges(), 1);
+  PostArgs a = sendToNext(data, 16);
+  std::unique_ptr<Event> done = h.device.createEvent();
+  try {
+    h.backend->post(std::span<const PostArgs>(&a, 1), h.device.defaultStream(), *done);
+    FAIL() << "a send into an allocation never exchanged was posted";
+  } catch (const ProgramError& e) {
+    EXPECT_THAT(e.what(), HasSubstr(fmt::format("send to rank {} (put): rank {}'s allocation #1 "
+                                                "was never exchanged",
+                                                a.peer, a.peer)));
+  }
+  h.device.deallocate(data);
+}
+
+TEST(IpcBackend, AutoNeverPicksIpcAndIpcRefusesCollectivesAndOtherNodes) {
+  SupportQuery q{"host", CommType::Send};
+  EXPECT_EQ(selectBackend("auto", q, "").name, "mpi");
+  EXPECT_TRUE(IpcBackend::supports(q).ok);
+  q.type = CommType::Allgather;
+  EXPECT_EQ(IpcBackend::supports(q).why,
+            "the ipc backend moves point-to-point messages (send, recv); use nccl or mpi for "
+            "allgather");
+  q.type = CommType::Recv;
+  q.peer_on_other_node = true;
+  EXPECT_THAT(IpcBackend::supports(q).why, HasSubstr("both ranks must be on one node"));
+  EXPECT_TRUE(findBackend("ipc")->maps_peer_memory);
+  EXPECT_LT(findBackend("ipc")->auto_priority, findBackend("mpi")->auto_priority);
+}
+
+// --------------------------------------------------------- two fake nodes
+
+// True when this world spans more than one node (HIR_FAKE_NODES=2).
+bool spansNodes() {
+  const std::vector<std::string>& nodes = test::world().nodes();
+  return std::adjacent_find(nodes.begin(), nodes.end(), std::not_equal_to<>()) != nodes.end();
+}
+
+TEST(IpcFakeNodes, IpcToAPeerOnAnotherNodeIsAValidationErrorNamingPathRankAndPeer) {
+  if (!spansNodes()) GTEST_SKIP() << "needs ranks on two nodes (HIR_FAKE_NODES=2)";
+  Session session(test::world(), SessionOptions{"host"});
+  try {
+    Evaluator ev(session, parseProgram(ringWithShares("", 1)), options());
+    FAIL() << "ipc was accepted between nodes";
+  } catch (const ValidationError& e) {
+    const std::vector<std::string>& nodes = test::world().nodes();
+    // The first rank whose next rank is on another node.
+    int from = 0;
+    while (nodes[from] == nodes[(from + 1) % nodes.size()]) ++from;
+    const int to = (from + 1) % static_cast<int>(nodes.size());
+    EXPECT_THAT(e.what(), HasSubstr(fmt::format(
+                              "/body/2/body/1: on rank {} (i=0): send to rank {} through backend "
+                              "'ipc', but rank {} is on node '{}' and rank {} on node '{}'",
+                              from, to, to, nodes[to], from, nodes[from])));
+    EXPECT_THAT(e.what(), HasSubstr("both ranks must be on one node"));
+  }
+}
+
+TEST(IpcFakeNodes, AutoBindsTheSameRingToMpiAndRuns) {
+  std::string text = ringWithShares("", 3);
+  for (std::size_t at; (at = text.find("\"ipc\"")) != std::string::npos;)
+    text.replace(at, 5, "\"auto\"");
+  Session session(test::world(), SessionOptions{"host"});
+  Evaluator ev(session, parseProgram(text), options());
+  EXPECT_EQ(ev.plan().backends, std::vector<std::string>{"mpi"});
+  ev.run();
+  ev.synchronize();
+  EXPECT_TRUE(ev.report().ok()) << ev.report().format();
+  EXPECT_EQ(ev.exchanges(), 0);
+}
+
+// Ranks 2k and 2k + 1 share a node under HIR_FAKE_NODES=2 with 4 ranks:
+// ipc between them works while the world spans two nodes.
+TEST(IpcFakeNodes, IpcBetweenRanksOfOneNodeWorks) {
+  const int rank = test::world().rank(), world = test::world().world();
+  if (world % 2 != 0) GTEST_SKIP() << "needs an even world";
+  const std::vector<std::string>& nodes = test::world().nodes();
+  for (int r = 0; r < world; r += 2)
+    if (nodes[r] != nodes[r + 1]) GTEST_SKIP() << "ranks " << r << " and " << r + 1 << " differ";
+  const std::string body = R"(
+      {"op": "allocate", "name": "a", "dtype": "int32", "shape": [16]},
+      {"op": "allocate", "name": "b", "dtype": "int32", "shape": [16]},
+      {"op": "fill", "tensor": "a", "value": "rank * 50", "step": 1},
+      {"op": "communication", "name": "s", "type": "send", "tensor": "a", "peer": "rank ^ 1",
+       "backend": "ipc", "protocol": "get"},
+      {"op": "communication", "name": "r", "type": "recv", "tensor": "b", "peer": "rank ^ 1",
+       "backend": "ipc", "protocol": "get"},
+      {"op": "wait", "communication": "s"},
+      {"op": "wait", "communication": "r"},
+      {"op": "check", "tensor": "b", "value": "(rank ^ 1) * 50", "step": 1})";
+  RunReport r = runProgram(program("pairs", "", body), 2);
+  EXPECT_TRUE(r.ok()) << r.format();
+  EXPECT_EQ(r.checks_run, 2u);
+  (void)rank;
+}
+
+}  // namespace
+}  // namespace hir

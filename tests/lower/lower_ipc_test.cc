@@ -1,0 +1,128 @@
+// Lowering of ipc communications: where the implicit share_mem_handles go
+// (before the outermost top-level node, and after an allocation nested in a
+// loop or if), which communications they list, which allocations are marked
+// ipc-shared, and the per-communication note that the backend cannot reach
+// another node.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "analysis/validate.h"
+#include "ir/json.h"
+#include "lower/lower.h"
+
+namespace hir {
+namespace {
+
+template <class... Fs>
+struct Overloaded : Fs... {
+  using Fs::operator()...;
+};
+template <class... Fs>
+Overloaded(Fs...) -> Overloaded<Fs...>;
+
+Plan planOf(const std::string& body, int world = 2) {
+  Program program = parseProgram(R"({"format": "hostir/1", "name": "t", "body": [)" + body + "]}");
+  validate(program, ValidateOptions{world});
+  LowerOptions options;
+  options.world = world;
+  return lower(program, options);
+}
+
+// The code as short words: "alloc a", "share s r", "post s", "loop", "next", ...
+std::vector<std::string> words(const Plan& plan) {
+  std::vector<std::string> out;
+  for (const Instr& in : plan.code)
+    out.push_back(std::visit(
+        Overloaded{
+            [&](const instr::Allocate& a) { return "alloc " + plan.allocs[a.alloc].name; },
+            [&](const instr::Deallocate& d) { return "free " + plan.allocs[d.alloc].name; },
+            [&](const instr::Post& p) { return "post " + plan.comms[p.comm].name; },
+            [&](const instr::GroupBegin&) { return std::string("group"); },
+            [&](const instr::GroupEnd&) { return std::string("end"); },
+            [&](const instr::Share& s) {
+              std::string w = "share";
+              for (int c : s.comms) w += " " + plan.comms[c].name;
+              return w;
+            },
+            [&](const instr::Wait&) { return std::string("wait"); },
+            [&](const instr::LoopInit&) { return std::string("loop"); },
+            [&](const instr::LoopNext&) { return std::string("next"); },
+            [&](const instr::JumpIfZero&) { return std::string("if"); },
+            [&](const instr::Jump&) { return std::string("jump"); },
+            [&](const instr::SetStream&) { return std::string("set_stream"); },
+            [&](const instr::SyncStream&) { return std::string("sync_stream"); },
+            [&](const instr::Fill&) { return std::string("fill"); },
+            [&](const instr::Copy&) { return std::string("copy"); },
+            [&](const instr::Check&) { return std::string("check"); },
+        },
+        in.op));
+  return out;
+}
+
+using Words = std::vector<std::string>;
+
+const std::string kSendRecv = R"(
+  {"op": "communication", "name": "s", "type": "send", "tensor": "a", "peer": "1 - rank",
+   "backend": "ipc"},
+  {"op": "communication", "name": "r", "type": "recv", "tensor": "b", "peer": "1 - rank",
+   "backend": "ipc"},
+  {"op": "wait", "communication": "s"}, {"op": "wait", "communication": "r"})";
+
+const std::string kTwoBuffers = R"(
+  {"op": "allocate", "name": "a", "dtype": "int32", "shape": [4]},
+  {"op": "allocate", "name": "b", "dtype": "int32", "shape": [4]},)";
+
+TEST(LowerIpc, ImplicitExchangeGoesBeforeTheOutermostLoopAfterTheAllocations) {
+  Plan plan = planOf(kTwoBuffers + R"(
+    {"op": "for", "index": "i", "start": 0, "stop": 3, "body": [
+      {"op": "for", "index": "j", "start": 0, "stop": 2, "body": [)" +
+                     kSendRecv + "]}]}");
+  EXPECT_EQ(words(plan), (Words{"alloc a", "alloc b", "share s r", "loop", "loop", "post s",
+                                "post r", "wait", "wait", "next", "next"}));
+  EXPECT_TRUE(plan.allocs[0].ipc_shared);
+  EXPECT_TRUE(plan.allocs[1].ipc_shared);
+}
+
+TEST(LowerIpc, AnAllocationInsideTheLoopIsExchangedRightAfterIt) {
+  Plan plan = planOf(R"(
+    {"op": "allocate", "name": "a", "dtype": "int32", "shape": [4]},
+    {"op": "for", "index": "i", "start": 0, "stop": 3, "body": [
+      {"op": "allocate", "name": "b", "dtype": "int32", "shape": [4]},)" +
+                     kSendRecv + R"(, {"op": "deallocate", "name": "b"}]})");
+  EXPECT_EQ(words(plan), (Words{"alloc a", "share s r", "loop", "alloc b", "share r", "post s",
+                                "post r", "wait", "wait", "free b", "next"}));
+}
+
+TEST(LowerIpc, OnlyCommunicationsLeftOutOfAnExplicitExchangeGetAnImplicitOne) {
+  Plan plan = planOf(kTwoBuffers + R"(
+    {"op": "for", "index": "i", "start": 0, "stop": 3, "body": [
+      {"op": "share_mem_handles", "communications": ["r"]},)" +
+                     kSendRecv + "]}");
+  EXPECT_EQ(words(plan), (Words{"alloc a", "alloc b", "share s", "loop", "share r", "post s",
+                                "post r", "wait", "wait", "next"}));
+}
+
+TEST(LowerIpc, AutoAndMpiCommunicationsNeedNoExchange) {
+  std::string body = kTwoBuffers + kSendRecv;
+  for (std::size_t at; (at = body.find("\"ipc\"")) != std::string::npos;)
+    body.replace(at, 5, "\"auto\"");
+  Plan plan = planOf(body);
+  EXPECT_EQ(words(plan), (Words{"alloc a", "alloc b", "post s", "post r", "wait", "wait"}));
+  EXPECT_EQ(plan.backends, std::vector<std::string>{"mpi"});
+  EXPECT_FALSE(plan.allocs[0].ipc_shared);
+  EXPECT_TRUE(plan.comms[0].cross_node_why.empty()) << "mpi reaches other nodes";
+}
+
+TEST(LowerIpc, IpcCommunicationsSayWhyTheyCannotReachAnotherNode) {
+  Plan plan = planOf(kTwoBuffers + kSendRecv);
+  EXPECT_EQ(plan.backends, std::vector<std::string>{"ipc"});
+  for (const PlanComm& c : plan.comms)
+    EXPECT_EQ(c.cross_node_why,
+              "the ipc backend maps the peer's memory, so both ranks must be on one node; use "
+              "backend \"auto\" (nccl or mpi) for a peer on another node");
+}
+
+}  // namespace
+}  // namespace hir
