@@ -10,7 +10,7 @@
 # Every step runs even when an earlier one failed (except what needs a
 # build that failed); the exit status is non-zero if anything failed.
 # Files written (at most 8): build.log tests.log host-tests.log examples.log
-# bench.log bench.csv summary.txt.
+# bench.log bench.csv p2p.csv summary.txt.
 #
 # NVLink multicast is never used: NCCL_NVLS_ENABLE=0 is exported (it can put
 # a shared host's GPUs out of service).
@@ -186,8 +186,33 @@ if [ "$run_examples" = 1 ]; then
   fi
 fi
 
-# -------------------------------------------------------------- benchmark
+# ------------------------------------------- point-to-point: ipc vs nccl
 bench_lines=()
+p2p="$build/bin/hir_p2p_bench"
+if [ "$run_bench" = 1 ] && [ "$gpus" -ge 2 ]; then
+  log="$out/bench.log"
+  log_header "$log" "hir_p2p_bench on 2 ranks"
+  if [ ! -x "$p2p" ]; then
+    record "p2p bench" - 1 - "not built"
+  else
+    timeout 900 "${mpirun_cmd[@]}" -np 2 "$p2p" --device cuda --min 1K --max 1G --factor 4 \
+      --csv "$out/p2p.csv" >>"$log" 2>&1
+    rc=$?
+    if [ "$rc" = 0 ]; then record "p2p bench np=2" 1 0 0 ""; else
+      record "p2p bench np=2" 0 1 0 "exit $rc"; fi
+    if [ -s "$out/p2p.csv" ]; then
+      while IFS=, read -r world test bytes variant us gbps ratio; do
+        case "$test:$bytes" in
+          latency:8|bandwidth:16777216|bandwidth:268435456|bandwidth:1073741824)
+            bench_lines+=("$(printf 'np=%-2s p2p %-9s %11s B  %-8s %9.2f us %7.1f GB/s  x nccl %.3f' \
+              "$world" "$test" "$bytes" "$variant" "$us" "$gbps" "$ratio")") ;;
+        esac
+      done < <(tail -n +2 "$out/p2p.csv")
+    fi
+  fi
+fi
+
+# -------------------------------------------------------------- benchmark
 if [ "$run_bench" = 1 ]; then
   log="$out/bench.log"
   csv="$out/bench.csv"

@@ -199,17 +199,59 @@ class Lowerer {
                 std::string_view field = "body") {
     ++depth_;
     for (std::size_t i = 0; i < body.size(); ++i) {
-      std::string path = childPath(parent, field, i);
-      if (top) {
+      // Adjacent send/recv nodes are posted as one unit (see adjacentP2p).
+      std::size_t last = current_group_ < 0 ? adjacentP2pEnd(body, i) : i;
+      for (std::size_t k = i; k <= last && top; ++k) {
         // An ipc communication without an explicit exchange gets one here,
         // before the outermost loop (or node) that holds it.
         std::vector<int> implicit;
-        implicitShares(body[i], implicit);
-        if (!implicit.empty()) emit(instr::Share{std::move(implicit)}, addNode(path));
+        implicitShares(body[k], implicit);
+        if (!implicit.empty())
+          emit(instr::Share{std::move(implicit)}, addNode(childPath(parent, field, k)));
       }
-      emitNode(body[i], path);
+      if (last > i) {
+        emitAdjacentP2p(body, i, last, parent, field);
+        i = last;
+        continue;
+      }
+      emitNode(body[i], childPath(parent, field, i));
     }
     --depth_;
+  }
+
+  // The last index of the run of send/recv nodes starting at `i` that name
+  // the same backend (i itself if body[i] starts no run).
+  static std::size_t adjacentP2pEnd(const Body& body, std::size_t i) {
+    auto p2p = [&](std::size_t k) -> const Communication* {
+      auto* c = std::get_if<Communication>(&body[k].v);
+      return c && isPointToPoint(c->type) ? c : nullptr;
+    };
+    const Communication* first = p2p(i);
+    if (!first) return i;
+    std::size_t j = i;
+    while (j + 1 < body.size() && p2p(j + 1) && p2p(j + 1)->backend == first->backend) ++j;
+    return j;
+  }
+
+  // A run of adjacent send/recv nodes outside any group is posted as one
+  // unit, as NCCL's ncclGroupStart/End would: separate posts of a ring's
+  // send and recv could otherwise deadlock on a backend that runs them in
+  // order on one stream (NCCL with large messages), and a send to oneself
+  // needs its recv in the same group. Waits on each node still work; they
+  // wait for the unit.
+  void emitAdjacentP2p(const Body& body, std::size_t first, std::size_t last,
+                       const std::string& parent, std::string_view field) {
+    std::string path = childPath(parent, field, first);
+    int slot = static_cast<int>(plan_.groups.size());
+    plan_.groups.push_back(PlanGroup{
+        fmt::format("(send/recv {} to {})", path, childPath(parent, field, last)), -1, -1});
+    int node = addNode(path);
+    plan_.groups[slot].node = node;
+    current_group_ = slot;
+    emit(instr::GroupBegin{slot}, node);
+    for (std::size_t k = first; k <= last; ++k) emitNode(body[k], childPath(parent, field, k));
+    emit(instr::GroupEnd{slot}, node);
+    current_group_ = -1;
   }
 
   void emitNode(const Node& n, const std::string& path) {

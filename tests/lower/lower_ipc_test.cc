@@ -79,8 +79,8 @@ TEST(LowerIpc, ImplicitExchangeGoesBeforeTheOutermostLoopAfterTheAllocations) {
     {"op": "for", "index": "i", "start": 0, "stop": 3, "body": [
       {"op": "for", "index": "j", "start": 0, "stop": 2, "body": [)" +
                      kSendRecv + "]}]}");
-  EXPECT_EQ(words(plan), (Words{"alloc a", "alloc b", "share s r", "loop", "loop", "post s",
-                                "post r", "wait", "wait", "next", "next"}));
+  EXPECT_EQ(words(plan), (Words{"alloc a", "alloc b", "share s r", "loop", "loop", "group", "post s",
+                                "post r", "end", "wait", "wait", "next", "next"}));
   EXPECT_TRUE(plan.allocs[0].ipc_shared);
   EXPECT_TRUE(plan.allocs[1].ipc_shared);
 }
@@ -91,8 +91,8 @@ TEST(LowerIpc, AnAllocationInsideTheLoopIsExchangedRightAfterIt) {
     {"op": "for", "index": "i", "start": 0, "stop": 3, "body": [
       {"op": "allocate", "name": "b", "dtype": "int32", "shape": [4]},)" +
                      kSendRecv + R"(, {"op": "deallocate", "name": "b"}]})");
-  EXPECT_EQ(words(plan), (Words{"alloc a", "share s r", "loop", "alloc b", "share r", "post s",
-                                "post r", "wait", "wait", "free b", "next"}));
+  EXPECT_EQ(words(plan), (Words{"alloc a", "share s r", "loop", "alloc b", "share r", "group", "post s",
+                                "post r", "end", "wait", "wait", "free b", "next"}));
 }
 
 TEST(LowerIpc, OnlyCommunicationsLeftOutOfAnExplicitExchangeGetAnImplicitOne) {
@@ -100,8 +100,8 @@ TEST(LowerIpc, OnlyCommunicationsLeftOutOfAnExplicitExchangeGetAnImplicitOne) {
     {"op": "for", "index": "i", "start": 0, "stop": 3, "body": [
       {"op": "share_mem_handles", "communications": ["r"]},)" +
                      kSendRecv + "]}");
-  EXPECT_EQ(words(plan), (Words{"alloc a", "alloc b", "share s", "loop", "share r", "post s",
-                                "post r", "wait", "wait", "next"}));
+  EXPECT_EQ(words(plan), (Words{"alloc a", "alloc b", "share s", "loop", "share r", "group", "post s",
+                                "post r", "end", "wait", "wait", "next"}));
 }
 
 TEST(LowerIpc, AutoAndMpiCommunicationsNeedNoExchange) {
@@ -109,7 +109,7 @@ TEST(LowerIpc, AutoAndMpiCommunicationsNeedNoExchange) {
   for (std::size_t at; (at = body.find("\"ipc\"")) != std::string::npos;)
     body.replace(at, 5, "\"auto\"");
   Plan plan = planOf(body);
-  EXPECT_EQ(words(plan), (Words{"alloc a", "alloc b", "post s", "post r", "wait", "wait"}));
+  EXPECT_EQ(words(plan), (Words{"alloc a", "alloc b", "group", "post s", "post r", "end", "wait", "wait"}));
   EXPECT_EQ(plan.backends, std::vector<std::string>{"mpi"});
   EXPECT_FALSE(plan.allocs[0].ipc_shared);
   EXPECT_TRUE(plan.comms[0].cross_node_why.empty()) << "mpi reaches other nodes";
@@ -122,6 +122,35 @@ TEST(LowerIpc, IpcCommunicationsSayWhyTheyCannotReachAnotherNode) {
     EXPECT_EQ(c.cross_node_why,
               "the ipc backend maps the peer's memory, so both ranks must be on one node; use "
               "backend \"auto\" (nccl or mpi) for a peer on another node");
+}
+
+}  // namespace
+}  // namespace hir
+
+namespace hir {
+namespace {
+
+// Adjacent send/recv nodes are posted as one unit; anything between them,
+// a different backend, or an explicit group ends the run.
+TEST(Lower, AdjacentSendAndRecvArePostedAsOneUnit) {
+  Plan plan = lower(parseProgram(R"({"format": "hostir/1", "name": "p", "body": [
+      {"op": "allocate", "name": "a", "dtype": "int32", "shape": [4]},
+      {"op": "allocate", "name": "b", "dtype": "int32", "shape": [4]},
+      {"op": "communication", "name": "s", "type": "send", "tensor": "a", "peer": "(rank + 1) % world"},
+      {"op": "communication", "name": "r", "type": "recv", "tensor": "b", "peer": "(rank + world - 1) % world"},
+      {"op": "wait", "communication": "r"},
+      {"op": "communication", "name": "s2", "type": "send", "tensor": "a", "peer": "(rank + 1) % world"},
+      {"op": "wait", "communication": "s2"},
+      {"op": "communication", "name": "r2", "type": "recv", "tensor": "b", "peer": "(rank + world - 1) % world"},
+      {"op": "wait", "communication": "r2"},
+      {"op": "wait", "communication": "s"}]})"),
+                     LowerOptions{.world = 3});
+  std::vector<int> group_of;
+  for (const PlanComm& c : plan.comms) group_of.push_back(c.group);
+  EXPECT_EQ(group_of, (std::vector<int>{0, 0, -1, -1}));
+  ASSERT_EQ(plan.groups.size(), 1u);
+  EXPECT_NE(plan.groups[0].name.find("/body/2 to /body/3"), std::string::npos)
+      << plan.groups[0].name;
 }
 
 }  // namespace
