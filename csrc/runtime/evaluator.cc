@@ -743,6 +743,14 @@ struct Evaluator::Impl {
       while (pc < end) pc = step(pc);
     } catch (const ProgramError& e) {
       throw ProgramError(fmt::format("{}: {}", where(plan.code[pc].node), e.what()));
+    } catch (const TimeoutError& e) {
+      // A host-mode wait ran out of time: say where, and what is pending.
+      throw TimeoutError(
+          fmt::format("{}: {}\n{}", where(plan.code[pc].node), e.what(), pendingReport()));
+    } catch (const BackendError& e) {
+      // The same, when a backend's own timeout or a device failure came first.
+      throw BackendError(
+          fmt::format("{}: {}\n{}", where(plan.code[pc].node), e.what(), pendingReport()));
     }
     finishRun();
   }

@@ -216,3 +216,4 @@ TEST(Evaluator, RepeatedRunsReuseEveryCacheAndStayCorrect) {
 
 }  // namespace
 }  // namespace hir
+

@@ -68,6 +68,27 @@ TEST(HirCli, FailedCheckExitsOneAndReportsElements) {
   EXPECT_NE(r.out.find("FAILED"), std::string::npos) << r.out;
 }
 
+TEST(HirCli, AStuckWaitTimesOutNamesWhatIsPendingAndEndsEveryRank) {
+  // The cross-rank check would reject this program; without it, rank 0 waits
+  // for a message nobody sends. The job must end, not hang.
+  CommandResult r = hir({"run", sourceDir() + "/tests/tools/data/unmatched_recv.json", "--np",
+                         "2", "--device", "host", "--timeout", "2", "--no-schedule-check"},
+                        60);
+  EXPECT_EQ(r.exit_code, 3) << r.out << r.err;
+  EXPECT_NE(r.err.find("/body/1/then/1: on rank 0"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("pending communications"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("'r' (recv) at /body/1/then/0"), std::string::npos) << r.err;
+}
+
+TEST(HirCli, TheCrossRankCheckRejectsAnUnmatchedRecvBeforeRunning) {
+  CommandResult r = hir({"run", sourceDir() + "/tests/tools/data/unmatched_recv.json", "--np",
+                         "2", "--device", "host"});
+  EXPECT_EQ(r.exit_code, 2) << r.out << r.err;
+  EXPECT_NE(r.err.find("the first unmatched is the recv (/body/1/then/0) on rank 0"),
+            std::string::npos)
+      << r.err;
+}
+
 TEST(HirCli, ParamOverrideChangesTheRun) {
   CommandResult ok = hir({"run", example("allgather.json"), "--np", "2", "--device", "host",
                           "--param", "n=33"});
