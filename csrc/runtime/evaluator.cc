@@ -448,7 +448,6 @@ struct Evaluator::Impl {
 
   PostArgs makePost(int slot) {
     const PlanComm& c = plan.comms[slot];
-    int tr = team_rank[c.team];
     int tsize = static_cast<int>(plan.teams[c.team].ranks.size());
     PostArgs p;
     p.type = c.type;
@@ -521,7 +520,6 @@ struct Evaluator::Impl {
         p.count = out_count;
         break;
     }
-    (void)tr;
     if (maps_peer_memory[c.backend] && isPointToPoint(c.type)) addRemote(p, slot);
     return p;
   }
