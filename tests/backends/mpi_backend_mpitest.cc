@@ -1,9 +1,9 @@
 // The MPI backend on the host device, at any world size: every communication
-// type, dtype and reduce op against a host reference computed here from data
-// seeded by (rank, iteration); in-place forms; teams that are not the world;
-// send/recv posted in opposite orders; posts that return before the
-// communication can complete. Also the backend registry and the defaults of
-// Backend.
+// type, dtype and reduce op against the host reference of
+// support/collective_reference.h (data seeded by (rank, iteration)); in-place
+// forms; teams that are not the world; send/recv posted in opposite orders;
+// posts that return before the communication can complete. Also the backend
+// registry and the defaults of Backend.
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -21,30 +21,22 @@
 #include "common/elements.h"
 #include "common/error.h"
 #include "device/host_device.h"
+#include "support/collective_reference.h"
 #include "support/mpi_test.h"
 
 namespace hir {
 namespace {
 
 using ::testing::HasSubstr;
+using test::AvgRule;
+using test::Case;
+using test::fillWith;
+using test::poison;
 using Clock = std::chrono::steady_clock;
 
 Duration testTimeout() {
   const char* s = std::getenv("HIR_TEST_TIMEOUT_S");
   return std::chrono::seconds(s != nullptr ? std::atoi(s) : 60);
-}
-
-// Teams every backend of these tests is set up with:
-//   0: the world;  1: {world-1, 0} (a strict subset from 3 ranks on, in
-//   reverse order);  2: the world in reverse order.
-std::vector<std::vector<int>> testTeams(int world) {
-  std::vector<int> all(world), reversed(world);
-  for (int r = 0; r < world; ++r) {
-    all[r] = r;
-    reversed[r] = world - 1 - r;
-  }
-  std::vector<int> pair = world == 1 ? std::vector<int>{0} : std::vector<int>{world - 1, 0};
-  return {all, pair, reversed};
 }
 
 // A host device and an MPI backend set up on it (collective).
@@ -56,7 +48,7 @@ struct Harness {
     BackendContext ctx;
     ctx.device = &device;
     ctx.bootstrap = &test::world();
-    ctx.teams = testTeams(test::world().world());
+    ctx.teams = test::testTeams(test::world().world());
     ctx.timeout = timeout;
     teams = ctx.teams;
     backend->setup(ctx);
@@ -82,145 +74,8 @@ class Buffer {
   void* p_;
 };
 
-// ------------------------------------------------------- reference values
-
-constexpr double kPoison = 77;  // never a result of these tests
-
-// Element i of world rank w's input in iteration `it`. Small integers, exact
-// in every dtype, and small enough that sums (<= 4 * 7) and products
-// (<= 3^4) stay exact in bfloat16 and do not wrap in uint8.
-double inputValue(ReduceOp op, int w, int it, std::size_t i) {
-  if (op == ReduceOp::Prod) return 1 + static_cast<double>((w + it + i) % 3);
-  return 1 + static_cast<double>((static_cast<std::size_t>(w) * 5 + it * 3 + i) % 7);
-}
-
-double combine(ReduceOp op, double a, double b) {
-  switch (op) {
-    case ReduceOp::Sum:
-    case ReduceOp::Avg: return a + b;
-    case ReduceOp::Prod: return a * b;
-    case ReduceOp::Min: return std::min(a, b);
-    case ReduceOp::Max: return std::max(a, b);
-  }
-  return 0;
-}
-
-// The average as the backend computes it: the exact sum divided in the
-// dtype's arithmetic (float for the 16-bit floats), integers truncated.
-double average(DType t, double sum, int n) {
-  switch (t) {
-    case DType::Float32: return static_cast<float>(sum) / static_cast<float>(n);
-    case DType::Float64: return sum / n;
-    case DType::Float16: return halfToFloat(floatToHalf(static_cast<float>(sum) / n));
-    case DType::BFloat16: return bfloat16ToFloat(floatToBFloat16(static_cast<float>(sum) / n));
-    case DType::Int32:
-    case DType::Int64:
-    case DType::UInt8: return static_cast<double>(static_cast<int64_t>(sum) / n);
-  }
-  return 0;
-}
-
-// Reduction over the team of element i of every member's input.
-double reduced(ReduceOp op, DType t, const std::vector<int>& team, int it, std::size_t i) {
-  double acc = inputValue(op, team[0], it, i);
-  for (std::size_t j = 1; j < team.size(); ++j)
-    acc = combine(op, acc, inputValue(op, team[j], it, i));
-  return op == ReduceOp::Avg ? average(t, acc, static_cast<int>(team.size())) : acc;
-}
-
-void store(std::byte* base, DType t, std::size_t k, double v) {
-  storeElement(base, t, k, PatternElement{static_cast<int64_t>(v), v});
-}
-
-void fillWith(std::byte* base, DType t, std::size_t n, double v) {
-  for (std::size_t k = 0; k < n; ++k) store(base, t, k, v);
-}
-
-// ----------------------------------------------------- one collective case
-
-struct Case {
-  CommType type;
-  DType dtype;
-  ReduceOp reduce;
-  bool in_place;
-  int team;
-};
-
-std::string caseName(const Case& c) {
-  std::string name = fmt::format("{}_{}", toString(c.type), toString(c.dtype));
-  if (hasReduceOp(c.type)) name += fmt::format("_{}", toString(c.reduce));
-  name += c.in_place ? "_inplace" : "_outofplace";
-  name += fmt::format("_team{}", c.team);
-  return name;
-}
-
-// gtest prints a failing parameter with this.
-void PrintTo(const Case& c, std::ostream* os) { *os << caseName(c); }
-
-// Sizes in elements of one rank's input and output (the count is per chunk).
-std::size_t inputElements(CommType t, std::size_t count, std::size_t size) {
-  switch (t) {
-    case CommType::ReduceScatter:
-    case CommType::Scatter:
-    case CommType::Alltoall: return count * size;
-    default: return count;
-  }
-}
-std::size_t outputElements(CommType t, std::size_t count, std::size_t size) {
-  switch (t) {
-    case CommType::Allgather:
-    case CommType::Gather:
-    case CommType::Alltoall: return count * size;
-    default: return count;
-  }
-}
-
-// Where the input lies inside the output (or the output inside the input)
-// for the in-place form of a type, in elements; the layout NCCL uses.
-struct InPlaceLayout {
-  bool input_inside_output;  // else the output is inside the input
-  std::size_t offset;        // elements
-};
-InPlaceLayout inPlaceLayout(CommType t, std::size_t count, int me) {
-  switch (t) {
-    case CommType::Allgather:
-    case CommType::Gather: return {true, count * me};
-    case CommType::ReduceScatter:
-    case CommType::Scatter: return {false, count * me};
-    default: return {true, 0};
-  }
-}
-
-// Expected output element k, or nullopt where the output must keep its
-// previous content (non-roots of reduce and gather).
-std::optional<double> expectedOutput(const Case& c, const std::vector<int>& team, int me,
-                                     int root, int it, std::size_t count, std::size_t k) {
-  const std::size_t chunk = k / count, within = k % count;
-  switch (c.type) {
-    case CommType::Allgather:
-      return inputValue(c.reduce, team[chunk], it, within);
-    case CommType::Allreduce:
-      return reduced(c.reduce, c.dtype, team, it, k);
-    case CommType::ReduceScatter:
-      return reduced(c.reduce, c.dtype, team, it, me * count + k);
-    case CommType::Broadcast:
-      return inputValue(c.reduce, team[root], it, k);
-    case CommType::Reduce:
-      if (me != root) return std::nullopt;
-      return reduced(c.reduce, c.dtype, team, it, k);
-    case CommType::Gather:
-      if (me != root) return std::nullopt;
-      return inputValue(c.reduce, team[chunk], it, within);
-    case CommType::Scatter:
-      return inputValue(c.reduce, team[root], it, me * count + k);
-    case CommType::Alltoall:
-      return inputValue(c.reduce, team[chunk], it, me * count + within);
-    case CommType::Send:
-    case CommType::Recv:
-      break;
-  }
-  return std::nullopt;
-}
+// The MPI backend averages in the dtype's arithmetic, exactly.
+constexpr AvgRule kAvg = AvgRule::DivideInDType;
 
 // Runs `iterations` posts of one case on `h`, reusing the buffers, and
 // checks every output element. Non-members of the team skip it, as the
@@ -228,13 +83,10 @@ std::optional<double> expectedOutput(const Case& c, const std::vector<int>& team
 void runCase(Harness& h, const Case& c, std::size_t count, int iterations) {
   const std::vector<int>& team = h.teams[c.team];
   const int rank = test::world().rank();
-  auto pos = std::find(team.begin(), team.end(), rank);
-  if (pos == team.end()) return;
-  const int me = static_cast<int>(pos - team.begin());
-  const std::size_t size = team.size(), el = dtypeSize(c.dtype);
-  const std::size_t in_n = inputElements(c.type, count, size);
-  const std::size_t out_n = outputElements(c.type, count, size);
-  const InPlaceLayout layout = inPlaceLayout(c.type, count, me);
+  const std::optional<test::Participation> part = test::participation(c, team, rank, count);
+  if (!part) return;
+  const auto [me, in_n, out_n, layout] = *part;
+  const std::size_t el = dtypeSize(c.dtype);
 
   // In place: one buffer holding both; else two.
   Buffer main(h.device, std::max(in_n, out_n) * el);
@@ -254,60 +106,29 @@ void runCase(Harness& h, const Case& c, std::size_t count, int iterations) {
   std::unique_ptr<Event> done = h.device.createEvent();
 
   for (int it = 0; it < iterations; ++it) {
-    const int root = it % static_cast<int>(size);
+    const int root = it % static_cast<int>(team.size());
     h.device.synchronize(stream, testTimeout());
     // Poison the output, then write the input (which may lie inside it).
-    fillWith(output, c.dtype, out_n, kPoison);
+    fillWith(output, c.dtype, out_n, poison(c.dtype));
     const bool has_input = c.type != CommType::Broadcast || me == root;
     if (has_input)
       for (std::size_t i = 0; i < in_n; ++i)
-        store(input, c.dtype, i, inputValue(c.reduce, rank, it, i));
+        test::store(input, c.dtype, i, test::inputValue(c.reduce, rank, it, i));
     std::vector<double> before(out_n);
     for (std::size_t k = 0; k < out_n; ++k) before[k] = loadAsDouble(output, c.dtype, k);
 
-    PostArgs a;
-    a.type = c.type;
-    a.dtype = c.dtype;
-    a.reduce = c.reduce;
-    a.input = input;
-    a.output = output;
-    a.count = count;
-    a.team = c.team;
-    a.root = root;
-    a.path = "/body/0";
+    PostArgs a = test::collectivePost(c, input, output, count, root);
     h.backend->post({&a, 1}, stream, *done);
     h.backend->wait(*done, stream, WaitMode::Host, testTimeout());
 
-    int wrong = 0;
-    for (std::size_t k = 0; k < out_n; ++k) {
-      std::optional<double> want = expectedOutput(c, team, me, root, it, count, k);
-      double expected = want ? *want : before[k];
-      double got = loadAsDouble(output, c.dtype, k);
-      if (got != expected && ++wrong <= 3)
-        ADD_FAILURE() << caseName(c) << ": iteration " << it << ", root " << root
-                      << ", element " << k << ": got " << got << ", expected " << expected;
-    }
-    EXPECT_EQ(wrong, 0) << caseName(c) << ": iteration " << it << " had " << wrong
+    const int wrong =
+        test::countWrongElements(c, kAvg, team, me, root, it, count, output, before);
+    EXPECT_EQ(wrong, 0) << test::caseName(c) << ": iteration " << it << " had " << wrong
                         << " wrong elements";
   }
 }
 
 // ------------------------------------------------------- the full matrix
-
-std::vector<Case> allCases() {
-  const CommType types[] = {CommType::Allgather, CommType::Allreduce, CommType::ReduceScatter,
-                            CommType::Broadcast, CommType::Reduce,    CommType::Gather,
-                            CommType::Scatter,   CommType::Alltoall};
-  std::vector<Case> cases;
-  for (CommType type : types)
-    for (const auto& [dtype, dname] : kDTypeNames)
-      for (const auto& [op, oname] : kReduceOpNames) {
-        if (!hasReduceOp(type) && op != ReduceOp::Sum) continue;
-        for (bool in_place : {false, true})
-          for (int team : {0, 1, 2}) cases.push_back({type, dtype, op, in_place, team});
-      }
-  return cases;
-}
 
 class MpiCollective : public ::testing::TestWithParam<Case> {
  protected:
@@ -324,9 +145,9 @@ TEST_P(MpiCollective, MatchesTheHostReference) {
   runCase(*harness_, GetParam(), /*count=*/5, /*iterations=*/3);
 }
 
-INSTANTIATE_TEST_SUITE_P(AllTypes, MpiCollective, ::testing::ValuesIn(allCases()),
+INSTANTIATE_TEST_SUITE_P(AllTypes, MpiCollective, ::testing::ValuesIn(test::allCases()),
                          [](const ::testing::TestParamInfo<Case>& info) {
-                           return caseName(info.param);
+                           return test::caseName(info.param);
                          });
 
 // Large messages take other MPI algorithms (segmented, rendezvous).
@@ -384,7 +205,7 @@ TEST(MpiBackend, SendAndRecvPostedInOppositeOrdersDoNotDeadlock) {
     for (int it = 0; it < 2; ++it) {
       std::vector<float> mine = sentData(rank, peer, it, kCount);
       std::memcpy(send.data(), mine.data(), kCount * sizeof(float));
-      fillWith(recv.data(), DType::Float32, kCount, kPoison);
+      fillWith(recv.data(), DType::Float32, kCount, poison(DType::Float32));
       Stream& s = h.device.defaultStream();
       auto send_done = h.device.createEvent(), recv_done = h.device.createEvent();
       PostArgs send_op = pointToPoint(CommType::Send, send.data(), kCount, peer);

@@ -1,16 +1,15 @@
 // The NCCL backend on the cuda device, one GPU per rank, under mpirun at 1, 2
-// or 4 ranks: every communication type x dtype x reduce op against a host
-// reference computed here from data seeded by (rank, iteration), outputs
-// poisoned first, in-place forms, teams that are a strict subset of the world
-// or the world reordered; send/recv; grouped posts; and asynchrony: post()
-// returns while the work it depends on still runs. Every GPU test skips when
-// there is no usable GPU per rank (the decision is collective).
+// or 4 ranks: every communication type x dtype x reduce op against the host
+// reference of support/collective_reference.h (data seeded by (rank,
+// iteration)), outputs poisoned first, in-place forms, teams that are a
+// strict subset of the world or the world reordered; send/recv; grouped
+// posts; and asynchrony: post() returns while the work it depends on still
+// runs. Every GPU test skips when there is no usable GPU per rank (the
+// decision is collective: support/gpu_test.h).
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
 #include <chrono>
-#include <cmath>
-#include <cstdlib>
 #include <cstring>
 #include <optional>
 #include <thread>
@@ -24,74 +23,25 @@
 #include "common/error.h"
 #include "device/cuda/test_kernels.h"
 #include "device/device.h"
-#include "support/mpi_test.h"
+#include "support/collective_reference.h"
+#include "support/gpu_test.h"
 
 namespace hir {
 namespace {
 
 using ::testing::HasSubstr;
+using test::AvgRule;
+using test::Case;
+using test::store;
+using test::testTeams;
+using test::testTimeout;
 using Clock = std::chrono::steady_clock;
-
-Duration testTimeout() {
-  const char* s = std::getenv("HIR_TEST_TIMEOUT_S");
-  return std::chrono::seconds(s != nullptr ? std::atoi(s) : 60);
-}
-
-// ------------------------------------------------------------- GPU gating
-
-std::string localGpuProblem() {
-  const Bootstrap& w = test::world();
-  std::string why;
-  bool available = false;
-  for (const DeviceInfo& info : registeredDevices())
-    if (info.name == "cuda") available = info.available(&why);
-  if (!available) return why.empty() ? "the cuda device is not registered" : why;
-  int count = 0;
-  if (cudaGetDeviceCount(&count) != cudaSuccess) return "cudaGetDeviceCount failed";
-  if (count < w.localSize())
-    return fmt::format("{} ranks on this node but only {} GPU(s)", w.localSize(), count);
-  return "";
-}
-
-// Collective, computed once: why GPU tests cannot run here, or empty.
-const std::string& gpuProblem() {
-  static const std::string problem = [] {
-    Bootstrap& w = test::world();
-    const std::string mine = localGpuProblem();
-    int32_t ok = mine.empty() ? 1 : 0;
-    std::vector<int32_t> all(static_cast<std::size_t>(w.world()));
-    w.allgather(&ok, all.data(), sizeof(ok));
-    if (!mine.empty()) return mine;
-    for (int r = 0; r < w.world(); ++r)
-      if (!all[r]) return fmt::format("rank {} has no usable GPU", r);
-    return std::string();
-  }();
-  return problem;
-}
-
-#define HIR_REQUIRE_GPUS(n)                                                   \
-  do {                                                                        \
-    HIR_REQUIRE_WORLD(n);                                                     \
-    if (!::hir::gpuProblem().empty()) GTEST_SKIP() << ::hir::gpuProblem();    \
-  } while (0)
 
 // ---------------------------------------------------------------- harness
 
-// Teams of every backend here: 0 the world; 1 {world-1, 0} (a strict subset
-// from 3 ranks on, in reverse order); 2 the world in reverse order.
-std::vector<std::vector<int>> testTeams(int world) {
-  std::vector<int> all(world), reversed(world);
-  for (int r = 0; r < world; ++r) {
-    all[r] = r;
-    reversed[r] = world - 1 - r;
-  }
-  std::vector<int> pair = world == 1 ? std::vector<int>{0} : std::vector<int>{world - 1, 0};
-  return {all, pair, reversed};
-}
-
 // A cuda device and an NCCL backend set up on it (collective).
 struct Harness {
-  Harness() : device(createDevice("cuda", test::world().localRank())) {
+  Harness() : device(test::makeCudaDevice()) {
     const BackendInfo* info = findBackend("nccl");
     HIR_INTERNAL_ASSERT(info != nullptr, "the nccl backend is not registered");
     backend = info->create();
@@ -169,131 +119,8 @@ int64_t firstDifference(const std::vector<std::byte>& a, const std::vector<std::
   return a.size() == b.size() ? -1 : static_cast<int64_t>(n);
 }
 
-// ------------------------------------------------------- reference values
-
-// Not a possible result of any case (inputs and results are >= 0): for
-// uint8, 255 is above every sum (<= 4 * 7) and product (<= 3^4).
-double poison(DType t) { return t == DType::UInt8 ? 255 : -77; }
-
-// Element i of world rank w's input in iteration `it`: small integers, exact
-// in every dtype; sums and products stay exact in bfloat16 and below 255.
-double inputValue(ReduceOp op, int w, int it, std::size_t i) {
-  if (op == ReduceOp::Prod) return 1 + static_cast<double>((w + it + i) % 3);
-  return static_cast<double>((static_cast<std::size_t>(w) * 5 + it * 3 + i) % 8);
-}
-
-double combine(ReduceOp op, double a, double b) {
-  switch (op) {
-    case ReduceOp::Sum:
-    case ReduceOp::Avg: return a + b;
-    case ReduceOp::Prod: return a * b;
-    case ReduceOp::Min: return std::min(a, b);
-    case ReduceOp::Max: return std::max(a, b);
-  }
-  return 0;
-}
-
-// NCCL's average: integers divide the exact sum and truncate; floating
-// types pre-multiply by 1/n in the dtype, so allow the rounding of that.
-double reduced(ReduceOp op, DType t, const std::vector<int>& team, int it, std::size_t i) {
-  double acc = inputValue(op, team[0], it, i);
-  for (std::size_t j = 1; j < team.size(); ++j)
-    acc = combine(op, acc, inputValue(op, team[j], it, i));
-  if (op != ReduceOp::Avg) return acc;
-  const double n = static_cast<double>(team.size());
-  return isFloating(t) ? acc / n : std::trunc(acc / n);
-}
-
-double tolerance(DType t, ReduceOp op) {
-  if (op != ReduceOp::Avg || !isFloating(t)) return 0;
-  switch (t) {
-    case DType::Float16:
-    case DType::BFloat16: return 0.05;
-    case DType::Float32: return 1e-5;
-    default: return 1e-12;
-  }
-}
-
-void store(std::byte* base, DType t, std::size_t k, double v) {
-  storeElement(base, t, k, PatternElement{static_cast<int64_t>(v), v});
-}
-
-// ------------------------------------------------------ one collective case
-
-struct Case {
-  CommType type;
-  DType dtype;
-  ReduceOp reduce;
-  bool in_place;
-  int team;
-};
-
-std::string caseName(const Case& c) {
-  std::string name = fmt::format("{}_{}", toString(c.type), toString(c.dtype));
-  if (hasReduceOp(c.type)) name += fmt::format("_{}", toString(c.reduce));
-  name += c.in_place ? "_inplace" : "_outofplace";
-  name += fmt::format("_team{}", c.team);
-  return name;
-}
-
-void PrintTo(const Case& c, std::ostream* os) { *os << caseName(c); }
-
-std::size_t inputElements(CommType t, std::size_t count, std::size_t size) {
-  switch (t) {
-    case CommType::ReduceScatter:
-    case CommType::Scatter:
-    case CommType::Alltoall: return count * size;
-    default: return count;
-  }
-}
-std::size_t outputElements(CommType t, std::size_t count, std::size_t size) {
-  switch (t) {
-    case CommType::Allgather:
-    case CommType::Gather:
-    case CommType::Alltoall: return count * size;
-    default: return count;
-  }
-}
-
-// NCCL's in-place layouts, in elements (alltoall in place: input == output,
-// which the backend stages through scratch).
-struct InPlaceLayout {
-  bool input_inside_output;  // else the output is inside the input
-  std::size_t offset;
-};
-InPlaceLayout inPlaceLayout(CommType t, std::size_t count, int me) {
-  switch (t) {
-    case CommType::Allgather:
-    case CommType::Gather: return {true, count * me};
-    case CommType::ReduceScatter:
-    case CommType::Scatter: return {false, count * me};
-    default: return {true, 0};
-  }
-}
-
-// Expected output element k; nullopt where the output keeps its content
-// (non-roots of reduce and gather).
-std::optional<double> expectedOutput(const Case& c, const std::vector<int>& team, int me, int root,
-                                     int it, std::size_t count, std::size_t k) {
-  const std::size_t chunk = k / count, within = k % count;
-  switch (c.type) {
-    case CommType::Allgather: return inputValue(c.reduce, team[chunk], it, within);
-    case CommType::Allreduce: return reduced(c.reduce, c.dtype, team, it, k);
-    case CommType::ReduceScatter: return reduced(c.reduce, c.dtype, team, it, me * count + k);
-    case CommType::Broadcast: return inputValue(c.reduce, team[root], it, k);
-    case CommType::Reduce:
-      if (me != root) return std::nullopt;
-      return reduced(c.reduce, c.dtype, team, it, k);
-    case CommType::Gather:
-      if (me != root) return std::nullopt;
-      return inputValue(c.reduce, team[chunk], it, within);
-    case CommType::Scatter: return inputValue(c.reduce, team[root], it, me * count + k);
-    case CommType::Alltoall: return inputValue(c.reduce, team[chunk], it, me * count + within);
-    case CommType::Send:
-    case CommType::Recv: break;
-  }
-  return std::nullopt;
-}
+// NCCL averages floating dtypes by scaling with 1/n in the dtype.
+constexpr AvgRule kAvg = AvgRule::ScaleByInverse;
 
 // Runs `iterations` posts of one case, reusing the buffers (the root moves
 // with the iteration), and checks every output element. Non-members skip,
@@ -301,13 +128,10 @@ std::optional<double> expectedOutput(const Case& c, const std::vector<int>& team
 void runCase(Harness& h, const Case& c, std::size_t count, int iterations) {
   const std::vector<int>& team = h.teams[c.team];
   const int rank = test::world().rank();
-  auto pos = std::find(team.begin(), team.end(), rank);
-  if (pos == team.end()) return;
-  const int me = static_cast<int>(pos - team.begin());
-  const std::size_t size = team.size(), el = dtypeSize(c.dtype);
-  const std::size_t in_n = inputElements(c.type, count, size);
-  const std::size_t out_n = outputElements(c.type, count, size);
-  const InPlaceLayout layout = inPlaceLayout(c.type, count, me);
+  const std::optional<test::Participation> part = test::participation(c, team, rank, count);
+  if (!part) return;
+  const auto [me, in_n, out_n, layout] = *part;
+  const std::size_t el = dtypeSize(c.dtype);
   Device& device = *h.device;
 
   // In place: one buffer holding both; else two. Offsets in bytes.
@@ -327,69 +151,36 @@ void runCase(Harness& h, const Case& c, std::size_t count, int iterations) {
   }
   Stream& stream = device.defaultStream();
   std::unique_ptr<Event> done = device.createEvent();
-  const double tol = tolerance(c.dtype, c.reduce);
 
   for (int it = 0; it < iterations; ++it) {
-    const int root = it % static_cast<int>(size);
+    const int root = it % static_cast<int>(team.size());
     // Host images of the device buffers: poison the output, then write the
     // input (which may lie inside the output).
     std::vector<std::byte> main_host(main.bytes()), other_host(other ? other->bytes() : 0);
     std::vector<std::byte>& out_host = c.in_place ? main_host : other_host;
     for (std::size_t k = 0; k < out_n; ++k)
-      store(out_host.data() + out_offset, c.dtype, k, poison(c.dtype));
+      store(out_host.data() + out_offset, c.dtype, k, test::poison(c.dtype));
     for (std::size_t i = 0; i < in_n; ++i)
-      store(main_host.data() + in_offset, c.dtype, i, inputValue(c.reduce, rank, it, i));
+      store(main_host.data() + in_offset, c.dtype, i, test::inputValue(c.reduce, rank, it, i));
     upload(main.data(), main_host);
     if (other) upload(other->data(), other_host);
     std::vector<double> before(out_n);
     for (std::size_t k = 0; k < out_n; ++k)
       before[k] = loadAsDouble(out_host.data() + out_offset, c.dtype, k);
 
-    PostArgs a;
-    a.type = c.type;
-    a.dtype = c.dtype;
-    a.reduce = c.reduce;
-    a.input = in_base + in_offset;
-    a.output = out_base + out_offset;
-    a.count = count;
-    a.team = c.team;
-    a.root = root;
-    a.path = "/body/0";
+    PostArgs a = test::collectivePost(c, in_base + in_offset, out_base + out_offset, count, root);
     h.backend->post({&a, 1}, stream, *done);
     h.backend->wait(*done, stream, WaitMode::Host, testTimeout());
 
     std::vector<std::byte> got_bytes = download(out_base + out_offset, out_n * el);
-    int wrong = 0;
-    for (std::size_t k = 0; k < out_n; ++k) {
-      std::optional<double> want = expectedOutput(c, team, me, root, it, count, k);
-      const double expected = want ? *want : before[k];
-      const double got = loadAsDouble(got_bytes.data(), c.dtype, k);
-      const bool ok = got == expected || std::fabs(got - expected) <= tol;
-      if (!ok && ++wrong <= 3)
-        ADD_FAILURE() << caseName(c) << ": iteration " << it << ", root " << root
-                      << ", element " << k << ": got " << got << ", expected " << expected;
-    }
-    EXPECT_EQ(wrong, 0) << caseName(c) << ": iteration " << it << " had " << wrong
+    const int wrong =
+        test::countWrongElements(c, kAvg, team, me, root, it, count, got_bytes.data(), before);
+    EXPECT_EQ(wrong, 0) << test::caseName(c) << ": iteration " << it << " had " << wrong
                         << " wrong elements";
   }
 }
 
 // ------------------------------------------------------- the full matrix
-
-std::vector<Case> allCases() {
-  const CommType types[] = {CommType::Allgather, CommType::Allreduce, CommType::ReduceScatter,
-                            CommType::Broadcast, CommType::Reduce,    CommType::Gather,
-                            CommType::Scatter,   CommType::Alltoall};
-  std::vector<Case> cases;
-  for (CommType type : types)
-    for (const auto& [dtype, dname] : kDTypeNames)
-      for (const auto& [op, oname] : kReduceOpNames) {
-        if (!hasReduceOp(type) && op != ReduceOp::Sum) continue;
-        for (bool in_place : {false, true})
-          for (int team : {0, 1, 2}) cases.push_back({type, dtype, op, in_place, team});
-      }
-  return cases;
-}
 
 class NcclCollective : public ::testing::TestWithParam<Case> {};
 
@@ -398,9 +189,9 @@ TEST_P(NcclCollective, MatchesTheHostReference) {
   runCase(harness(), GetParam(), /*count=*/1031, /*iterations=*/3);
 }
 
-INSTANTIATE_TEST_SUITE_P(AllTypes, NcclCollective, ::testing::ValuesIn(allCases()),
+INSTANTIATE_TEST_SUITE_P(AllTypes, NcclCollective, ::testing::ValuesIn(test::allCases()),
                          [](const ::testing::TestParamInfo<Case>& info) {
-                           return caseName(info.param);
+                           return test::caseName(info.param);
                          });
 
 // Large messages take NCCL's other protocols (LL128, Simple) and many

@@ -11,7 +11,6 @@
 #include <atomic>
 #include <chrono>
 #include <cmath>
-#include <cstdlib>
 #include <cstring>
 #include <thread>
 #include <vector>
@@ -24,18 +23,15 @@
 #include "device/cuda/cuda_impl.h"
 #include "device/cuda/test_kernels.h"
 #include "device/device.h"
-#include "support/mpi_test.h"
+#include "support/gpu_test.h"
 
 namespace hir {
 namespace {
 
 using ::testing::HasSubstr;
+using test::makeCudaDevice;
+using test::testTimeout;
 using Clock = std::chrono::steady_clock;
-
-Duration testTimeout() {
-  const char* s = std::getenv("HIR_TEST_TIMEOUT_S");
-  return std::chrono::seconds(s != nullptr ? std::atoi(s) : 60);
-}
 
 double msSince(Clock::time_point t0) {
   return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
@@ -43,53 +39,11 @@ double msSince(Clock::time_point t0) {
 
 // ------------------------------------------------------------- GPU gating
 
-// Whether this rank can run GPU tests: the cuda device is registered and
-// available, and the node has a GPU for each of its ranks. Empty when yes.
-std::string localGpuProblem() {
-  const Bootstrap& w = test::world();
-  std::string why;
-  bool available = false;
-  for (const DeviceInfo& info : registeredDevices())
-    if (info.name == "cuda") available = info.available(&why);
-  if (!available) return why.empty() ? "the cuda device is not registered" : why;
-  int count = 0;
-  if (cudaGetDeviceCount(&count) != cudaSuccess) return "cudaGetDeviceCount failed";
-  if (count < w.localSize())
-    return fmt::format("{} ranks on this node but only {} GPU(s)", w.localSize(), count);
-  return "";
-}
-
-// Collective (same answer on every rank), computed once: why GPU tests
-// cannot run here, or empty.
-const std::string& gpuProblem() {
-  static const std::string problem = [] {
-    Bootstrap& w = test::world();
-    const std::string mine = localGpuProblem();
-    int32_t ok = mine.empty() ? 1 : 0;
-    std::vector<int32_t> all(static_cast<std::size_t>(w.world()));
-    w.allgather(&ok, all.data(), sizeof(ok));
-    if (!mine.empty()) return mine;
-    for (int r = 0; r < w.world(); ++r)
-      if (!all[r]) return fmt::format("rank {} has no usable GPU", r);
-    return std::string();
-  }();
-  return problem;
-}
-
-// Skips unless every rank has its own GPU and the world has >= n ranks.
-#define HIR_REQUIRE_GPUS(n)                                                   \
-  do {                                                                        \
-    HIR_REQUIRE_WORLD(n);                                                     \
-    if (!::hir::gpuProblem().empty()) GTEST_SKIP() << ::hir::gpuProblem();    \
-  } while (0)
-
 // Ranks 0 and 1 share a node (IPC works within a node only). Collective.
 bool firstTwoRanksShareANode() {
   const std::vector<std::string>& nodes = test::world().nodes();
   return nodes.size() >= 2 && nodes[0] == nodes[1];
 }
-
-std::unique_ptr<Device> makeDevice() { return createDevice("cuda", test::world().localRank()); }
 
 // ------------------------------------------------------------- helpers
 
@@ -175,7 +129,7 @@ const PatternCase kPatternCases[] = {
 
 TEST(CudaDevice, FillMatchesTheHostPatternForEveryDtype) {
   HIR_REQUIRE_GPUS(1);
-  auto device = makeDevice();
+  auto device = makeCudaDevice();
   Stream& s = device->defaultStream();
   for (const auto& [t, name] : kDTypeNames) {
     for (const PatternCase& c : kPatternCases) {
@@ -194,7 +148,7 @@ TEST(CudaDevice, FillMatchesTheHostPatternForEveryDtype) {
 
 TEST(CudaDevice, CheckAcceptsFilledDataForEveryDtype) {
   HIR_REQUIRE_GPUS(1);
-  auto device = makeDevice();
+  auto device = makeCudaDevice();
   Stream& s = device->defaultStream();
   const std::size_t n_cases = std::size(kPatternCases);
   for (const auto& [t, name] : kDTypeNames) {
@@ -217,7 +171,7 @@ TEST(CudaDevice, CheckAcceptsFilledDataForEveryDtype) {
 
 TEST(CudaDevice, CheckReportsMismatchesWithIndexGotAndExpected) {
   HIR_REQUIRE_GPUS(1);
-  auto device = makeDevice();
+  auto device = makeCudaDevice();
   Stream& s = device->defaultStream();
   constexpr std::size_t kCount = 200;  // 5 + 3k stays distinct from 5 + 2k in every dtype
   for (const auto& [t, name] : kDTypeNames) {
@@ -262,7 +216,7 @@ TEST(CudaDevice, CheckReportsMismatchesWithIndexGotAndExpected) {
 
 TEST(CudaDevice, CheckHonoursTheTolerance) {
   HIR_REQUIRE_GPUS(1);
-  auto device = makeDevice();
+  auto device = makeCudaDevice();
   Stream& s = device->defaultStream();
   constexpr std::size_t kCount = 1000;
   for (DType t : {DType::Float32, DType::Int32, DType::BFloat16}) {
@@ -281,7 +235,7 @@ TEST(CudaDevice, CheckHonoursTheTolerance) {
 
 TEST(CudaDevice, CheckNeverAcceptsNaN) {
   HIR_REQUIRE_GPUS(1);
-  auto device = makeDevice();
+  auto device = makeCudaDevice();
   constexpr std::size_t kCount = 64;
   Buffer buf(*device, kCount * sizeof(float));
   std::vector<float> nans(kCount, std::nanf(""));
@@ -296,7 +250,7 @@ TEST(CudaDevice, CheckNeverAcceptsNaN) {
 
 TEST(CudaDevice, CopyMovesTheBytes) {
   HIR_REQUIRE_GPUS(1);
-  auto device = makeDevice();
+  auto device = makeCudaDevice();
   Stream& s = device->defaultStream();
   constexpr std::size_t kCount = 123457;
   Buffer a(*device, kCount * 8), b(*device, kCount * 8);
@@ -314,7 +268,7 @@ TEST(CudaDevice, CopyMovesTheBytes) {
 
 TEST(CudaDevice, ZeroByteAllocationsAreDistinctAndMemoryStartsZeroed) {
   HIR_REQUIRE_GPUS(1);
-  auto device = makeDevice();
+  auto device = makeCudaDevice();
   void* a = device->allocate(0);
   void* b = device->allocate(0);
   EXPECT_NE(a, nullptr);
@@ -328,7 +282,7 @@ TEST(CudaDevice, ZeroByteAllocationsAreDistinctAndMemoryStartsZeroed) {
 
 TEST(CudaDevice, CheckRecordsStartCleared) {
   HIR_REQUIRE_GPUS(1);
-  auto device = makeDevice();
+  auto device = makeCudaDevice();
   Records rec(*device, 5);
   for (int i = 0; i < 5; ++i) {
     EXPECT_EQ(rec[i].mismatches, 0u);
@@ -340,7 +294,7 @@ TEST(CudaDevice, CheckRecordsStartCleared) {
 
 TEST(CudaDevice, DescribeNamesTheGpu) {
   HIR_REQUIRE_GPUS(1);
-  auto device = makeDevice();
+  auto device = makeCudaDevice();
   EXPECT_EQ(device->kind(), "cuda");
   EXPECT_THAT(device->describe(), ::testing::StartsWith("cuda:"));
   EXPECT_TRUE(device->supports(DeviceFeature::Ipc));
@@ -350,7 +304,7 @@ TEST(CudaDevice, DescribeNamesTheGpu) {
 
 TEST(CudaDevice, WaitOrdersWorkAcrossStreams) {
   HIR_REQUIRE_GPUS(1);
-  auto device = makeDevice();
+  auto device = makeCudaDevice();
   auto a = device->createStream();
   auto b = device->createStream();
   constexpr std::size_t kCount = 1 << 20;
@@ -373,7 +327,7 @@ TEST(CudaDevice, WaitOrdersWorkAcrossStreams) {
 
 TEST(CudaDevice, AnEventNeverRecordedIsComplete) {
   HIR_REQUIRE_GPUS(1);
-  auto device = makeDevice();
+  auto device = makeCudaDevice();
   auto e = device->createEvent();
   EXPECT_TRUE(device->query(*e));
   device->synchronize(*e, std::chrono::milliseconds(10));
@@ -381,7 +335,7 @@ TEST(CudaDevice, AnEventNeverRecordedIsComplete) {
 
 TEST(CudaDevice, SynchronizeTimesOutWhileWorkRuns) {
   HIR_REQUIRE_GPUS(1);
-  auto device = makeDevice();
+  auto device = makeCudaDevice();
   auto s = device->createStream();
   auto e = device->createEvent();
   cuda::testSpin(*s, 600);
@@ -398,7 +352,7 @@ TEST(CudaDevice, SynchronizeTimesOutWhileWorkRuns) {
 
 TEST(CudaDevice, WrapStreamAdoptsACallerStream) {
   HIR_REQUIRE_GPUS(1);
-  auto device = makeDevice();
+  auto device = makeCudaDevice();
   auto wrapped_default = device->wrapStream(nullptr);
   EXPECT_EQ(cuda::nativeStream(*wrapped_default, "test"),
             cuda::nativeStream(device->defaultStream(), "test"));
@@ -421,7 +375,7 @@ TEST(CudaDevice, WrapStreamAdoptsACallerStream) {
 
 TEST(CudaDevice, HostFunctionsRunInStreamOrder) {
   HIR_REQUIRE_GPUS(1);
-  auto device = makeDevice();
+  auto device = makeCudaDevice();
   auto s = device->createStream();
   std::atomic<int> step{0};
   std::atomic<int> seen_by_second{-1};
@@ -436,7 +390,7 @@ TEST(CudaDevice, HostFunctionsRunInStreamOrder) {
 
 TEST(CudaDevice, AThrowingHostFunctionIsAStickyError) {
   HIR_REQUIRE_GPUS(1);
-  auto device = makeDevice();  // its own device: the error stays with it
+  auto device = makeCudaDevice();  // its own device: the error stays with it
   Stream& s = device->defaultStream();
   device->launchHostFunc(s, [] { throw std::runtime_error("host task exploded"); });
   try {
@@ -473,7 +427,7 @@ class SemaphoreRelease {
 
 TEST(CudaDevice, WaitValueHoldsAStreamUntilAnotherStreamWrites) {
   HIR_REQUIRE_GPUS(1);
-  auto device = makeDevice();
+  auto device = makeCudaDevice();
   if (!device->supports(DeviceFeature::StreamSemaphore))
     GTEST_SKIP() << "stream memory operations are not available";
   Buffer flag_mem(*device, 4);
@@ -521,7 +475,7 @@ MemoryHandle broadcastHandle(const MemoryHandle& h, int root) {
 TEST(CudaDevice, IpcMemoryIsReadableAndWritableFromAnotherRank) {
   HIR_REQUIRE_GPUS(2);
   if (!firstTwoRanksShareANode()) GTEST_SKIP() << "ranks 0 and 1 are on different nodes";
-  auto device = makeDevice();
+  auto device = makeCudaDevice();
   Bootstrap& w = test::world();
   const int rank = w.rank();
   constexpr std::size_t kCount = (1 << 20) + 3;  // not a multiple of any page
@@ -567,7 +521,7 @@ TEST(CudaDevice, IpcMemoryIsReadableAndWritableFromAnotherRank) {
 TEST(CudaDevice, StreamSemaphoresSignalAcrossRanks) {
   HIR_REQUIRE_GPUS(2);
   if (!firstTwoRanksShareANode()) GTEST_SKIP() << "ranks 0 and 1 are on different nodes";
-  auto device = makeDevice();
+  auto device = makeCudaDevice();
   // Same answer on every rank (same driver), so the skip is collective.
   if (!device->supports(DeviceFeature::StreamSemaphore))
     GTEST_SKIP() << "stream memory operations are not available";
