@@ -11,16 +11,10 @@
 
 #include "backends/backend.h"
 #include "common/error.h"
+#include "common/overloaded.h"
 
 namespace hir {
 namespace {
-
-template <class... Fs>
-struct Overloaded : Fs... {
-  using Fs::operator()...;
-};
-template <class... Fs>
-Overloaded(Fs...) -> Overloaded<Fs...>;
 
 class Lowerer {
  public:

@@ -16,6 +16,7 @@
 #include "analysis/validate.h"
 #include "backends/backend.h"
 #include "common/error.h"
+#include "common/overloaded.h"
 #include "device/device.h"
 #include "lower/lower.h"
 #include "lower/plan.h"
@@ -23,13 +24,6 @@
 
 namespace hir {
 namespace {
-
-template <class... Fs>
-struct Overloaded : Fs... {
-  using Fs::operator()...;
-};
-template <class... Fs>
-Overloaded(Fs...) -> Overloaded<Fs...>;
 
 // Loop contexts of check executions are kept for this many executions per
 // check node; later failures are reported by execution number.
@@ -456,25 +450,19 @@ struct Evaluator::Impl {
     p.protocol = c.protocol;
     p.comm = slot;
     p.path = plan.nodes[c.node].path.c_str();
+    // Resolves the input or the output (a send's tensor is its input, a
+    // recv's its output) and records that this post uses the allocation.
+    auto bind = [&](const PlanRef& ref, int& alloc, std::size_t& offset) {
+      Span s = resolve(ref);
+      p.dtype = plan.allocs[ref.alloc].dtype;
+      alloc = ref.alloc;
+      offset = static_cast<std::size_t>(s.offset) * dtypeSize(p.dtype);
+      s.alloc->comm_users.push_back(slot);
+      return std::pair<char*, int64_t>{s.data(p.dtype), s.count};
+    };
     int64_t in_count = 0, out_count = 0;
-    if (c.input) {
-      Span s = resolve(*c.input);
-      p.dtype = plan.allocs[c.input->alloc].dtype;
-      p.input = s.data(p.dtype);
-      p.input_alloc = c.input->alloc;
-      p.input_offset = s.offset * dtypeSize(p.dtype);
-      in_count = s.count;
-      s.alloc->comm_users.push_back(slot);
-    }
-    if (c.output) {
-      Span s = resolve(*c.output);
-      p.dtype = plan.allocs[c.output->alloc].dtype;
-      p.output = s.data(p.dtype);
-      p.output_alloc = c.output->alloc;
-      p.output_offset = s.offset * dtypeSize(p.dtype);
-      out_count = s.count;
-      s.alloc->comm_users.push_back(slot);
-    }
+    if (c.input) std::tie(p.input, in_count) = bind(*c.input, p.input_alloc, p.input_offset);
+    if (c.output) std::tie(p.output, out_count) = bind(*c.output, p.output_alloc, p.output_offset);
     if (c.root) {
       int64_t root = c.root->eval(scalars.data());
       const auto& ranks = plan.teams[c.team].ranks;

@@ -9,18 +9,12 @@
 #include <vector>
 
 #include "analysis/validate.h"
+#include "common/overloaded.h"
 #include "ir/json.h"
 #include "lower/lower.h"
 
 namespace hir {
 namespace {
-
-template <class... Fs>
-struct Overloaded : Fs... {
-  using Fs::operator()...;
-};
-template <class... Fs>
-Overloaded(Fs...) -> Overloaded<Fs...>;
 
 Plan planOf(const std::string& body, int world = 2) {
   Program program = parseProgram(R"({"format": "hostir/1", "name": "t", "body": [)" + body + "]}");
