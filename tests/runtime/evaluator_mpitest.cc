@@ -43,37 +43,39 @@ std::string lateAllreduce(std::string_view mode) {
                      mode);
 }
 
-TEST(Evaluator, StreamWaitReturnsBeforeTheCommunicationCompletes) {
-  HIR_REQUIRE_WORLD(2);
+// Runs lateAllreduce(mode) with rank 1 posting 400 ms late; returns how long
+// run() and run() + synchronize() took on this rank, and the checks.
+struct LateRun {
+  double run_ms, total_ms;
+  RunReport report;
+};
+LateRun runLateAllreduce(std::string_view mode) {
   Session session(test::world(), SessionOptions{"host"});
-  Evaluator ev(session, parseProgram(lateAllreduce("stream")), shortTimeout());
+  Evaluator ev(session, parseProgram(lateAllreduce(mode)), shortTimeout());
   test::world().barrier();
   if (test::world().rank() == 1) std::this_thread::sleep_for(std::chrono::milliseconds(400));
   auto t0 = Clock::now();
   ev.run();
   double run_ms = msSince(t0);
   ev.synchronize();
-  double total_ms = msSince(t0);
+  return LateRun{run_ms, msSince(t0), ev.report()};
+}
+
+TEST(Evaluator, StreamWaitReturnsBeforeTheCommunicationCompletes) {
+  HIR_REQUIRE_WORLD(2);
+  LateRun r = runLateAllreduce("stream");
   if (test::world().rank() == 0) {
-    EXPECT_LT(run_ms, 200.0) << "run() blocked on a communication a peer joined late";
-    EXPECT_GT(total_ms, 300.0) << "the communication finished before the peer posted it";
+    EXPECT_LT(r.run_ms, 200.0) << "run() blocked on a communication a peer joined late";
+    EXPECT_GT(r.total_ms, 300.0) << "the communication finished before the peer posted it";
   }
-  RunReport r = ev.report();
-  EXPECT_TRUE(r.ok()) << r.format();
+  EXPECT_TRUE(r.report.ok()) << r.report.format();
 }
 
 TEST(Evaluator, HostWaitBlocksUntilTheCommunicationCompletes) {
   HIR_REQUIRE_WORLD(2);
-  Session session(test::world(), SessionOptions{"host"});
-  Evaluator ev(session, parseProgram(lateAllreduce("host")), shortTimeout());
-  test::world().barrier();
-  if (test::world().rank() == 1) std::this_thread::sleep_for(std::chrono::milliseconds(400));
-  auto t0 = Clock::now();
-  ev.run();
-  double run_ms = msSince(t0);
-  ev.synchronize();
-  if (test::world().rank() == 0) EXPECT_GT(run_ms, 300.0) << "host wait did not block";
-  EXPECT_TRUE(ev.report().ok()) << ev.report().format();
+  LateRun r = runLateAllreduce("host");
+  if (test::world().rank() == 0) EXPECT_GT(r.run_ms, 300.0) << "host wait did not block";
+  EXPECT_TRUE(r.report.ok()) << r.report.format();
 }
 
 TEST(Evaluator, BoundCallerBuffersAreUsedAcrossRuns) {
