@@ -12,6 +12,11 @@
 
 namespace hir {
 
+bool Backend::postJoined(std::span<const PostArgs> ops, Stream& current, Event& done) {
+  post(ops, current, done);
+  return false;
+}
+
 void Backend::wait(Event& done, Stream& current, WaitMode mode, Duration timeout) {
   HIR_INTERNAL_ASSERT(device_ != nullptr, "backend '{}' waited on before setup()", name());
   switch (mode) {

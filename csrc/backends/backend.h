@@ -4,8 +4,10 @@
 // get resolved pointers, counts and ranks.
 //
 // Required: supports() (through BackendInfo), setup(), post().
-// Optional, with defaults: wait() (stream/host wait on the done event),
-// shareMemHandles() (IPC handle exchange; default does nothing), abort().
+// Optional, with defaults: postJoined() (a post waited for right away, run on
+// the caller's stream; default: post()), wait() (stream/host wait on the done
+// event), shareMemHandles() (IPC handle exchange; default does nothing),
+// abort().
 #pragma once
 
 #include <cstddef>
@@ -108,6 +110,20 @@ class Backend {
   // on `current` (record there, wait on the backend's stream); `done` is
   // recorded where the last of them completes.
   virtual void post(std::span<const PostArgs> ops, Stream& current, Event& done) = 0;
+
+  // Optional fast path, for a post that `current` waits for right away: the
+  // caller promises that its next step on `current` is a stream-mode wait on
+  // `done` (nothing else is enqueued on `current` in between). A backend may
+  // then enqueue the ops on `current` itself, saving the hand-offs to its own
+  // streams and back, and return true: `done` is still recorded, on
+  // `current` after the ops, so later waits on it from elsewhere stay exact,
+  // and the caller may skip its wait. The order of the backend's own
+  // operations is kept across posts on different streams. Returns false
+  // after posting as post() does (the caller then waits as usual); that is
+  // the default.
+  // `done` must outlive the backend (a backend may wait on the `done` of its
+  // latest post to order the next one after it).
+  virtual bool postJoined(std::span<const PostArgs> ops, Stream& current, Event& done);
 
   // Default: Stream mode makes `current` wait on `done`; Host mode blocks on
   // `done` with `timeout`.

@@ -33,6 +33,14 @@ namespace hir {
 
 using Duration = std::chrono::milliseconds;
 
+// What is left of `total` since `start` (never negative): several waits
+// that share one deadline pass this, so that together they take at most
+// `total`.
+inline Duration remainingOf(Duration total, std::chrono::steady_clock::time_point start) {
+  const auto spent = std::chrono::duration_cast<Duration>(std::chrono::steady_clock::now() - start);
+  return spent >= total ? Duration{0} : total - spent;
+}
+
 class Stream {
  public:
   virtual ~Stream() = default;

@@ -36,6 +36,7 @@ class Lowerer {
     scopes_.emplace_back();
     emitBody(program_.body, "", /*top=*/true);
     scopes_.pop_back();
+    markJoinedPosts();
     return std::move(plan_);
   }
 
@@ -467,6 +468,44 @@ class Lowerer {
       if (plan_.teams[t].ranks == ranks) return static_cast<int>(t);
     plan_.teams.push_back(PlanTeam{std::move(ranks)});
     return static_cast<int>(plan_.teams.size()) - 1;
+  }
+
+  // Sets Post::joined and GroupEnd::joined (see plan.h).
+  void markJoinedPosts() {
+    const std::vector<Instr>& code = plan_.code;
+    std::vector<int> comm_waits(plan_.comms.size()), group_waits(plan_.groups.size());
+    for (const Instr& ins : code)
+      if (const auto* w = std::get_if<instr::Wait>(&ins.op))
+        ++(w->comm >= 0 ? comm_waits[w->comm] : group_waits[w->group]);
+    for (std::size_t pc = 0; pc < code.size(); ++pc) {
+      std::vector<int> unit;  // the communications the instruction posts
+      int group = -1;
+      bool* joined = nullptr;
+      if (auto* p = std::get_if<instr::Post>(&plan_.code[pc].op)) {
+        if (plan_.comms[p->comm].group >= 0) continue;  // collected, posted by its GroupEnd
+        unit.push_back(p->comm);
+        joined = &p->joined;
+      } else if (auto* e = std::get_if<instr::GroupEnd>(&plan_.code[pc].op)) {
+        group = e->group;
+        for (std::size_t c = 0; c < plan_.comms.size(); ++c)
+          if (plan_.comms[c].group == group) unit.push_back(static_cast<int>(c));
+        joined = &e->joined;
+      } else {
+        continue;
+      }
+      // The stream-mode waits right after it.
+      std::map<int, int> comm_run, group_run;
+      for (std::size_t q = pc + 1; q < code.size(); ++q) {
+        const auto* w = std::get_if<instr::Wait>(&code[q].op);
+        if (w == nullptr || w->mode != WaitMode::Stream) break;
+        ++(w->comm >= 0 ? comm_run[w->comm] : group_run[w->group]);
+      }
+      const bool group_waited = group >= 0 && group_run[group] > 0;
+      bool all = group < 0 || group_run[group] == group_waits[group];
+      for (int c : unit)
+        all = all && comm_run[c] == comm_waits[c] && (group_waited || comm_run[c] > 0);
+      *joined = all;
+    }
   }
 
   const Program& program_;

@@ -84,9 +84,14 @@ namespace instr {
 // Instructions. `node` (in Instr) names the IR node each comes from.
 struct Allocate { int alloc; };
 struct Deallocate { int alloc; };
-struct Post { int comm; };                 // outside a group: post now
-struct GroupBegin { int group; };          // posts until GroupEnd are collected
-struct GroupEnd { int group; };            // ... and posted as one unit
+// joined (Post outside a group, GroupEnd): the instructions right after it
+// are stream-mode waits that cover every communication it posts, and no
+// other instruction waits on them, so the current stream would block on the
+// post right away anyway: the evaluator posts it with Backend::postJoined,
+// which may run it on the current stream itself.
+struct Post { int comm; bool joined = false; };      // outside a group: post now
+struct GroupBegin { int group; };                    // posts until GroupEnd are collected
+struct GroupEnd { int group; bool joined = false; }; // ... and posted as one unit
 struct Share { std::vector<int> comms; };  // share_mem_handles
 struct Wait { int comm = -1; int group = -1; WaitMode mode = WaitMode::Stream; };
 // slot = start; stop/step evaluated once into stop_slot/step_slot;

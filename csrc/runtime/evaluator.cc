@@ -84,12 +84,14 @@ struct Evaluator::Impl {
     PostState state = PostState::Never;
     bool pending = false;         // posted and not waited yet (for reports)
     bool posted_this_run = false;
+    int joined_on = -1;           // stream whose order already includes the post (postJoined)
     std::array<int64_t, kMaxLoopDepth> loop_values{};
   };
   struct GroupState {
     std::unique_ptr<Event> done;
     PostState state = PostState::Never;
     bool collecting = false;
+    int joined_on = -1;
     std::vector<PostArgs> ops;
     std::vector<int> comms;
   };
@@ -524,6 +526,17 @@ struct Evaluator::Impl {
       cs.loop_values[i] = scalars[slots[i]];
   }
 
+  // Posts a unit: on the current stream when the plan says it is waited for
+  // right away and the backend can; the stream it then ran on, or -1.
+  int postUnit(Backend& b, std::span<const PostArgs> ops, Event& done, bool joined) {
+    Stream& cur = stream(current);
+    if (!joined) {
+      b.post(ops, cur, done);
+      return -1;
+    }
+    return b.postJoined(ops, cur, done) ? current : -1;
+  }
+
   void doPost(const instr::Post& in) {
     const PlanComm& c = plan.comms[in.comm];
     CommState& cs = comms[in.comm];
@@ -539,7 +552,8 @@ struct Evaluator::Impl {
       g.comms.push_back(in.comm);
       cs.last_done = g.done.get();
     } else {
-      backends[c.backend]->post(std::span<const PostArgs>(&p, 1), stream(current), *cs.done);
+      cs.joined_on =
+          postUnit(*backends[c.backend], std::span<const PostArgs>(&p, 1), *cs.done, in.joined);
       cs.last_done = cs.done.get();
       markPosted(in.comm);
     }
@@ -555,9 +569,12 @@ struct Evaluator::Impl {
       return;
     }
     int backend = plan.groups[in.group].backend;
-    backends[backend]->post(g.ops, stream(current), *g.done);
+    g.joined_on = postUnit(*backends[backend], g.ops, *g.done, in.joined);
     g.state = PostState::Posted;
-    for (int c : g.comms) markPosted(c);
+    for (int c : g.comms) {
+      markPosted(c);
+      comms[c].joined_on = g.joined_on;
+    }
   }
 
   void doWait(const instr::Wait& in) {
@@ -567,7 +584,9 @@ struct Evaluator::Impl {
       const PlanComm& c = plan.comms[in.comm];
       HIR_CHECK(cs.state != PostState::Never, "wait on '{}', which was never posted", c.name);
       if (cs.state == PostState::Skipped) return;
-      backends[c.backend]->wait(*cs.last_done, cur, in.mode, opts.timeout);
+      // Posted on this stream (postJoined): already in its order.
+      if (!(in.mode == WaitMode::Stream && cs.joined_on == current))
+        backends[c.backend]->wait(*cs.last_done, cur, in.mode, opts.timeout);
       cs.pending = false;
       return;
     }
@@ -575,7 +594,8 @@ struct Evaluator::Impl {
     const PlanGroup& pg = plan.groups[in.group];
     HIR_CHECK(g.state != PostState::Never, "wait on group '{}', which was never posted", pg.name);
     if (g.state == PostState::Skipped) return;
-    backends[pg.backend]->wait(*g.done, cur, in.mode, opts.timeout);
+    if (!(in.mode == WaitMode::Stream && g.joined_on == current))
+      backends[pg.backend]->wait(*g.done, cur, in.mode, opts.timeout);
     for (int c : g.comms) comms[c].pending = false;
   }
 
@@ -760,10 +780,13 @@ struct Evaluator::Impl {
 
   void synchronize() {
     try {
+      // One deadline for all: a stuck run fails after `timeout`, not after
+      // a timeout per stream.
+      const auto start = std::chrono::steady_clock::now();
       for (StreamState& s : streams)
-        if (s.stream) dev.synchronize(*s.stream, opts.timeout);
+        if (s.stream) dev.synchronize(*s.stream, remainingOf(opts.timeout, start));
       for (CommState& c : comms)
-        if (c.last_done) dev.synchronize(*c.last_done, opts.timeout);
+        if (c.last_done) dev.synchronize(*c.last_done, remainingOf(opts.timeout, start));
     } catch (const TimeoutError& e) {
       throw TimeoutError(fmt::format("{}\n{}", e.what(), pendingReport()));
     }
