@@ -15,7 +15,9 @@
 // only by rank w. The side that copies maps the other's buffer ("imports");
 // the other side's buffer is "exported". Every counter only grows, so a
 // wait for >= q is satisfied by q or any later message, which comes after q
-// on both sides (one stream per pair and direction keeps them in order).
+// on both sides: the messages of one pair and direction (a lane) run in
+// order, on the lane's stream, or on a poster's stream (postJoined) after
+// the lane's earlier messages.
 #include "backends/ipc_backend.h"
 
 #include <algorithm>
@@ -148,9 +150,11 @@ void throwIfAnyFailed(const std::vector<std::string>& problems, std::string_view
             failed == 1 ? "" : "s", what, failures);
 }
 
+struct Lane;
+
 // A post's op, resolved on the posting thread before anything is enqueued.
 struct Step {
-  Stream* stream = nullptr;
+  Lane* lane = nullptr;
   bool copies = false;  // this side copies (it imported the peer's buffer)
   void* dst = nullptr;
   const void* src = nullptr;
@@ -159,6 +163,23 @@ struct Step {
   const uint32_t* await = nullptr;  // in our page
   uint32_t seq = 0;
 };
+
+// The messages of one (peer, direction), in order. Posts run them on
+// `stream`, joined posts on the poster's stream; `on` is where the last of
+// them went (null: nowhere yet) and `tail`, recorded after a joined post's
+// messages, is what the lane's next message waits for when it runs
+// elsewhere. (The lane's stream holds nothing but the lane's messages, so
+// recording `tail` there at a switch is exact too.)
+struct Lane {
+  std::unique_ptr<Stream> stream;
+  std::unique_ptr<Event> tail;
+  Stream* on = nullptr;
+};
+
+// Lanes of one post, each once.
+void addLane(std::vector<Lane*>& lanes, Lane* l) {
+  if (std::find(lanes.begin(), lanes.end(), l) == lanes.end()) lanes.push_back(l);
+}
 
 }  // namespace
 
@@ -187,20 +208,29 @@ struct IpcBackend::State {
   std::map<std::pair<int, int>, Import> imports;  // (peer, its allocation slot)
   std::vector<void*> retired;                     // mappings replaced by a newer block
 
-  std::vector<std::unique_ptr<Stream>> send_streams, recv_streams;  // per peer
+  std::vector<Lane> send_lanes, recv_lanes;  // per peer
   std::unique_ptr<Stream> join;     // joins the streams of a group post
   std::unique_ptr<Stream> control;  // page fills (setup, abort)
   std::unique_ptr<Event> ready, joined;
   std::mutex post_mutex;  // see post()
   int64_t exchanges = 0;
 
-  Stream& streamFor(CommType type, int peer) {
-    auto& s = (type == CommType::Send ? send_streams : recv_streams)[peer];
-    if (!s) s = dev->createStream();
-    return *s;
+  Lane& laneFor(CommType type, int peer) {
+    Lane& l = (type == CommType::Send ? send_lanes : recv_lanes)[peer];
+    if (!l.stream) {
+      l.stream = dev->createStream();
+      l.tail = dev->createEvent();
+    }
+    return l;
   }
   Step resolve(const PostArgs& a);
-  void enqueue(const Step& s);
+  void enqueue(const Step& s, Stream& current);
+  // The three phases of a message: the side that copies waits for the
+  // peer's signal, copies and signals (transfer); the other side signals
+  // (announce), then waits (await).
+  void announce(Stream& on, const Step& s);
+  void transfer(Stream& on, const Step& s);
+  void await(Stream& on, const Step& s);
   void importPage(int peer, const Table& table);
   void importBlock(int peer, int slot, const std::vector<uint8_t>& handle);
   std::string exportError(const ShareItem& item, const std::string& what) const;
@@ -228,7 +258,7 @@ Step IpcBackend::State::resolve(const PostArgs& a) {
   const bool get = isGet(a.protocol);
   const int me = rank, peer = a.peer;
   Step s;
-  s.stream = &streamFor(a.type, peer);
+  s.lane = &laneFor(a.type, peer);
   s.seq = static_cast<uint32_t>(a.pair_seq);
   s.bytes = a.count * dtypeSize(a.dtype);
   s.copies = !exportsBuffer(a.type, a.protocol);
@@ -259,19 +289,33 @@ Step IpcBackend::State::resolve(const PostArgs& a) {
   return s;
 }
 
-// After the poster's `ready` event: the side that copies waits for the
-// peer's signal, copies and signals; the other side signals and waits.
-void IpcBackend::State::enqueue(const Step& s) {
-  Stream& on = *s.stream;
+void IpcBackend::State::announce(Stream& on, const Step& s) {
+  if (!s.copies) dev->writeValue(on, s.signal, s.seq);
+}
+
+void IpcBackend::State::transfer(Stream& on, const Step& s) {
+  if (!s.copies) return;
+  dev->waitValue(on, s.await, s.seq);
+  dev->copy(on, s.dst, s.src, s.bytes);
+  dev->writeValue(on, s.signal, s.seq);
+}
+
+void IpcBackend::State::await(Stream& on, const Step& s) {
+  if (!s.copies) dev->waitValue(on, s.await, s.seq);
+}
+
+// On the lane's stream, after the poster's `ready` event and the lane's
+// last joined message (when that ran on another stream than `current`,
+// whose `ready` covers it).
+void IpcBackend::State::enqueue(const Step& s, Stream& current) {
+  Lane& l = *s.lane;
+  Stream& on = *l.stream;
   dev->wait(on, *ready);
-  if (s.copies) {
-    dev->waitValue(on, s.await, s.seq);
-    dev->copy(on, s.dst, s.src, s.bytes);
-    dev->writeValue(on, s.signal, s.seq);
-  } else {
-    dev->writeValue(on, s.signal, s.seq);
-    dev->waitValue(on, s.await, s.seq);
-  }
+  if (l.on != nullptr && l.on != &on && l.on != &current) dev->wait(on, *l.tail);
+  l.on = &on;
+  announce(on, s);
+  transfer(on, s);
+  await(on, s);
 }
 
 void IpcBackend::State::importPage(int peer, const Table& table) {
@@ -333,20 +377,30 @@ void IpcBackend::State::unblock() {
 void IpcBackend::State::shutdown() noexcept {
   if (dev == nullptr) return;
   std::vector<Stream*> all;
-  for (auto& s : send_streams) all.push_back(s.get());
-  for (auto& s : recv_streams) all.push_back(s.get());
+  std::vector<Event*> tails;  // of lanes whose last messages ran on a poster's stream
+  for (auto* lanes : {&send_lanes, &recv_lanes})
+    for (Lane& l : *lanes) {
+      all.push_back(l.stream.get());
+      if (l.on != nullptr && l.on != l.stream.get()) tails.push_back(l.tail.get());
+    }
   all.push_back(join.get());
   all.push_back(control.get());
+  // All streams share one deadline: a stuck lane must not cost a timeout
+  // per stream.
   auto drain = [&] {
+    const auto start = std::chrono::steady_clock::now();
     bool ok = true;
-    for (Stream* s : all) {
-      if (s == nullptr) continue;
+    auto quietly = [&](auto&& fn) {
       try {
-        dev->synchronize(*s, ctx.timeout);
+        fn();
       } catch (...) {
         ok = false;  // reported where the run failed
       }
-    }
+    };
+    for (Stream* s : all)
+      if (s != nullptr) quietly([&] { dev->synchronize(*s, remainingOf(ctx.timeout, start)); });
+    for (Event* e : tails)
+      quietly([&] { dev->synchronize(*e, remainingOf(ctx.timeout, start)); });
     return ok;
   };
   // Our communications completed: by the protocol, no peer touches our page
@@ -359,8 +413,8 @@ void IpcBackend::State::shutdown() noexcept {
     }
     drain();
   }
-  send_streams.clear();
-  recv_streams.clear();
+  send_lanes.clear();
+  recv_lanes.clear();
   join.reset();
   control.reset();
   joined.reset();
@@ -422,8 +476,8 @@ void IpcBackend::setup(const BackendContext& ctx) {
   st.ready = d.createEvent();
   st.joined = d.createEvent();
   st.peer_pages.assign(static_cast<std::size_t>(st.world), nullptr);
-  st.send_streams.resize(static_cast<std::size_t>(st.world));
-  st.recv_streams.resize(static_cast<std::size_t>(st.world));
+  st.send_lanes.resize(static_cast<std::size_t>(st.world));
+  st.recv_lanes.resize(static_cast<std::size_t>(st.world));
   // Device memory (a peer maps it), zeroed: every counter starts below the
   // first sequence number, 1.
   st.page = static_cast<uint32_t*>(d.allocate(st.page_bytes));
@@ -442,26 +496,68 @@ void IpcBackend::post(std::span<const PostArgs> ops, Stream& current, Event& don
   if (ops.size() == 1) {
     const Step s = st.resolve(ops[0]);
     d.record(*st.ready, current);
-    st.enqueue(s);
-    d.record(done, *s.stream);
+    st.enqueue(s, current);
+    d.record(done, *s.lane->stream);
     return;
   }
   std::vector<Step> steps;
   steps.reserve(ops.size());
   for (const PostArgs& a : ops) steps.push_back(st.resolve(a));
   d.record(*st.ready, current);
-  std::vector<Stream*> used;
+  std::vector<Lane*> used;
   for (const Step& s : steps) {
-    st.enqueue(s);
-    if (std::find(used.begin(), used.end(), s.stream) == used.end()) used.push_back(s.stream);
+    st.enqueue(s, current);
+    addLane(used, s.lane);
   }
   // A group: `done` on a stream of its own, so that no later message queues
   // behind the group's other messages.
-  for (Stream* s : used) {
-    d.record(*st.joined, *s);
+  for (Lane* l : used) {
+    d.record(*st.joined, *l->stream);
     d.wait(*st.join, *st.joined);
   }
   d.record(done, *st.join);
+}
+
+// Everything on `current`: first the signals of the sides that do not copy,
+// then the copies (each after its peer's signal), then the remaining waits.
+// A copy waits only for a signal that its peer's post gives before any of
+// its own waits, so a group whose messages form a ring cannot deadlock.
+bool IpcBackend::postJoined(std::span<const PostArgs> ops, Stream& current, Event& done) {
+  State& st = *state_;
+  HIR_INTERNAL_ASSERT(st.dev != nullptr, "ipc backend posted to before setup()");
+  HIR_INTERNAL_ASSERT(!ops.empty(), "ipc: empty post");
+  Device& d = *st.dev;
+  std::lock_guard lock(st.post_mutex);
+  Step one;
+  std::vector<Step> many;
+  std::span<const Step> steps;
+  if (ops.size() == 1) {  // no allocation on the way
+    one = st.resolve(ops[0]);
+    steps = {&one, 1};
+  } else {
+    for (const PostArgs& a : ops) many.push_back(st.resolve(a));
+    steps = many;
+  }
+  Lane* lanes_one[1] = {one.lane};
+  std::vector<Lane*> lanes_many;
+  for (const Step& s : many) addLane(lanes_many, s.lane);
+  std::span<Lane* const> lanes =
+      ops.size() == 1 ? std::span<Lane* const>(lanes_one) : std::span<Lane* const>(lanes_many);
+  // After each lane's earlier messages.
+  for (Lane* l : lanes) {
+    if (l->on == nullptr || l->on == &current) continue;
+    if (l->on == l->stream.get()) d.record(*l->tail, *l->stream);
+    d.wait(current, *l->tail);
+  }
+  for (const Step& s : steps) st.announce(current, s);
+  for (const Step& s : steps) st.transfer(current, s);
+  for (const Step& s : steps) st.await(current, s);
+  for (Lane* l : lanes) {
+    d.record(*l->tail, current);
+    l->on = &current;
+  }
+  d.record(done, current);
+  return true;
 }
 
 void IpcBackend::shareMemHandles(std::span<const ShareItem> items) {
@@ -546,8 +642,8 @@ void IpcBackend::shareMemHandles(std::span<const ShareItem> items) {
       if (it != handles.end()) st.importBlock(peer, slot, it->second);
     }
     for (int peer : peers) {
-      st.streamFor(CommType::Send, peer);
-      st.streamFor(CommType::Recv, peer);
+      st.laneFor(CommType::Send, peer);
+      st.laneFor(CommType::Recv, peer);
     }
   } catch (const Error& e) {
     import_error = e.what();

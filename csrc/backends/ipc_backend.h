@@ -17,10 +17,15 @@
 //   the receiver's buffer and signals "done". Get: the sender signals
 //   "ready", the receiver copies from the sender's buffer and signals
 //   "consumed".
-// - One stream per (peer, direction): a message waits only for the earlier
-//   messages of its own ordered pair, so any program whose sends and recvs
-//   match in order (which the schedule check guarantees) cannot deadlock,
-//   whatever order ranks post them in.
+// - One lane per (peer, direction), with a stream of its own: a message
+//   waits only for the earlier messages of its own ordered pair, so any
+//   program whose sends and recvs match in order (which the schedule check
+//   guarantees) cannot deadlock, whatever order ranks post them in.
+// - A post waited for right away (postJoined) runs on the poster's stream
+//   instead, without the hand-offs to the lane's stream and back: first
+//   every signal of the non-copying sides, then the copies, then the
+//   remaining waits, so a ring posted as one group cannot deadlock either.
+//   Lanes stay in order across streams (an event per lane).
 // - Teardown needs no peer: once this rank's communications completed, the
 //   protocol guarantees that no peer touches its memory any more.
 #pragma once
@@ -42,6 +47,8 @@ class IpcBackend final : public Backend {
   // Send/recv only; each op needs remote_alloc, remote_offset and pair_seq
   // (the evaluator fills them) and a completed exchange for its peer.
   void post(std::span<const PostArgs> ops, Stream& current, Event& done) override;
+  // Runs the protocol on `current` (see above); always true.
+  bool postJoined(std::span<const PostArgs> ops, Stream& current, Event& done) override;
   // Collective over the world, on every rank even with no items.
   void shareMemHandles(std::span<const ShareItem> items) override;
   // Releases this rank's own semaphore waits (a failed job is being ended).
