@@ -489,6 +489,51 @@ TEST(NcclBackend, PostsOnACallerStreamAlwaysWaitForItsWork) {
   EXPECT_EQ(cudaStreamDestroy(native), cudaSuccess);
 }
 
+// postJoined runs the allreduce on the poster's stream; posts from other
+// streams, joined or not, must still reach the GPU in issue order, or ranks
+// run NCCL operations in different orders. Streams a and b allreduce
+// buffers of their own, with nothing ordering a and b: a joined post on a
+// (delayed on rank 0 only), a detached and a joined one on b, a joined one on
+// a. Without the backend's ordering rank 0 would run b's first.
+TEST(NcclBackend, JoinedPostsOnSeveralStreamsKeepTheOrderOfOperations) {
+  HIR_REQUIRE_GPUS(1);
+  Harness& h = harness();
+  Device& d = *h.device;
+  const int rank = test::world().rank(), world = test::world().world();
+  constexpr std::size_t kCount = 1 << 18;
+  auto a = d.createStream(), b = d.createStream();
+  Buffer ya(d, kCount * 8), yb(d, kCount * 8);
+  auto done_a = d.createEvent(), done_b = d.createEvent();
+  auto records = d.allocateCheckRecords(2);
+  auto allreduce = [&](Buffer& y) {
+    PostArgs op;
+    op.type = CommType::Allreduce;
+    op.dtype = DType::Int64;
+    op.count = kCount;
+    op.input = op.output = y.data();
+    return op;
+  };
+  const PostArgs on_a = allreduce(ya), on_b = allreduce(yb);
+  d.fill(*a, ya.data(), DType::Int64, kCount, rank + 1, 0);
+  d.fill(*b, yb.data(), DType::Int64, kCount, 10 * (rank + 1), 0);
+  if (rank == 0) cuda::testSpin(*a, 100);
+  EXPECT_TRUE(h.backend->postJoined({&on_a, 1}, *a, *done_a));
+  h.backend->post({&on_b, 1}, *b, *done_b);
+  h.backend->wait(*done_b, *b, WaitMode::Stream, testTimeout());
+  EXPECT_TRUE(h.backend->postJoined({&on_b, 1}, *b, *done_b));
+  EXPECT_TRUE(h.backend->postJoined({&on_a, 1}, *a, *done_a));
+  const int64_t sum = world * (world + 1) / 2;
+  d.check(*a, ya.data(), DType::Int64, kCount, sum * world, 0, 0, &records[0], 0);
+  d.check(*b, yb.data(), DType::Int64, kCount, 10 * sum * world, 0, 0, &records[1], 0);
+  // Leave the backend's latest post detached: the events go away with this test.
+  h.backend->post({&on_a, 1}, *a, *done_a);
+  h.backend->wait(*done_a, *a, WaitMode::Host, testTimeout());
+  d.synchronize(*b, testTimeout());
+  EXPECT_EQ(records[0].mismatches, 0u) << "stream a";
+  EXPECT_EQ(records[1].mismatches, 0u) << "stream b";
+  d.freeCheckRecords(records);
+}
+
 // ---------------------------------------------------------------- errors
 
 TEST(NcclBackend, APostInATeamWithoutThisRankIsABug) {

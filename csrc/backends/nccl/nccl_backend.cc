@@ -119,7 +119,21 @@ struct NcclBackend::State {
   int ordinal = -1;
   Duration timeout{300000};
   std::vector<TeamComm> teams;
-  cudaStream_t stream = nullptr;
+  cudaStream_t stream = nullptr;  // the backend's own stream
+  cudaStream_t target = nullptr;  // where the current post's operations go
+
+  // Where the latest post's operations went: null, the backend stream; else
+  // a caller's stream (postJoined), where that post's `done`, lane_done, was
+  // recorded after them. The GPU must see one communicator's operations in
+  // the order they were issued, so a post elsewhere first waits for those.
+  cudaStream_t lane_on = nullptr;
+  cudaEvent_t lane_done = nullptr;
+  // Posts on the backend stream so far, and the caller stream that last
+  // waited for all of them (through stream_tail) and how many there were.
+  uint64_t stream_posts = 0;
+  cudaStream_t tail_seen_by = nullptr;
+  uint64_t tail_seen_posts = 0;
+  cudaEvent_t stream_tail = nullptr;
   cudaEvent_t inputs_ready = nullptr;  // re-recorded by every post
 
   // Scratch for inputs that overlap outputs. Outgrown buffers may still be
@@ -175,7 +189,7 @@ struct NcclBackend::State {
 
   void copyOnStream(void* dst, const void* src, std::size_t bytes, std::string_view path) {
     if (bytes == 0 || dst == src) return;
-    cudaError_t err = cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream);
+    cudaError_t err = cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, target);
     if (err != cudaSuccess) {
       (void)cudaGetLastError();
       throw BackendError(fmt::format("nccl: cudaMemcpyAsync of {} bytes failed on rank {} at {}: {}",
@@ -197,6 +211,17 @@ struct NcclBackend::State {
   }
 
   void enqueue(const PostArgs& op);
+  // ops as one unit (a group when there are several) on `target`.
+  void enqueueAll(std::span<const PostArgs> ops, std::string_view path) {
+    scratch_used = 0;
+    if (ops.size() == 1) {
+      enqueue(ops[0]);
+    } else if (ops.size() > 1) {
+      Group group(rank, path);
+      for (const PostArgs& op : ops) enqueue(op);
+      group.end();
+    }
+  }
   void enqueueGather(const PostArgs& op, const TeamComm& t, std::string_view path);
   void enqueueScatter(const PostArgs& op, const TeamComm& t, std::string_view path);
   void enqueueAlltoall(const PostArgs& op, const TeamComm& t, std::string_view path);
@@ -242,21 +267,21 @@ void NcclBackend::State::enqueue(const PostArgs& op) {
     case CommType::Allreduce: {
       const void* in =
           separate(op.input, chunk, op.output, chunk, op.input == op.output, path);
-      HIR_NCCL_CHECK(ncclAllReduce(in, op.output, op.count, dt, ncclOp(op.reduce), t.comm, stream),
+      HIR_NCCL_CHECK(ncclAllReduce(in, op.output, op.count, dt, ncclOp(op.reduce), t.comm, target),
                      rank, path);
       return;
     }
     case CommType::Allgather: {
       const void* in = separate(op.input, chunk, op.output, n * chunk,
                                 op.input == at(op.output, me * chunk), path);
-      HIR_NCCL_CHECK(ncclAllGather(in, op.output, op.count, dt, t.comm, stream), rank, path);
+      HIR_NCCL_CHECK(ncclAllGather(in, op.output, op.count, dt, t.comm, target), rank, path);
       return;
     }
     case CommType::ReduceScatter: {
       const void* in = separate(op.input, n * chunk, op.output, chunk,
                                 op.output == at(op.input, me * chunk), path);
       HIR_NCCL_CHECK(
-          ncclReduceScatter(in, op.output, op.count, dt, ncclOp(op.reduce), t.comm, stream),
+          ncclReduceScatter(in, op.output, op.count, dt, ncclOp(op.reduce), t.comm, target),
           rank, path);
       return;
     }
@@ -266,7 +291,7 @@ void NcclBackend::State::enqueue(const PostArgs& op) {
       const void* in = is_root ? separate(op.input, chunk, op.output, chunk,
                                           op.input == op.output, path)
                                : op.output;
-      HIR_NCCL_CHECK(ncclBroadcast(in, op.output, op.count, dt, op.root, t.comm, stream), rank,
+      HIR_NCCL_CHECK(ncclBroadcast(in, op.output, op.count, dt, op.root, t.comm, target), rank,
                      path);
       return;
     }
@@ -277,7 +302,7 @@ void NcclBackend::State::enqueue(const PostArgs& op) {
                                : op.input;
       void* out = op.output ? op.output : const_cast<void*>(op.input);
       HIR_NCCL_CHECK(
-          ncclReduce(in, out, op.count, dt, ncclOp(op.reduce), op.root, t.comm, stream), rank,
+          ncclReduce(in, out, op.count, dt, ncclOp(op.reduce), op.root, t.comm, target), rank,
           path);
       return;
     }
@@ -285,10 +310,10 @@ void NcclBackend::State::enqueue(const PostArgs& op) {
     case CommType::Scatter: return enqueueScatter(op, t, path);
     case CommType::Alltoall: return enqueueAlltoall(op, t, path);
     case CommType::Send:
-      HIR_NCCL_CHECK(ncclSend(op.input, op.count, dt, op.peer, t.comm, stream), rank, path);
+      HIR_NCCL_CHECK(ncclSend(op.input, op.count, dt, op.peer, t.comm, target), rank, path);
       return;
     case CommType::Recv:
-      HIR_NCCL_CHECK(ncclRecv(op.output, op.count, dt, op.peer, t.comm, stream), rank, path);
+      HIR_NCCL_CHECK(ncclRecv(op.output, op.count, dt, op.peer, t.comm, target), rank, path);
       return;
   }
   HIR_INTERNAL_ASSERT(false, "{}: nccl: unhandled communication type {}", path,
@@ -304,7 +329,7 @@ void NcclBackend::State::enqueueGather(const PostArgs& op, const TeamComm& t,
   const std::size_t chunk = op.count * dtypeSize(op.dtype);
   Group group(rank, path);
   if (op.root != t.rank) {
-    HIR_NCCL_CHECK(ncclSend(op.input, op.count, dt, op.root, t.comm, stream), rank, path);
+    HIR_NCCL_CHECK(ncclSend(op.input, op.count, dt, op.root, t.comm, target), rank, path);
   } else {
     const std::size_t n = static_cast<std::size_t>(t.size);
     void* own = at(op.output, static_cast<std::size_t>(t.rank) * chunk);
@@ -313,9 +338,9 @@ void NcclBackend::State::enqueueGather(const PostArgs& op, const TeamComm& t,
       void* dst = at(op.output, static_cast<std::size_t>(r) * chunk);
       if (r == t.rank) {
         if (in == dst) continue;  // in place
-        HIR_NCCL_CHECK(ncclSend(in, op.count, dt, r, t.comm, stream), rank, path);
+        HIR_NCCL_CHECK(ncclSend(in, op.count, dt, r, t.comm, target), rank, path);
       }
-      HIR_NCCL_CHECK(ncclRecv(dst, op.count, dt, r, t.comm, stream), rank, path);
+      HIR_NCCL_CHECK(ncclRecv(dst, op.count, dt, r, t.comm, target), rank, path);
     }
   }
   group.end();
@@ -329,7 +354,7 @@ void NcclBackend::State::enqueueScatter(const PostArgs& op, const TeamComm& t,
   const std::size_t chunk = op.count * dtypeSize(op.dtype);
   Group group(rank, path);
   if (op.root != t.rank) {
-    HIR_NCCL_CHECK(ncclRecv(op.output, op.count, dt, op.root, t.comm, stream), rank, path);
+    HIR_NCCL_CHECK(ncclRecv(op.output, op.count, dt, op.root, t.comm, target), rank, path);
   } else {
     const std::size_t n = static_cast<std::size_t>(t.size);
     const std::size_t own = static_cast<std::size_t>(t.rank) * chunk;
@@ -341,9 +366,9 @@ void NcclBackend::State::enqueueScatter(const PostArgs& op, const TeamComm& t,
       const void* src = at(in, static_cast<std::size_t>(r) * chunk);
       if (r == t.rank) {
         if (src == op.output) continue;  // in place
-        HIR_NCCL_CHECK(ncclRecv(op.output, op.count, dt, r, t.comm, stream), rank, path);
+        HIR_NCCL_CHECK(ncclRecv(op.output, op.count, dt, r, t.comm, target), rank, path);
       }
-      HIR_NCCL_CHECK(ncclSend(src, op.count, dt, r, t.comm, stream), rank, path);
+      HIR_NCCL_CHECK(ncclSend(src, op.count, dt, r, t.comm, target), rank, path);
     }
   }
   group.end();
@@ -361,8 +386,8 @@ void NcclBackend::State::enqueueAlltoall(const PostArgs& op, const TeamComm& t,
   Group group(rank, path);
   for (int r = 0; r < t.size; ++r) {
     const std::size_t offset = static_cast<std::size_t>(r) * chunk;
-    HIR_NCCL_CHECK(ncclSend(at(in, offset), op.count, dt, r, t.comm, stream), rank, path);
-    HIR_NCCL_CHECK(ncclRecv(at(op.output, offset), op.count, dt, r, t.comm, stream), rank, path);
+    HIR_NCCL_CHECK(ncclSend(at(in, offset), op.count, dt, r, t.comm, target), rank, path);
+    HIR_NCCL_CHECK(ncclRecv(at(op.output, offset), op.count, dt, r, t.comm, target), rank, path);
   }
   group.end();
 }
@@ -509,6 +534,11 @@ void NcclBackend::State::release() {
   if (stream && !aborted.load()) {
     std::string why;
     try {
+      // The latest operations ran on a caller's stream (postJoined): wait
+      // for them there (their `done` outlives the backend, see backend.h).
+      if (lane_on != nullptr && !cuda::pollEvent(lane_done, timeout, ordinal))
+        throw TimeoutError(fmt::format("operations on the caller's stream still pending after {} ms",
+                                       timeout.count()));
       drained = drainStream(timeout);
       if (!drained)
         why = fmt::format("communications still pending after {} ms", timeout.count());
@@ -541,6 +571,8 @@ void NcclBackend::State::release() {
   scratch = nullptr;
   retired.clear();
   if (inputs_ready) (void)cudaEventDestroy(inputs_ready);
+  if (stream_tail) (void)cudaEventDestroy(stream_tail);
+  stream_tail = nullptr;
   if (stream) (void)cudaStreamDestroy(stream);
   inputs_ready = nullptr;
   stream = nullptr;
@@ -573,6 +605,7 @@ void NcclBackend::setup(const BackendContext& ctx) {
   s.ordinal = ordinal;
   HIR_CUDA_CHECK(ordinal, cudaStreamCreateWithFlags(&s.stream, cudaStreamNonBlocking));
   HIR_CUDA_CHECK(ordinal, cudaEventCreateWithFlags(&s.inputs_ready, cudaEventDisableTiming));
+  HIR_CUDA_CHECK(ordinal, cudaEventCreateWithFlags(&s.stream_tail, cudaEventDisableTiming));
   const char* always_join = std::getenv("HIR_NCCL_ALWAYS_JOIN");
   s.always_join = always_join != nullptr && std::strcmp(always_join, "0") != 0;
   s.setupTeams(ctx);
@@ -605,15 +638,51 @@ void NcclBackend::post(std::span<const PostArgs> ops, Stream& current, Event& do
     s.joined_work = caller.work();
   }
 
-  s.scratch_used = 0;
-  if (ops.size() == 1) {
-    s.enqueue(ops[0]);
-  } else if (ops.size() > 1) {
-    Group group(s.rank, path);
-    for (const PostArgs& op : ops) s.enqueue(op);
-    group.end();
-  }
+  // After the latest operations, when they ran on another caller's stream
+  // (on this one, the record above covers them: postJoined counted them as
+  // work of that stream).
+  if (s.lane_on != nullptr && s.lane_on != caller.native())
+    HIR_CUDA_CHECK(s.ordinal, cudaStreamWaitEvent(s.stream, s.lane_done, 0));
+  s.lane_on = nullptr;
+  ++s.stream_posts;
+  s.target = s.stream;
+  s.enqueueAll(ops, path);
   HIR_CUDA_CHECK(s.ordinal, cudaEventRecord(done_event, s.stream));
+}
+
+// The ops go straight onto the caller's stream, which is where they would
+// have to be waited for anyway: no record + wait to the backend stream and
+// back. Only the order of this backend's operations needs care.
+bool NcclBackend::postJoined(std::span<const PostArgs> ops, Stream& current, Event& done) {
+  State& s = *state_;
+  const std::string_view path = !ops.empty() && ops[0].path ? ops[0].path : "";
+  HIR_INTERNAL_ASSERT(s.ready, "{}: nccl post before setup", path);
+  HIR_CHECK_AS(BackendError, !s.aborted.load(),
+               "nccl: cannot post at {} on rank {}: the communicators were aborted", path,
+               s.rank);
+  cuda::activate(s.ordinal);
+  cuda::CudaStream& caller = cuda::cudaStream(current, "nccl post");
+  cudaEvent_t done_event = cuda::nativeEvent(done, "nccl post");
+  cudaStream_t on = caller.native();
+  if (s.lane_on == nullptr) {
+    // After the backend stream's operations, unless this stream already
+    // waited for all of them.
+    if (s.stream_posts != 0 && !(s.tail_seen_by == on && s.tail_seen_posts == s.stream_posts)) {
+      HIR_CUDA_CHECK(s.ordinal, cudaEventRecord(s.stream_tail, s.stream));
+      HIR_CUDA_CHECK(s.ordinal, cudaStreamWaitEvent(on, s.stream_tail, 0));
+      s.tail_seen_by = on;
+      s.tail_seen_posts = s.stream_posts;
+    }
+  } else if (s.lane_on != on) {
+    HIR_CUDA_CHECK(s.ordinal, cudaStreamWaitEvent(on, s.lane_done, 0));
+  }
+  s.target = on;
+  s.enqueueAll(ops, path);
+  HIR_CUDA_CHECK(s.ordinal, cudaEventRecord(done_event, on));
+  caller.noteWork();  // a later post() from this stream must record after these ops
+  s.lane_on = on;
+  s.lane_done = done_event;
+  return true;
 }
 
 // A stream-mode wait on one of this backend's completions adds nothing the

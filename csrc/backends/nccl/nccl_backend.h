@@ -44,6 +44,8 @@ class NcclBackend final : public Backend {
   std::string_view name() const override { return "nccl"; }
   void setup(const BackendContext& ctx) override;
   void post(std::span<const PostArgs> ops, Stream& current, Event& done) override;
+  // Enqueues the NCCL calls on `current` itself; always true.
+  bool postJoined(std::span<const PostArgs> ops, Stream& current, Event& done) override;
   // Backend::wait, plus bookkeeping that lets the next post skip a redundant
   // join of the same stream. `done` must be an event of this backend's posts.
   void wait(Event& done, Stream& current, WaitMode mode, Duration timeout) override;
