@@ -276,6 +276,39 @@ cudaError_t launchCheck(cudaStream_t stream, const void* src, DType t, std::size
   return cudaErrorInvalidValue;
 }
 
+namespace {
+
+// 16 bytes per thread and step when both ends and the size allow it,
+// otherwise one byte.
+__global__ void copyKernel(void* dst, const void* src, std::size_t bytes, bool wide) {
+  const std::size_t first = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x;
+  const std::size_t stride = static_cast<std::size_t>(gridDim.x) * blockDim.x;
+  if (wide) {
+    auto* d = static_cast<uint4*>(dst);
+    const auto* s = static_cast<const uint4*>(src);
+    for (std::size_t k = first; k < bytes / 16; k += stride) d[k] = s[k];
+  } else {
+    auto* d = static_cast<unsigned char*>(dst);
+    const auto* s = static_cast<const unsigned char*>(src);
+    for (std::size_t k = first; k < bytes; k += stride) d[k] = s[k];
+  }
+}
+
+}  // namespace
+
+cudaError_t launchCopy(cudaStream_t stream, void* dst, const void* src, std::size_t bytes,
+                       int max_blocks) {
+  if (bytes == 0) return cudaSuccess;
+  const bool wide = (reinterpret_cast<uintptr_t>(dst) | reinterpret_cast<uintptr_t>(src) |
+                     bytes) % 16 == 0;
+  const std::size_t items = wide ? bytes / 16 : bytes;
+  const std::size_t blocks = (items + kBlockThreads - 1) / kBlockThreads;
+  const int grid = static_cast<int>(std::min<std::size_t>(blocks, static_cast<std::size_t>(max_blocks)));
+  void* args[] = {&dst, const_cast<void**>(&src), &bytes, const_cast<bool*>(&wide)};
+  return cudaLaunchKernel(reinterpret_cast<const void*>(&copyKernel), dim3(grid),
+                          dim3(kBlockThreads), args, 0, stream);
+}
+
 cudaError_t launchSpin(cudaStream_t stream, uint64_t nanoseconds) {
   void* args[] = {&nanoseconds};
   return cudaLaunchKernel(reinterpret_cast<const void*>(&spinKernel), dim3(1), dim3(1), args, 0,

@@ -30,6 +30,11 @@ cudaError_t launchCheck(cudaStream_t stream, const void* src, DType t, std::size
                         int64_t value, int64_t step, double tolerance, CheckRecord* record,
                         int64_t execution, int max_blocks);
 
+// dst[0, bytes) = src[0, bytes) by a kernel (device or peer-mapped memory);
+// for small copies, where a kernel starts sooner than the copy engine.
+cudaError_t launchCopy(cudaStream_t stream, void* dst, const void* src, std::size_t bytes,
+                       int max_blocks);
+
 // One thread that busy-waits `nanoseconds` of GPU global time (for tests and
 // benchmarks that need a long-running kernel).
 cudaError_t launchSpin(cudaStream_t stream, uint64_t nanoseconds);
