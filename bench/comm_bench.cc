@@ -63,6 +63,8 @@ struct Options {
   std::string csv;
   bool api_costs = true;
   bool raw_events = false;  // diagnosis: record an event after every raw op
+  bool detached = false;    // hir: post() + wait() instead of postJoined(), as the
+                            // evaluator does for a wait that does not follow the post
 };
 
 std::size_t parseBytes(const std::string& text) {
@@ -93,7 +95,7 @@ std::vector<std::string> splitList(const std::string& text) {
 const char* kUsage =
     "usage: mpirun -np N hir_comm_bench [--min BYTES] [--max BYTES] [--factor F] [--iters N]\n"
     "         [--warmup N] [--reps N] [--ops LIST] [--dtype DTYPE] [--csv PATH]\n"
-    "         [--api-costs 0|1] [--raw-events 0|1]\n"
+    "         [--api-costs 0|1] [--raw-events 0|1] [--detached 0|1]\n"
     "  sizes take K, M, G suffixes; ops: allreduce, allgather, reduce_scatter, broadcast,\n"
     "  reduce, alltoall, sendrecv\n";
 
@@ -118,6 +120,7 @@ Options parseOptions(int argc, char** argv) {
     else if (arg == "--csv") o.csv = value;
     else if (arg == "--api-costs") o.api_costs = value != "0";
     else if (arg == "--raw-events") o.raw_events = value != "0";
+    else if (arg == "--detached") o.detached = value != "0";
     else throw UsageError(fmt::format("unknown option {}\n{}", arg, kUsage));
   }
   HIR_CHECK_AS(UsageError, o.min_bytes >= 1 && o.min_bytes <= o.max_bytes,
@@ -430,9 +433,12 @@ class Bench {
     const auto t0 = Clock::now();
     for (int i = 0; i < iters; ++i) {
       const auto p0 = Clock::now();
-      backend_->post(args, *current_, *done_);
+      // As the evaluator posts a communication that the next node waits for
+      // (lowering marks it joined), unless --detached.
+      const bool on_current = !o_.detached && backend_->postJoined(args, *current_, *done_);
+      if (o_.detached) backend_->post(args, *current_, *done_);
       post_us += std::chrono::duration<double, std::micro>(Clock::now() - p0).count();
-      backend_->wait(*done_, *current_, WaitMode::Stream, kTimeout);
+      if (!on_current) backend_->wait(*done_, *current_, WaitMode::Stream, kTimeout);
     }
     const auto t1 = Clock::now();
     cudaOk(cudaEventRecord(stop_, cur), "cudaEventRecord");
@@ -506,10 +512,11 @@ class Bench {
   void printHeader() const {
     if (rank_ != 0) return;
     std::printf("# hir_comm_bench: %d rank(s), device %s, dtype %s, reps %d (median of the "
-                "slowest rank), nccl %d%s\n",
+                "slowest rank), nccl %d%s%s\n",
                 world_, device_->describe().c_str(), std::string(toString(o_.dtype)).c_str(),
                 o_.reps, NCCL_VERSION_CODE,
-                o_.raw_events ? "; raw records an event after every op" : "");
+                o_.raw_events ? "; raw records an event after every op" : "",
+                o_.detached ? "; hir posts detached (post + wait)" : "");
     std::printf("# time per op in us (CUDA events); busbw in GB/s; enq = host us per iteration; "
                 "post = host us in post()\n");
     std::printf("%-15s %8s %12s %10s %10s %9s %9s %8s %8s %8s %8s\n", "op", "size", "count",

@@ -1,6 +1,9 @@
 // Point-to-point benchmark through the whole evaluator: the same programs
 // with backend "ipc" (put and get) and "nccl" (or "mpi" on the host), in one
-// run, interleaved, medians of several repetitions.
+// run, interleaved, medians of several repetitions; plus a "raw" baseline
+// without any protocol: rank 0 copies into rank 1's memory mapped through the
+// device's IPC (CUDA IPC, or shared memory on the host device), through the
+// Device interface only, timed the same way and interleaved with the rest.
 //
 //   mpirun -np 2 hir_p2p_bench [--device cuda|host] [--min 1K] [--max 1G]
 //       [--factor 4] [--reps 5] [--csv PATH]
@@ -10,17 +13,25 @@
 //   receivers check the last message's data.
 // latency: ranks 0 and 1 ping-pong one 8-byte message; one-way latency =
 //   time / (2 x round trips).
+// raw: bandwidth = m device copies of `bytes` from rank 0's buffer into rank
+//   1's imported buffer on one stream, then synchronize, / m; latency = one
+//   8-byte copy + synchronize (averaged over the trips). Ranks 0 and 1 only.
 #include <fmt/format.h>
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <functional>
+#include <limits>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "common/error.h"
+#include "device/device.h"
 #include "ir/json.h"
 #include "runtime/bootstrap.h"
 #include "runtime/evaluator.h"
@@ -130,7 +141,8 @@ std::string pingPongProgram(const std::string& backend, const std::string& proto
           {{"op": "communication", "name": "pong", "type": "send", "tensor": "buf", "peer": 0,
             "backend": "{backend}"{proto}}},
           {{"op": "wait", "communication": "pong"}}]}}]}},
-      {{"op": "check", "tensor": "buf", "value": 0}}
+      {{"op": "if", "cond": "rank < 2", "then": [
+        {{"op": "check", "tensor": "buf", "value": 0}}]}}
     ]}})",
                      fmt::arg("trips", trips), fmt::arg("share", share),
                      fmt::arg("backend", backend), fmt::arg("proto", proto));
@@ -145,9 +157,112 @@ double median(std::vector<double> v) {
   return v.size() % 2 ? v[v.size() / 2] : (v[v.size() / 2 - 1] + v[v.size() / 2]) / 2;
 }
 
-// Seconds per run of each program, median over reps, runs interleaved.
+// One timed step, collective: barrier, run `fn` (which waits for its work),
+// and the slowest rank's seconds.
+double timeStep(hir::Bootstrap& boot, const std::function<void()>& fn) {
+  boot.barrier();
+  auto t0 = Clock::now();
+  fn();
+  double s = std::chrono::duration<double>(Clock::now() - t0).count();
+  std::vector<double> all(static_cast<std::size_t>(boot.world()));
+  boot.allgather(&s, all.data(), sizeof(double));
+  return *std::max_element(all.begin(), all.end());
+}
+
+// The raw baseline: rank 1's buffer mapped into rank 0 through the device's
+// IPC, and a stream of rank 0's to copy into it. No protocol, no evaluator.
+// Unavailable (every time NaN) without IPC or when ranks 0 and 1 are on
+// different nodes.
+class RawCopy {
+ public:
+  RawCopy(hir::Bootstrap& boot, hir::Device& dev, std::size_t capacity)
+      : boot_(boot), dev_(dev), rank_(boot.rank()) {
+    const std::vector<std::string>& nodes = boot.nodes();
+    available_ = dev.supports(hir::DeviceFeature::Ipc) && nodes[0] == nodes[1];
+    if (!available_) return;
+    hir::MemoryHandle h;
+    if (rank_ == 0) {
+      src_ = dev.allocate(capacity);
+      dev.fill(dev.defaultStream(), src_, hir::DType::UInt8, capacity, 1, 0);
+      dev.synchronize(dev.defaultStream(), kTimeout);
+      stream_ = dev.createStream();
+    } else if (rank_ == 1) {
+      own_ = dev.allocate(capacity);
+      h = dev.exportMemory(own_);
+    }
+    // Rank 1's handle to every rank: sizes first, then the bytes padded to
+    // the largest.
+    std::size_t world = static_cast<std::size_t>(boot.world());
+    uint64_t size = h.bytes.size();
+    std::vector<uint64_t> sizes(world);
+    boot.allgather(&size, sizes.data(), sizeof size);
+    std::size_t pad = *std::max_element(sizes.begin(), sizes.end());
+    h.bytes.resize(pad);
+    std::vector<uint8_t> all(world * pad);
+    boot.allgather(h.bytes.data(), all.data(), pad);
+    if (rank_ == 0) {
+      hir::MemoryHandle peer;
+      peer.bytes.assign(all.begin() + static_cast<std::ptrdiff_t>(pad),
+                        all.begin() + static_cast<std::ptrdiff_t>(pad + sizes[1]));
+      dst_ = dev.importMemory(peer);
+    }
+    boot.barrier();
+  }
+
+  RawCopy(const RawCopy&) = delete;
+  RawCopy& operator=(const RawCopy&) = delete;
+
+  // Collective: unmaps and frees everything (not in a destructor: after an
+  // error the ranks abort instead of meeting in a barrier).
+  void close() {
+    if (!available_) return;
+    available_ = false;
+    if (rank_ == 0) {
+      dev_.synchronize(*stream_, kTimeout);
+      dev_.closeImported(dst_);
+    }
+    boot_.barrier();  // rank 0 has unmapped rank 1's buffer before it is freed
+    if (src_) dev_.deallocate(src_);
+    if (own_) dev_.deallocate(own_);
+    src_ = dst_ = own_ = nullptr;
+    stream_.reset();
+  }
+
+  bool available() const { return available_; }
+
+  // m copies of `bytes` on one stream, then synchronize (rank 0 only;
+  // others return at once).
+  void stream(std::size_t bytes, int m) {
+    if (!available_ || rank_ != 0) return;
+    for (int i = 0; i < m; ++i) dev_.copy(*stream_, dst_, src_, bytes);
+    dev_.synchronize(*stream_, kTimeout);
+  }
+  // m times: one copy of `bytes`, then synchronize.
+  void pingCopies(std::size_t bytes, int m) {
+    if (!available_ || rank_ != 0) return;
+    for (int i = 0; i < m; ++i) {
+      dev_.copy(*stream_, dst_, src_, bytes);
+      dev_.synchronize(*stream_, kTimeout);
+    }
+  }
+
+ private:
+  static constexpr hir::Duration kTimeout = std::chrono::seconds(120);
+  hir::Bootstrap& boot_;
+  hir::Device& dev_;
+  int rank_;
+  bool available_ = false;
+  void* src_ = nullptr;  // rank 0
+  void* dst_ = nullptr;  // rank 0: rank 1's own_, imported
+  void* own_ = nullptr;  // rank 1
+  std::unique_ptr<hir::Stream> stream_;
+};
+
+// Seconds per run of each program, median over reps, runs interleaved. With
+// `raw`, one more entry: `raw` timed the same way, after the programs of each
+// repetition.
 std::vector<double> timePrograms(hir::Session& session, const std::vector<std::string>& texts,
-                                 int reps) {
+                                 int reps, const std::function<void()>& raw = {}) {
   hir::Bootstrap& boot = session.bootstrap();
   std::vector<std::unique_ptr<hir::Evaluator>> evs;
   for (const std::string& t : texts) {
@@ -157,18 +272,15 @@ std::vector<double> timePrograms(hir::Session& session, const std::vector<std::s
     evs.back()->run();  // warm-up: connections, exchanges, caches
     evs.back()->synchronize();
   }
-  std::vector<std::vector<double>> times(texts.size());
+  if (raw) raw();  // warm-up
+  std::vector<std::vector<double>> times(texts.size() + (raw ? 1 : 0));
   for (int rep = 0; rep < reps; ++rep) {
-    for (std::size_t k = 0; k < evs.size(); ++k) {
-      boot.barrier();
-      auto t0 = Clock::now();
-      evs[k]->run();
-      evs[k]->synchronize();
-      double s = std::chrono::duration<double>(Clock::now() - t0).count();
-      std::vector<double> all(static_cast<std::size_t>(boot.world()));
-      boot.allgather(&s, all.data(), sizeof(double));
-      times[k].push_back(*std::max_element(all.begin(), all.end()));
-    }
+    for (std::size_t k = 0; k < evs.size(); ++k)
+      times[k].push_back(timeStep(boot, [&] {
+        evs[k]->run();
+        evs[k]->synchronize();
+      }));
+    if (raw) times.back().push_back(timeStep(boot, raw));
   }
   std::vector<double> out;
   for (std::size_t k = 0; k < evs.size(); ++k) {
@@ -176,6 +288,7 @@ std::vector<double> timePrograms(hir::Session& session, const std::vector<std::s
     HIR_CHECK_AS(hir::BackendError, r.ok(), "p2p bench: wrong data:\n{}", r.format());
     out.push_back(median(times[k]));
   }
+  if (raw) out.push_back(median(times.back()));
   return out;
 }
 
@@ -192,6 +305,10 @@ int main(int argc, char** argv) {
     std::vector<Variant> variants = {
         {base, base, ""}, {"ipc-put", "ipc", "put"}, {"ipc-get", "ipc", "get"}};
     bool root = boot->rank() == 0;
+    // The raw baseline's buffers, at the largest size (and at least the 8
+    // bytes of the latency row).
+    RawCopy raw(*boot, session.device(),
+                static_cast<std::size_t>(std::max<int64_t>({o.min, o.max, 8})));
     std::FILE* csv = nullptr;
     if (root && !o.csv.empty()) {
       csv = std::fopen(o.csv.c_str(), "w");
@@ -199,30 +316,46 @@ int main(int argc, char** argv) {
     }
     if (root)
       std::printf("# hir_p2p_bench: %d ranks, device %s, median of %d runs\n"
-                  "%-10s %11s %10s %10s %10s %9s %9s %9s %7s %7s\n",
+                  "%-10s %11s %10s %10s %10s %10s %9s %9s %9s %9s %7s %7s %7s %7s\n",
                   boot->world(), session.device().describe().c_str(), o.reps, "test", "bytes",
-                  (base + "_us").c_str(), "put_us", "get_us", (base + "_GB/s").c_str(),
-                  "put_GB/s", "get_GB/s", "put_x", "get_x");
+                  (base + "_us").c_str(), "put_us", "get_us", "raw_us", (base + "_GB/s").c_str(),
+                  "put_GB/s", "get_GB/s", "raw_GB/s", "put_x", "get_x", "put/raw", "get/raw");
+    // us: the variants' times, then raw's (NaN when unavailable: printed "-").
     auto row = [&](const char* test, int64_t bytes, const std::vector<double>& us) {
       if (!root) return;
       auto gbps = [&](double t) { return static_cast<double>(bytes) / (t * 1e3); };
-      // x: the variant's speed relative to the base backend (base time / its time).
-      std::printf("%-10s %11lld %10.2f %10.2f %10.2f %9.1f %9.1f %9.1f %7.3f %7.3f\n", test,
-                  static_cast<long long>(bytes), us[0], us[1], us[2], gbps(us[0]), gbps(us[1]),
-                  gbps(us[2]), us[0] / us[1], us[0] / us[2]);
+      auto cell = [](double v, int width, int prec) {
+        return std::isfinite(v) ? fmt::format("{:{}.{}f}", v, width, prec)
+                                : fmt::format("{:>{}}", "-", width);
+      };
+      double r = us[3];
+      // x: the variant's speed relative to the base backend (base time / its time);
+      // put/raw, get/raw: the variant's time / raw's time (1: as fast as a raw copy).
+      std::printf("%-10s %11lld %10.2f %10.2f %10.2f %s %9.1f %9.1f %9.1f %s %7.3f %7.3f %s %s\n",
+                  test, static_cast<long long>(bytes), us[0], us[1], us[2],
+                  cell(r, 10, 2).c_str(), gbps(us[0]), gbps(us[1]), gbps(us[2]),
+                  cell(gbps(r), 9, 1).c_str(), us[0] / us[1], us[0] / us[2],
+                  cell(us[1] / r, 7, 3).c_str(), cell(us[2] / r, 7, 3).c_str());
       if (csv)
-        for (std::size_t k = 0; k < us.size(); ++k)
+        for (std::size_t k = 0; k < us.size(); ++k) {
+          if (!std::isfinite(us[k])) continue;
           std::fprintf(csv, "%d,%s,%lld,%s,%.3f,%.2f,%.4f\n", boot->world(), test,
-                       static_cast<long long>(bytes), variants[k].label.c_str(), us[k],
+                       static_cast<long long>(bytes),
+                       k < variants.size() ? variants[k].label.c_str() : "raw", us[k],
                        static_cast<double>(bytes) / (us[k] * 1e3), us[0] / us[k]);
+        }
     };
+    const double nan = std::numeric_limits<double>::quiet_NaN();
 
     const int trips = 200;
     std::vector<std::string> pp;
     for (const Variant& v : variants) pp.push_back(pingPongProgram(v.backend, v.protocol, trips));
-    std::vector<double> t = timePrograms(session, pp, o.reps);
+    std::vector<double> t =
+        timePrograms(session, pp, o.reps, [&] { raw.pingCopies(8, trips); });
     std::vector<double> one_way;
-    for (double s : t) one_way.push_back(s * 1e6 / (2.0 * trips));
+    for (std::size_t k = 0; k < variants.size(); ++k) one_way.push_back(t[k] * 1e6 / (2.0 * trips));
+    // raw: one 8-byte copy + synchronize (not a round trip).
+    one_way.push_back(raw.available() ? t.back() * 1e6 / trips : nan);
     row("latency", 8, one_way);
 
     for (int64_t bytes = o.min; bytes <= o.max; bytes *= o.factor) {
@@ -230,15 +363,25 @@ int main(int argc, char** argv) {
       std::vector<std::string> texts;
       for (const Variant& v : variants)
         texts.push_back(bandwidthProgram(v.backend, v.protocol, bytes / 4, m));
-      std::vector<double> s = timePrograms(session, texts, o.reps);
+      std::vector<double> s = timePrograms(session, texts, o.reps, [&] {
+        raw.stream(static_cast<std::size_t>(bytes), m);
+      });
       std::vector<double> us;
       for (double x : s) us.push_back(x * 1e6 / m);
+      if (!raw.available()) us.back() = nan;
       row("bandwidth", bytes, us);
       if (root) std::fflush(stdout);
     }
+    bool raw_ok = raw.available();
+    raw.close();
     if (root && csv) std::fclose(csv);
-    if (root) std::printf("# x = %s time / variant time (> 1: faster than %s)\n", base.c_str(),
-                          base.c_str());
+    if (root) {
+      std::printf("# x = %s time / variant time (> 1: faster than %s)\n", base.c_str(),
+                  base.c_str());
+      std::printf("# raw = device copies into the peer's IPC-mapped buffer, no protocol%s; "
+                  "put/raw, get/raw = variant time / raw time (1: as fast as raw)\n",
+                  raw_ok ? "" : " (unavailable here: no IPC between ranks 0 and 1)");
+    }
   } catch (const hir::Error& e) {
     std::fprintf(stderr, "hir_p2p_bench rank %d: %s\n", boot->rank(), e.what());
     rc = e.exitCode();

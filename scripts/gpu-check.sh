@@ -9,8 +9,9 @@
 #
 # Every step runs even when an earlier one failed (except what needs a
 # build that failed); the exit status is non-zero if anything failed.
-# Files written (at most 8): build.log tests.log host-tests.log examples.log
-# bench.log bench.csv p2p.csv summary.txt.
+# Files written (at most 8, what the device tool brings back): build.log
+# tests.log host-tests.log examples.log bench.log (both benchmarks) bench.csv
+# p2p.csv summary.txt.
 #
 # NVLink multicast is never used: NCCL_NVLS_ENABLE=0 is exported (it can put
 # a shared host's GPUs out of service).
@@ -30,7 +31,7 @@ while [ $# -gt 0 ]; do
     --no-bench) run_bench=0 ;;
     --bench-args) shift; bench_args=${1:-} ;;
     --jobs) shift; jobs=${1:-$jobs} ;;
-    -h|--help) sed -n '2,16p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,17p' "$0"; exit 0 ;;
     *) echo "gpu-check: unknown option $1" >&2; exit 2 ;;
   esac
   shift
@@ -83,7 +84,7 @@ if cmake -S "$root" -B "$build" -G Ninja -DHIR_WITH_CUDA=ON -DCMAKE_BUILD_TYPE=R
     record "build" 1 0 0 "$build"
   else
     bad_targets=""
-    for target in tests/hostir_gpu_tests bin/hir bin/hir_comm_bench; do
+    for target in tests/hostir_gpu_tests bin/hir bin/hir_p2p_bench bin/hir_comm_bench; do
       log_header "$log" "build ${target#*/} alone"
       if ! cmake --build "$build" -j "$jobs" --target "${target#*/}" >>"$log" 2>&1; then
         bad_targets+=" ${target#*/}"
@@ -127,6 +128,19 @@ if [ "$run_tests" = 1 ]; then
       note="exit $rc"
       [ "$rc" = 124 ] && note="timed out"
       record "gpu tests np=$n" "$p" "$f" "$s" "$note"
+    done
+    # The ipc tests of the MPI suite on the cuda device (HIR_TEST_DEVICE).
+    mpi_tests="$build/tests/hostir_mpi_tests"
+    for n in "${sizes[@]}"; do
+      [ -x "$mpi_tests" ] || { record "ipc tests (cuda)" - 1 - "not built"; break; }
+      log_header "$log" "hostir_mpi_tests Ipc* on the cuda device, $n rank(s)"
+      piece=$(HIR_TEST_DEVICE=cuda timeout 900 "${mpirun_cmd[@]}" -x HIR_TEST_DEVICE -np "$n" \
+        "$mpi_tests" --gtest_color=no '--gtest_filter=Ipc*:-IpcFakeNodes*' 2>&1)
+      rc=$?
+      printf '%s\n' "$piece" >>"$log"
+      read -r p f s <<<"$(gtest_counts "$piece")"
+      if [ "$rc" != 0 ] && [ "$f" = 0 ]; then f=1; fi
+      record "ipc tests (cuda) np=$n" "$p" "$f" "$s" "exit $rc"
     done
   fi
 fi
@@ -187,36 +201,61 @@ if [ "$run_examples" = 1 ]; then
 fi
 
 # ------------------------------------------- point-to-point: ipc vs nccl
+# Variants nccl, ipc-put, ipc-get and raw (plain copies into the peer's
+# IPC-mapped buffer: the hardware's speed); "x nccl" = nccl time / its time.
+# Then the latency again with HIR_CUDA_KERNEL_COPY_MAX=0 (small copies by the
+# copy engine instead of a kernel), for that run only.
 bench_lines=()
 p2p="$build/bin/hir_p2p_bench"
+# p2p_lines CSV LABEL TESTS: summary lines (every variant) for the rows of CSV
+# whose "test:bytes" is one of the space-separated TESTS.
+p2p_lines() {
+  local csv=$1 label=$2 tests=$3 base world test bytes variant us gbps ratio
+  [ -s "$csv" ] || return 0
+  base=$(head -n1 "$csv" | sed -n 's/.*ratio_to_//p')
+  while IFS=, read -r world test bytes variant us gbps ratio; do
+    case " $tests " in
+      *" $test:$bytes "*)
+        bench_lines+=("$(printf 'np=%-2s p2p %-9s %11s B  %-8s %9.2f us %7.1f GB/s  x %s %.3f%s' \
+          "$world" "$test" "$bytes" "$variant" "$us" "$gbps" "${base:-base}" "$ratio" "$label")") ;;
+    esac
+  done < <(tail -n +2 "$csv")
+}
+[ "$run_bench" = 1 ] && : >"$out/bench.log"
 if [ "$run_bench" = 1 ] && [ "$gpus" -ge 2 ]; then
   log="$out/bench.log"
-  log_header "$log" "hir_p2p_bench on 2 ranks"
+  rm -f "$out/p2p.csv"
   if [ ! -x "$p2p" ]; then
     record "p2p bench" - 1 - "not built"
   else
+    log_header "$log" "hir_p2p_bench on 2 ranks"
     timeout 900 "${mpirun_cmd[@]}" -np 2 "$p2p" --device cuda --min 1K --max 1G --factor 4 \
       --csv "$out/p2p.csv" >>"$log" 2>&1
     rc=$?
     if [ "$rc" = 0 ]; then record "p2p bench np=2" 1 0 0 ""; else
       record "p2p bench np=2" 0 1 0 "exit $rc"; fi
-    if [ -s "$out/p2p.csv" ]; then
-      while IFS=, read -r world test bytes variant us gbps ratio; do
-        case "$test:$bytes" in
-          latency:8|bandwidth:16777216|bandwidth:268435456|bandwidth:1073741824)
-            bench_lines+=("$(printf 'np=%-2s p2p %-9s %11s B  %-8s %9.2f us %7.1f GB/s  x nccl %.3f' \
-              "$world" "$test" "$bytes" "$variant" "$us" "$gbps" "$ratio")") ;;
-        esac
-      done < <(tail -n +2 "$out/p2p.csv")
+    log_header "$log" "hir_p2p_bench on 2 ranks, HIR_CUDA_KERNEL_COPY_MAX=0 (copy engine only)"
+    ce_csv=$(mktemp)
+    HIR_CUDA_KERNEL_COPY_MAX=0 timeout 300 "${mpirun_cmd[@]}" -x HIR_CUDA_KERNEL_COPY_MAX -np 2 \
+      "$p2p" --device cuda --min 1K --max 1K --factor 4 --csv "$ce_csv" >>"$log" 2>&1
+    rc=$?
+    if [ "$rc" = 0 ]; then record "p2p bench np=2 copy-engine" 1 0 0 ""; else
+      record "p2p bench np=2 copy-engine" 0 1 0 "exit $rc"; fi
+    p2p_lines "$out/p2p.csv" "" \
+      'latency:8 bandwidth:16777216 bandwidth:268435456 bandwidth:1073741824'
+    p2p_lines "$ce_csv" "  (copy engine only)" 'latency:8'
+    # Kept in p2p.csv as test "latency_ce".
+    if [ -s "$ce_csv" ] && [ -s "$out/p2p.csv" ]; then
+      tail -n +2 "$ce_csv" | sed 's/^\([0-9]*\),latency,/\1,latency_ce,/' >>"$out/p2p.csv"
     fi
+    rm -f "$ce_csv"
   fi
 fi
 
 # -------------------------------------------------------------- benchmark
 if [ "$run_bench" = 1 ]; then
-  log="$out/bench.log"
+  log="$out/bench.log"  # emptied before the p2p bench, which writes first
   csv="$out/bench.csv"
-  : >"$log"
   rm -f "$csv"
   bench="$build/bin/hir_comm_bench"
   if [ ! -x "$bench" ]; then
@@ -263,7 +302,7 @@ fi
   for r in "${rows[@]}"; do echo "$r"; done
   if [ "${#bench_lines[@]}" -gt 0 ]; then
     echo
-    echo "benchmark (median; busbw in GB/s; full table in bench.log, bench.csv):"
+    echo "benchmark (median; busbw in GB/s; full tables in bench.log, bench.csv, p2p.csv):"
     for b in "${bench_lines[@]}"; do echo "  $b"; done
   fi
   echo
