@@ -225,6 +225,9 @@ struct IpcBackend::State {
   }
   Step resolve(const PostArgs& a);
   void enqueue(const Step& s, Stream& current);
+  // Makes `on` wait for the lane's earlier messages, unless they ran on `on`
+  // itself or on `covered` (whose work `on` already waits for).
+  void follow(Lane& l, Stream& on, const Stream* covered);
   // The three phases of a message: the side that copies waits for the
   // peer's signal, copies and signals (transfer); the other side signals
   // (announce), then waits (await).
@@ -307,11 +310,17 @@ void IpcBackend::State::await(Stream& on, const Step& s) {
 // On the lane's stream, after the poster's `ready` event and the lane's
 // last joined message (when that ran on another stream than `current`,
 // whose `ready` covers it).
+void IpcBackend::State::follow(Lane& l, Stream& on, const Stream* covered) {
+  if (l.on == nullptr || l.on == &on || l.on == covered) return;
+  if (l.on == l.stream.get()) dev->record(*l.tail, *l.stream);
+  dev->wait(on, *l.tail);
+}
+
 void IpcBackend::State::enqueue(const Step& s, Stream& current) {
   Lane& l = *s.lane;
   Stream& on = *l.stream;
   dev->wait(on, *ready);
-  if (l.on != nullptr && l.on != &on && l.on != &current) dev->wait(on, *l.tail);
+  follow(l, on, &current);
   l.on = &on;
   announce(on, s);
   transfer(on, s);
@@ -528,27 +537,14 @@ bool IpcBackend::postJoined(std::span<const PostArgs> ops, Stream& current, Even
   HIR_INTERNAL_ASSERT(!ops.empty(), "ipc: empty post");
   Device& d = *st.dev;
   std::lock_guard lock(st.post_mutex);
-  Step one;
-  std::vector<Step> many;
-  std::span<const Step> steps;
-  if (ops.size() == 1) {  // no allocation on the way
-    one = st.resolve(ops[0]);
-    steps = {&one, 1};
-  } else {
-    for (const PostArgs& a : ops) many.push_back(st.resolve(a));
-    steps = many;
+  std::vector<Step> steps;
+  std::vector<Lane*> lanes;
+  steps.reserve(ops.size());
+  for (const PostArgs& a : ops) {
+    steps.push_back(st.resolve(a));
+    addLane(lanes, steps.back().lane);
   }
-  Lane* lanes_one[1] = {one.lane};
-  std::vector<Lane*> lanes_many;
-  for (const Step& s : many) addLane(lanes_many, s.lane);
-  std::span<Lane* const> lanes =
-      ops.size() == 1 ? std::span<Lane* const>(lanes_one) : std::span<Lane* const>(lanes_many);
-  // After each lane's earlier messages.
-  for (Lane* l : lanes) {
-    if (l->on == nullptr || l->on == &current) continue;
-    if (l->on == l->stream.get()) d.record(*l->tail, *l->stream);
-    d.wait(current, *l->tail);
-  }
+  for (Lane* l : lanes) st.follow(*l, current, nullptr);
   for (const Step& s : steps) st.announce(current, s);
   for (const Step& s : steps) st.transfer(current, s);
   for (const Step& s : steps) st.await(current, s);
