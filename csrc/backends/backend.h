@@ -5,9 +5,9 @@
 //
 // Required: supports() (through BackendInfo), setup(), post().
 // Optional, with defaults: postJoined() (a post waited for right away, run on
-// the caller's stream; default: post()), wait() (stream/host wait on the done
-// event), shareMemHandles() (IPC handle exchange; default does nothing),
-// abort().
+// the caller's stream without a completion event; default: post()), wait()
+// (stream/host wait on the done event), shareMemHandles() (IPC handle
+// exchange; default does nothing), abort().
 #pragma once
 
 #include <cstddef>
@@ -113,16 +113,17 @@ class Backend {
 
   // Optional fast path, for a post that `current` waits for right away: the
   // caller promises that its next step on `current` is a stream-mode wait on
-  // `done` (nothing else is enqueued on `current` in between). A backend may
-  // then enqueue the ops on `current` itself, saving the hand-offs to its own
-  // streams and back, and return true: `done` is still recorded, on
-  // `current` after the ops, so later waits on it from elsewhere stay exact,
-  // and the caller may skip its wait. The order of the backend's own
-  // operations is kept across posts on different streams. Returns false
-  // after posting as post() does (the caller then waits as usual); that is
-  // the default.
-  // `done` must outlive the backend (a backend may wait on the `done` of its
-  // latest post to order the next one after it).
+  // the post (nothing else is enqueued on `current` in between) and that it
+  // never waits on the post in any other way. A backend may then enqueue the
+  // ops on `current` itself, saving the hand-offs to its own streams and
+  // back, and return true: the ops are then part of `current`'s order, which
+  // is the only completion signal. `done` is not recorded (saving an event
+  // record per post), and the caller must not wait on it. The order of the
+  // backend's own operations is kept across posts on different streams.
+  // Returns false after posting as post() does, `done` recorded (the caller
+  // then waits as usual); that is the default.
+  // `current` must outlive the backend, whose teardown may wait for the
+  // latest joined post on it.
   virtual bool postJoined(std::span<const PostArgs> ops, Stream& current, Event& done);
 
   // Default: Stream mode makes `current` wait on `done`; Host mode blocks on

@@ -80,7 +80,9 @@ struct Evaluator::Impl {
   enum class PostState : uint8_t { Never, Posted, Skipped };
   struct CommState {
     std::unique_ptr<Event> done;
-    Event* last_done = nullptr;   // own done, or the enclosing group's
+    // Own done, or the enclosing group's; null when the post joined a stream
+    // (joined_on): that stream's order is then its only completion signal.
+    Event* last_done = nullptr;
     PostState state = PostState::Never;
     bool pending = false;         // posted and not waited yet (for reports)
     bool posted_this_run = false;
@@ -400,7 +402,9 @@ struct Evaluator::Impl {
     } else {
       if (a.cached && a.cached_bytes != a.bytes) {
         // The shape changed: the old block goes once nothing uses it.
-        for (int c : a.comm_users) dev.synchronize(*comms[c].last_done, opts.timeout);
+        // (Joined posts have no done: stream_mask covers their stream.)
+        for (int c : a.comm_users)
+          if (comms[c].last_done) dev.synchronize(*comms[c].last_done, opts.timeout);
         for (int k = 0; k < kMaxStreams; ++k)
           if ((a.stream_mask >> k & 1) && streams[k].stream)
             dev.synchronize(*streams[k].stream, opts.timeout);
@@ -554,7 +558,7 @@ struct Evaluator::Impl {
     } else {
       cs.joined_on =
           postUnit(*backends[c.backend], std::span<const PostArgs>(&p, 1), *cs.done, in.joined);
-      cs.last_done = cs.done.get();
+      cs.last_done = cs.joined_on >= 0 ? nullptr : cs.done.get();
       markPosted(in.comm);
     }
     cs.state = PostState::Posted;
@@ -574,6 +578,7 @@ struct Evaluator::Impl {
     for (int c : g.comms) {
       markPosted(c);
       comms[c].joined_on = g.joined_on;
+      if (g.joined_on >= 0) comms[c].last_done = nullptr;
     }
   }
 
@@ -585,8 +590,13 @@ struct Evaluator::Impl {
       HIR_CHECK(cs.state != PostState::Never, "wait on '{}', which was never posted", c.name);
       if (cs.state == PostState::Skipped) return;
       // Posted on this stream (postJoined): already in its order.
-      if (!(in.mode == WaitMode::Stream && cs.joined_on == current))
+      if (!(in.mode == WaitMode::Stream && cs.joined_on == current)) {
+        HIR_INTERNAL_ASSERT(cs.last_done != nullptr,
+                            "{}: wait on '{}', joined to stream {}, from stream {} in {} mode "
+                            "(lowering marks a post joined only for a stream wait right after it)",
+                            where(c.node), c.name, cs.joined_on, current, toString(in.mode));
         backends[c.backend]->wait(*cs.last_done, cur, in.mode, opts.timeout);
+      }
       cs.pending = false;
       return;
     }
@@ -594,8 +604,13 @@ struct Evaluator::Impl {
     const PlanGroup& pg = plan.groups[in.group];
     HIR_CHECK(g.state != PostState::Never, "wait on group '{}', which was never posted", pg.name);
     if (g.state == PostState::Skipped) return;
-    if (!(in.mode == WaitMode::Stream && g.joined_on == current))
+    if (!(in.mode == WaitMode::Stream && g.joined_on == current)) {
+      HIR_INTERNAL_ASSERT(g.joined_on < 0,
+                          "{}: wait on group '{}', joined to stream {}, from stream {} in {} mode "
+                          "(lowering marks a post joined only for a stream wait right after it)",
+                          where(pg.node), pg.name, g.joined_on, current, toString(in.mode));
       backends[pg.backend]->wait(*g.done, cur, in.mode, opts.timeout);
+    }
     for (int c : g.comms) comms[c].pending = false;
   }
 
@@ -771,8 +786,9 @@ struct Evaluator::Impl {
       dev.record(*s.event, *s.stream);
       dev.wait(s0, *s.event);
     }
+    // A joined post (no done) is in its stream's order, joined above.
     for (int c : posted_this_run) {
-      dev.wait(s0, *comms[c].last_done);
+      if (comms[c].last_done) dev.wait(s0, *comms[c].last_done);
       comms[c].posted_this_run = false;
     }
     for (AllocState& a : allocs) a.live = false;  // back to the cache
@@ -793,23 +809,47 @@ struct Evaluator::Impl {
     for (CommState& c : comms) c.pending = false;
   }
 
-  // What this rank still waits for, with node paths and loop indices.
+  // What this rank still waits for, with node paths and loop indices. A
+  // joined post has no done: it is listed while its stream has not finished.
   std::string pendingReport() {
     std::string out = fmt::format("rank {}: pending communications:", rank);
+    std::array<int, kMaxStreams> stream_busy;
+    stream_busy.fill(-1);  // -1: not asked yet, 0: finished, 1: busy
+    auto busy = [&](int k) {
+      if (stream_busy[k] < 0) {
+        stream_busy[k] = 0;
+        try {
+          if (streams[k].stream && streams[k].event) {
+            dev.record(*streams[k].event, *streams[k].stream);
+            stream_busy[k] = dev.query(*streams[k].event) ? 0 : 1;
+          }
+        } catch (const std::exception&) {
+          stream_busy[k] = 1;
+        }
+      }
+      return stream_busy[k] == 1;
+    };
     int n = 0;
     for (std::size_t i = 0; i < comms.size(); ++i) {
       CommState& c = comms[i];
-      if (c.state != PostState::Posted || !c.last_done) continue;
+      if (c.state != PostState::Posted) continue;
       bool done = false;
-      try {
-        done = dev.query(*c.last_done);
-      } catch (const std::exception&) {
+      if (c.last_done) {
+        try {
+          done = dev.query(*c.last_done);
+        } catch (const std::exception&) {
+        }
+      } else {
+        done = c.joined_on < 0 || !busy(c.joined_on);
       }
       if (done) continue;
       const PlanComm& pc = plan.comms[i];
       std::string ctx = loopContext(pc.node, c.loop_values.data());
-      out += fmt::format("\n  '{}' ({}) at {}{}", pc.name, toString(pc.type),
-                         plan.nodes[pc.node].path, ctx.empty() ? "" : " (" + ctx + ")");
+      out += fmt::format("\n  '{}' ({}) at {}{}{}", pc.name, toString(pc.type),
+                         plan.nodes[pc.node].path, ctx.empty() ? "" : " (" + ctx + ")",
+                         c.last_done ? ""
+                                     : fmt::format(", on stream {}, which has not finished",
+                                                   c.joined_on));
       ++n;
     }
     if (n == 0) out += " none (a stream is stuck on other work)";

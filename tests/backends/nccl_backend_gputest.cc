@@ -494,7 +494,9 @@ TEST(NcclBackend, PostsOnACallerStreamAlwaysWaitForItsWork) {
 // run NCCL operations in different orders. Streams a and b allreduce
 // buffers of their own, with nothing ordering a and b: a joined post on a
 // (delayed on rank 0 only), a detached and a joined one on b, a joined one on
-// a. Without the backend's ordering rank 0 would run b's first.
+// a. Without the backend's ordering rank 0 would run b's first. The first
+// switch (a to b) orders after a's tail at that time, the later ones after
+// the marks the backend records once it saw two streams.
 TEST(NcclBackend, JoinedPostsOnSeveralStreamsKeepTheOrderOfOperations) {
   HIR_REQUIRE_GPUS(1);
   Harness& h = harness();
@@ -525,7 +527,9 @@ TEST(NcclBackend, JoinedPostsOnSeveralStreamsKeepTheOrderOfOperations) {
   const int64_t sum = world * (world + 1) / 2;
   d.check(*a, ya.data(), DType::Int64, kCount, sum * world, 0, 0, &records[0], 0);
   d.check(*b, yb.data(), DType::Int64, kCount, 10 * sum * world, 0, 0, &records[1], 0);
-  // Leave the backend's latest post detached: the events go away with this test.
+  // Leave the backend's latest post detached: its teardown may wait on the
+  // stream of its latest joined post, and streams a and b go away with this
+  // test.
   h.backend->post({&on_a, 1}, *a, *done_a);
   h.backend->wait(*done_a, *a, WaitMode::Host, testTimeout());
   d.synchronize(*b, testTimeout());

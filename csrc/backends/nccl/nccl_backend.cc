@@ -123,11 +123,16 @@ struct NcclBackend::State {
   cudaStream_t target = nullptr;  // where the current post's operations go
 
   // Where the latest post's operations went: null, the backend stream; else
-  // a caller's stream (postJoined), where that post's `done`, lane_done, was
-  // recorded after them. The GPU must see one communicator's operations in
-  // the order they were issued, so a post elsewhere first waits for those.
+  // a caller's stream (postJoined). The GPU must see one communicator's
+  // operations in the order they were issued, so a post elsewhere first
+  // waits for those, through laneEnd().
   cudaStream_t lane_on = nullptr;
-  cudaEvent_t lane_done = nullptr;
+  // Recorded on lane_on right after the latest joined post's operations when
+  // lane_marked. That costs an event record per post, so it is done only
+  // once posts came from more than one stream (several_streams).
+  cudaEvent_t lane_mark = nullptr;
+  bool lane_marked = false;
+  bool several_streams = false;
   // Posts on the backend stream so far, and the caller stream that last
   // waited for all of them (through stream_tail) and how many there were.
   uint64_t stream_posts = 0;
@@ -239,6 +244,19 @@ struct NcclBackend::State {
     } destroy{e};
     HIR_CUDA_CHECK(ordinal, cudaEventRecord(e, stream));
     return cuda::pollEvent(e, limit, ordinal);
+  }
+  // An event that a post on another stream than lane_on waits on to follow
+  // the latest joined post's operations. Without a mark (the first switch
+  // of streams), it is recorded on lane_on now: the new post then also
+  // follows what the caller enqueued there since, all of it issued before
+  // this post and so unable to wait for it. From then on posts are marked.
+  cudaEvent_t laneEnd() {
+    several_streams = true;
+    if (!lane_marked) {
+      HIR_CUDA_CHECK(ordinal, cudaEventRecord(lane_mark, lane_on));
+      lane_marked = true;
+    }
+    return lane_mark;
   }
   void abortAll();
   void release();
@@ -534,9 +552,9 @@ void NcclBackend::State::release() {
   if (stream && !aborted.load()) {
     std::string why;
     try {
-      // The latest operations ran on a caller's stream (postJoined): wait
-      // for them there (their `done` outlives the backend, see backend.h).
-      if (lane_on != nullptr && !cuda::pollEvent(lane_done, timeout, ordinal))
+      // The latest operations ran on a caller's stream (postJoined), which
+      // outlives the backend (see backend.h): wait for them there.
+      if (lane_on != nullptr && !cuda::pollEvent(laneEnd(), timeout, ordinal))
         throw TimeoutError(fmt::format("operations on the caller's stream still pending after {} ms",
                                        timeout.count()));
       drained = drainStream(timeout);
@@ -573,6 +591,8 @@ void NcclBackend::State::release() {
   if (inputs_ready) (void)cudaEventDestroy(inputs_ready);
   if (stream_tail) (void)cudaEventDestroy(stream_tail);
   stream_tail = nullptr;
+  if (lane_mark) (void)cudaEventDestroy(lane_mark);
+  lane_mark = nullptr;
   if (stream) (void)cudaStreamDestroy(stream);
   inputs_ready = nullptr;
   stream = nullptr;
@@ -606,6 +626,7 @@ void NcclBackend::setup(const BackendContext& ctx) {
   HIR_CUDA_CHECK(ordinal, cudaStreamCreateWithFlags(&s.stream, cudaStreamNonBlocking));
   HIR_CUDA_CHECK(ordinal, cudaEventCreateWithFlags(&s.inputs_ready, cudaEventDisableTiming));
   HIR_CUDA_CHECK(ordinal, cudaEventCreateWithFlags(&s.stream_tail, cudaEventDisableTiming));
+  HIR_CUDA_CHECK(ordinal, cudaEventCreateWithFlags(&s.lane_mark, cudaEventDisableTiming));
   const char* always_join = std::getenv("HIR_NCCL_ALWAYS_JOIN");
   s.always_join = always_join != nullptr && std::strcmp(always_join, "0") != 0;
   s.setupTeams(ctx);
@@ -642,7 +663,7 @@ void NcclBackend::post(std::span<const PostArgs> ops, Stream& current, Event& do
   // (on this one, the record above covers them: postJoined counted them as
   // work of that stream).
   if (s.lane_on != nullptr && s.lane_on != caller.native())
-    HIR_CUDA_CHECK(s.ordinal, cudaStreamWaitEvent(s.stream, s.lane_done, 0));
+    HIR_CUDA_CHECK(s.ordinal, cudaStreamWaitEvent(s.stream, s.laneEnd(), 0));
   s.lane_on = nullptr;
   ++s.stream_posts;
   s.target = s.stream;
@@ -652,8 +673,9 @@ void NcclBackend::post(std::span<const PostArgs> ops, Stream& current, Event& do
 
 // The ops go straight onto the caller's stream, which is where they would
 // have to be waited for anyway: no record + wait to the backend stream and
-// back. Only the order of this backend's operations needs care.
-bool NcclBackend::postJoined(std::span<const PostArgs> ops, Stream& current, Event& done) {
+// back, and no completion event. Only the order of this backend's
+// operations needs care.
+bool NcclBackend::postJoined(std::span<const PostArgs> ops, Stream& current, Event&) {
   State& s = *state_;
   const std::string_view path = !ops.empty() && ops[0].path ? ops[0].path : "";
   HIR_INTERNAL_ASSERT(s.ready, "{}: nccl post before setup", path);
@@ -662,7 +684,6 @@ bool NcclBackend::postJoined(std::span<const PostArgs> ops, Stream& current, Eve
                s.rank);
   cuda::activate(s.ordinal);
   cuda::CudaStream& caller = cuda::cudaStream(current, "nccl post");
-  cudaEvent_t done_event = cuda::nativeEvent(done, "nccl post");
   cudaStream_t on = caller.native();
   if (s.lane_on == nullptr) {
     // After the backend stream's operations, unless this stream already
@@ -674,14 +695,14 @@ bool NcclBackend::postJoined(std::span<const PostArgs> ops, Stream& current, Eve
       s.tail_seen_posts = s.stream_posts;
     }
   } else if (s.lane_on != on) {
-    HIR_CUDA_CHECK(s.ordinal, cudaStreamWaitEvent(on, s.lane_done, 0));
+    HIR_CUDA_CHECK(s.ordinal, cudaStreamWaitEvent(on, s.laneEnd(), 0));
   }
   s.target = on;
   s.enqueueAll(ops, path);
-  HIR_CUDA_CHECK(s.ordinal, cudaEventRecord(done_event, on));
   caller.noteWork();  // a later post() from this stream must record after these ops
   s.lane_on = on;
-  s.lane_done = done_event;
+  s.lane_marked = s.several_streams;
+  if (s.lane_marked) HIR_CUDA_CHECK(s.ordinal, cudaEventRecord(s.lane_mark, on));
   return true;
 }
 
