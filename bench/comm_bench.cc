@@ -19,7 +19,9 @@
 // pattern: every rank sends to rank+1 and receives from rank-1 in one group
 // (a pair exchange at 2 ranks).
 // Host columns: enqueue = host time per iteration of the loop (raw: the NCCL
-// call; hir: post + stream wait), post = host time inside post() alone.
+// call; hir: the joined post, or post + stream wait with --detached), post =
+// host time inside post() alone (the enqueue time unless --detached).
+// Messages up to 64 KiB get three times --reps repetitions.
 #include <cuda.h>  // driver API types only (entry points, no libcuda link)
 #include <cuda_runtime_api.h>
 #include <nccl.h>
@@ -276,6 +278,8 @@ class Bench {
     Sample raw, hir;
   };
 
+  static constexpr std::size_t kSmallBytes = std::size_t{64} << 10;
+
   int itersFor(std::size_t bytes) const {
     // Keep a loop of large messages near 32 MiB per iteration-budget.
     constexpr std::size_t kBudget = std::size_t{32} << 20;
@@ -313,6 +317,8 @@ class Bench {
       return us / kCalls;
     };
     int dev = 0;
+    Clock::time_point sink{};
+    const double clock = per_call([&] { sink = std::max(sink, Clock::now()); });
     const double get_device = per_call([&] { (void)cudaGetDevice(&dev); });
     const double record = per_call([&] { (void)cudaEventRecord(e, a); });
     const double wait = per_call([&] { (void)cudaStreamWaitEvent(b, e, 0); });
@@ -331,10 +337,10 @@ class Bench {
     cudaStreamDestroy(a);
     cudaStreamDestroy(b);
     if (rank_ == 0)
-      std::printf("# host us per call: cudaGetDevice %.3f, cudaEventRecord %.3f, "
-                  "cudaStreamWaitEvent %.3f, record+wait %.3f, cuEventRecord %.3f, "
-                  "cuStreamWaitEvent %.3f\n",
-                  get_device, record, wait, join, cu_record, cu_wait);
+      std::printf("# host us per call: steady_clock::now %.3f, cudaGetDevice %.3f, "
+                  "cudaEventRecord %.3f, cudaStreamWaitEvent %.3f, record+wait %.3f, "
+                  "cuEventRecord %.3f, cuStreamWaitEvent %.3f\n",
+                  clock, get_device, record, wait, join, cu_record, cu_wait);
   }
 
   // ------------------------------------------------------------ raw NCCL
@@ -431,21 +437,27 @@ class Bench {
     cudaOk(cudaEventRecord(start_, cur), "cudaEventRecord");
     double post_us = 0;
     const auto t0 = Clock::now();
-    for (int i = 0; i < iters; ++i) {
-      const auto p0 = Clock::now();
+    if (!o_.detached) {
       // As the evaluator posts a communication that the next node waits for
-      // (lowering marks it joined), unless --detached.
-      const bool on_current = !o_.detached && backend_->postJoined(args, *current_, *done_);
-      if (o_.detached) backend_->post(args, *current_, *done_);
-      post_us += std::chrono::duration<double, std::micro>(Clock::now() - p0).count();
-      if (!on_current) backend_->wait(*done_, *current_, WaitMode::Stream, kTimeout);
+      // (lowering marks it joined): the loop is the posts alone, like the raw
+      // loop is the NCCL calls alone (no clock read per iteration either).
+      for (int i = 0; i < iters; ++i)
+        if (!backend_->postJoined(args, *current_, *done_))
+          backend_->wait(*done_, *current_, WaitMode::Stream, kTimeout);
+    } else {
+      for (int i = 0; i < iters; ++i) {
+        const auto p0 = Clock::now();
+        backend_->post(args, *current_, *done_);
+        post_us += std::chrono::duration<double, std::micro>(Clock::now() - p0).count();
+        backend_->wait(*done_, *current_, WaitMode::Stream, kTimeout);
+      }
     }
     const auto t1 = Clock::now();
     cudaOk(cudaEventRecord(stop_, cur), "cudaEventRecord");
     Sample out;
     out.gpu_us = elapsedUs(start_, stop_) / iters;
     out.enqueue_us = std::chrono::duration<double, std::micro>(t1 - t0).count() / iters;
-    out.post_us = post_us / iters;
+    out.post_us = o_.detached ? post_us / iters : out.enqueue_us;
     return out;
   }
 
@@ -470,7 +482,10 @@ class Bench {
       timeHir(args, o_.warmup);
     }
     std::vector<double> raw_us, hir_us, raw_enq, hir_enq, hir_post;
-    for (int rep = 0; rep < o_.reps; ++rep) {
+    // Small messages are cheap to repeat and the noisiest: three times the
+    // repetitions.
+    const int reps = s.bytes <= kSmallBytes ? 3 * o_.reps : o_.reps;
+    for (int rep = 0; rep < reps; ++rep) {
       Sample raw, hir;
       if (rep % 2 == 0) {
         raw = timeRaw(op, s, iters);
@@ -511,10 +526,10 @@ class Bench {
 
   void printHeader() const {
     if (rank_ != 0) return;
-    std::printf("# hir_comm_bench: %d rank(s), device %s, dtype %s, reps %d (median of the "
-                "slowest rank), nccl %d%s%s\n",
+    std::printf("# hir_comm_bench: %d rank(s), device %s, dtype %s, reps %d (%d up to 64 KiB; "
+                "median of the slowest rank), nccl %d%s%s\n",
                 world_, device_->describe().c_str(), std::string(toString(o_.dtype)).c_str(),
-                o_.reps, NCCL_VERSION_CODE,
+                o_.reps, 3 * o_.reps, NCCL_VERSION_CODE,
                 o_.raw_events ? "; raw records an event after every op" : "",
                 o_.detached ? "; hir posts detached (post + wait)" : "");
     std::printf("# time per op in us (CUDA events); busbw in GB/s; enq = host us per iteration; "
