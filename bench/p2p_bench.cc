@@ -6,11 +6,13 @@
 // Device interface only, timed the same way and interleaved with the rest.
 //
 //   mpirun -np 2 hir_p2p_bench [--device cuda|host] [--min 1K] [--max 1G]
-//       [--factor 4] [--reps 5] [--csv PATH]
+//       [--factor 4] [--reps 5] [--run-bytes 4G] [--csv PATH]
 //
 // bandwidth: even ranks send to rank + 1 in a loop (post + stream wait), odd
-//   ranks receive; time per message = (run + synchronize) / messages; the
-//   receivers check the last message's data.
+//   ranks receive; messages per run: --run-bytes / size, within [4, 200];
+//   time per message = (run + synchronize) / messages. Each program first
+//   runs once untimed with a fill before and a check after (the receivers
+//   check the last message's data); the timed runs do neither.
 // latency: ranks 0 and 1 ping-pong one 8-byte message; one-way latency =
 //   time / (2 x round trips).
 // raw: bandwidth = m device copies of `bytes` from rank 0's buffer into rank
@@ -45,6 +47,7 @@ struct Options {
   std::string device = "cuda";
   int64_t min = 1024, max = int64_t{1} << 30, factor = 4;
   int reps = 5;
+  int64_t run_bytes = int64_t{4} << 30;  // bytes sent per bandwidth run
   std::string csv;
 };
 
@@ -70,6 +73,7 @@ Options parse(int argc, char** argv) {
     else if (a == "--max") o.max = parseSize(next());
     else if (a == "--factor") o.factor = std::stoll(next());
     else if (a == "--reps") o.reps = std::stoi(next());
+    else if (a == "--run-bytes") o.run_bytes = parseSize(next());
     else if (a == "--csv") o.csv = next();
     else throw hir::UsageError("unknown option " + a);
   }
@@ -77,23 +81,28 @@ Options parse(int argc, char** argv) {
 }
 
 // Messages per run: enough to amortize the run's start, bounded in bytes.
-int messagesFor(int64_t bytes) {
-  return static_cast<int>(std::clamp<int64_t>((int64_t{4} << 30) / std::max<int64_t>(bytes, 1),
-                                              4, 200));
+int messagesFor(int64_t bytes, int64_t run_bytes) {
+  return static_cast<int>(
+      std::clamp<int64_t>(run_bytes / std::max<int64_t>(bytes, 1), 4, 200));
 }
 
+// With `verify`, the sender fills its buffer first and the receiver checks
+// the last message; timed runs leave both out (a fill and a check of the
+// whole buffer per run cost about as much as 20% of the messages at 4 GiB
+// per run, which raw does not pay) and copy whatever the buffer holds.
 std::string bandwidthProgram(const std::string& backend, const std::string& protocol,
-                             int64_t count, int messages) {
+                             int64_t count, int messages, bool verify) {
   std::string proto = protocol.empty() ? "" : fmt::format(", \"protocol\": \"{}\"", protocol);
   std::string share = backend == "ipc"
                           ? R"({"op": "share_mem_handles", "communications": ["s", "r"]},)"
                           : "";
   return fmt::format(R"({{
     "format": "hostir/1", "name": "p2p_bw", "min_world_size": 2,
-    "params": {{"n": {count}, "m": {messages}}},
+    "params": {{"n": {count}, "m": {messages}, "verify": {verify}}},
     "body": [
       {{"op": "allocate", "name": "buf", "dtype": "float32", "shape": ["n"]}},
-      {{"op": "fill", "tensor": "buf", "value": "rank", "step": 0}},
+      {{"op": "if", "cond": "verify", "then": [
+        {{"op": "fill", "tensor": "buf", "value": "rank", "step": 0}}]}},
       {share}
       {{"op": "for", "index": "i", "start": 0, "stop": "m", "body": [
         {{"op": "if", "cond": "rank % 2 == 0 && rank + 1 < world", "then": [
@@ -104,10 +113,11 @@ std::string bandwidthProgram(const std::string& backend, const std::string& prot
           {{"op": "communication", "name": "r", "type": "recv", "tensor": "buf",
             "peer": "rank - 1", "backend": "{backend}"{proto}}},
           {{"op": "wait", "communication": "r"}}]}}]}},
-      {{"op": "if", "cond": "rank % 2 == 1", "then": [
+      {{"op": "if", "cond": "verify && rank % 2 == 1", "then": [
         {{"op": "check", "tensor": "buf", "value": "rank - 1"}}]}}
     ]}})",
                      fmt::arg("count", count), fmt::arg("messages", messages),
+                     fmt::arg("verify", verify ? 1 : 0),
                      fmt::arg("share", share), fmt::arg("backend", backend),
                      fmt::arg("proto", proto));
 }
@@ -258,6 +268,21 @@ class RawCopy {
   std::unique_ptr<hir::Stream> stream_;
 };
 
+// Runs each program once, untimed, and fails unless every check passed.
+void verifyPrograms(hir::Session& session, const std::vector<std::string>& texts) {
+  for (const std::string& t : texts) {
+    hir::EvaluatorOptions o;
+    o.timeout = std::chrono::seconds(120);
+    hir::Evaluator ev(session, hir::parseProgram(t), o);
+    ev.run();
+    ev.synchronize();
+    hir::RunReport r = ev.report();
+    const bool receives = session.bootstrap().rank() % 2 == 1;
+    HIR_CHECK_AS(hir::BackendError, r.ok() && (!receives || r.checks_run > 0),
+                 "p2p bench: wrong data:\n{}", r.format());
+  }
+}
+
 // Seconds per run of each program, median over reps, runs interleaved. With
 // `raw`, one more entry: `raw` timed the same way, after the programs of each
 // repetition.
@@ -359,10 +384,13 @@ int main(int argc, char** argv) {
     row("latency", 8, one_way);
 
     for (int64_t bytes = o.min; bytes <= o.max; bytes *= o.factor) {
-      int m = messagesFor(bytes);
-      std::vector<std::string> texts;
-      for (const Variant& v : variants)
-        texts.push_back(bandwidthProgram(v.backend, v.protocol, bytes / 4, m));
+      int m = messagesFor(bytes, o.run_bytes);
+      std::vector<std::string> texts, checked;
+      for (const Variant& v : variants) {
+        texts.push_back(bandwidthProgram(v.backend, v.protocol, bytes / 4, m, false));
+        checked.push_back(bandwidthProgram(v.backend, v.protocol, bytes / 4, m, true));
+      }
+      verifyPrograms(session, checked);
       std::vector<double> s = timePrograms(session, texts, o.reps, [&] {
         raw.stream(static_cast<std::size_t>(bytes), m);
       });
