@@ -38,6 +38,7 @@
 #include <vector>
 
 #include "backends/backend.h"
+#include "backends/nccl/nccl_types.h"
 #include "common/enums.h"
 #include "common/error.h"
 #include "device/cuda/cuda_impl.h"
@@ -149,19 +150,6 @@ void ncclOk(ncclResult_t r, const char* what) {
   if (r != ncclSuccess)
     throw BackendError(fmt::format("bench: {} failed: {} ({})", what, ncclGetErrorString(r),
                                    ncclGetLastError(nullptr)));
-}
-
-ncclDataType_t ncclType(DType t) {
-  switch (t) {
-    case DType::Float32: return ncclFloat32;
-    case DType::Float64: return ncclFloat64;
-    case DType::Float16: return ncclFloat16;
-    case DType::BFloat16: return ncclBfloat16;
-    case DType::Int32: return ncclInt32;
-    case DType::Int64: return ncclInt64;
-    case DType::UInt8: return ncclUint8;
-  }
-  return ncclFloat32;
 }
 
 // ------------------------------------------------------------- one measure

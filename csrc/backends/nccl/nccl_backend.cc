@@ -11,6 +11,7 @@
 #include <cstring>
 #include <vector>
 
+#include "backends/nccl/nccl_types.h"
 #include "common/error.h"
 #include "device/cuda/cuda_impl.h"
 #include "runtime/bootstrap.h"
@@ -42,30 +43,6 @@ inline void ncclCheck(ncclResult_t r, const char* call, int rank, std::string_vi
 }
 
 #define HIR_NCCL_CHECK(call, rank, path) ncclCheck((call), #call, (rank), (path))
-
-ncclDataType_t ncclType(DType t) {
-  switch (t) {
-    case DType::Float32: return ncclFloat32;
-    case DType::Float64: return ncclFloat64;
-    case DType::Float16: return ncclFloat16;
-    case DType::BFloat16: return ncclBfloat16;
-    case DType::Int32: return ncclInt32;
-    case DType::Int64: return ncclInt64;
-    case DType::UInt8: return ncclUint8;
-  }
-  HIR_INTERNAL_ASSERT(false, "nccl: unhandled dtype {}", static_cast<int>(t));
-}
-
-ncclRedOp_t ncclOp(ReduceOp op) {
-  switch (op) {
-    case ReduceOp::Sum: return ncclSum;
-    case ReduceOp::Prod: return ncclProd;
-    case ReduceOp::Min: return ncclMin;
-    case ReduceOp::Max: return ncclMax;
-    case ReduceOp::Avg: return ncclAvg;
-  }
-  HIR_INTERNAL_ASSERT(false, "nccl: unhandled reduce op {}", static_cast<int>(op));
-}
 
 bool overlaps(const void* a, std::size_t a_bytes, const void* b, std::size_t b_bytes) {
   if (a == nullptr || b == nullptr || a_bytes == 0 || b_bytes == 0) return false;
