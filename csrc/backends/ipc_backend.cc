@@ -298,9 +298,7 @@ void IpcBackend::State::announce(Stream& on, const Step& s) {
 
 void IpcBackend::State::transfer(Stream& on, const Step& s) {
   if (!s.copies) return;
-  dev->waitValue(on, s.await, s.seq);
-  dev->copy(on, s.dst, s.src, s.bytes);
-  dev->writeValue(on, s.signal, s.seq);
+  dev->signaledCopy(on, s.dst, s.src, s.bytes, s.await, s.seq, s.signal, s.seq);
 }
 
 void IpcBackend::State::await(Stream& on, const Step& s) {

@@ -31,6 +31,13 @@ void Device::writeValue(Stream&, uint32_t*, uint32_t) {
 void Device::waitValue(Stream&, const uint32_t*, uint32_t) {
   throwUnsupported(*this, "stream semaphores", "waitValue");
 }
+void Device::signaledCopy(Stream& s, void* dst, const void* src, std::size_t bytes,
+                          const uint32_t* wait_addr, uint32_t at_least, uint32_t* signal_addr,
+                          uint32_t value) {
+  waitValue(s, wait_addr, at_least);
+  copy(s, dst, src, bytes);
+  writeValue(s, signal_addr, value);
+}
 
 // ---------------------------------------------------------------- registry
 

@@ -130,6 +130,13 @@ class Device {
   // `addr` is device-visible memory of a uint32 (possibly a peer's, imported).
   virtual void writeValue(Stream& s, uint32_t* addr, uint32_t value);
   virtual void waitValue(Stream& s, const uint32_t* addr, uint32_t at_least);
+  // waitValue(s, wait_addr, at_least), copy(s, dst, src, bytes), then
+  // writeValue(s, signal_addr, value), as one step: what an ipc message's
+  // copying side enqueues. Default: those three calls. A device may fuse
+  // them (cuda: one kernel for copies up to HIR_CUDA_KERNEL_COPY_MAX).
+  virtual void signaledCopy(Stream& s, void* dst, const void* src, std::size_t bytes,
+                            const uint32_t* wait_addr, uint32_t at_least, uint32_t* signal_addr,
+                            uint32_t value);
 };
 
 // Device factories, registered by name ("host", and "cuda" when built with

@@ -459,6 +459,46 @@ TEST(CudaDevice, WaitValueHoldsAStreamUntilAnotherStreamWrites) {
   device->synchronize(*done, std::chrono::seconds(5));
 }
 
+// signaledCopy holds the copy until the flag is written, and a stream that
+// waits for its signal sees the whole copy: a small copy (one kernel, at the
+// limit of the kernel path too) and a large one (the copy engine path).
+TEST(CudaDevice, SignaledCopyWaitsForTheFlagAndSignalsAfterTheCopy) {
+  HIR_REQUIRE_GPUS(1);
+  auto device = makeCudaDevice();
+  if (!device->supports(DeviceFeature::StreamSemaphore))
+    GTEST_SKIP() << "stream memory operations are not available";
+  const std::size_t sizes[] = {100, 64 << 10, 4 << 20};
+  Records records(*device, std::size(sizes));
+  for (std::size_t i = 0; i < std::size(sizes); ++i) {
+    const std::size_t bytes = sizes[i];
+    SCOPED_TRACE(fmt::format("{} bytes", bytes));
+    Buffer flags(*device, 8), src(*device, bytes), dst(*device, bytes);
+    auto* wait_flag = static_cast<uint32_t*>(flags.data());
+    uint32_t* signal = wait_flag + 1;
+    auto copier = device->createStream(), writer = device->createStream(),
+         reader = device->createStream();
+    auto copied = device->createEvent(), read = device->createEvent();
+    device->fill(*copier, src.data(), DType::UInt8, bytes, 7, 1);
+    device->fill(*copier, dst.data(), DType::UInt8, bytes, 0, 0);
+    device->synchronize(*copier, testTimeout());
+    SemaphoreRelease release(*device, wait_flag);
+
+    device->signaledCopy(*copier, dst.data(), src.data(), bytes, wait_flag, 1, signal, 3);
+    device->record(*copied, *copier);
+    device->waitValue(*reader, signal, 3);
+    device->check(*reader, dst.data(), DType::UInt8, bytes, 7, 1, 0, records.get(i), 0);
+    device->record(*read, *reader);
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    EXPECT_FALSE(device->query(*copied)) << "the copy did not wait for the flag";
+    EXPECT_FALSE(device->query(*read)) << "the signal came before the flag";
+
+    device->writeValue(*writer, wait_flag, 1);
+    device->synchronize(*read, testTimeout());
+    EXPECT_EQ(records[i].mismatches, 0u);
+    EXPECT_EQ(records[i].checked, bytes);
+  }
+}
+
 // ------------------------------------------------------- two ranks: IPC
 
 MemoryHandle broadcastHandle(const MemoryHandle& h, int root) {

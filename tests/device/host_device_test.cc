@@ -707,6 +707,32 @@ TEST(HostDeviceSemaphores, WaitValueOnAReachedValueDoesNotBlock) {
   dev.deallocate(flag);
 }
 
+// The default signaledCopy (waitValue, copy, writeValue): nothing is copied
+// or signalled before the flag, and the signal follows the copy.
+TEST(HostDeviceSemaphores, SignaledCopyWaitsCopiesThenSignals) {
+  HostDevice dev;
+  auto copier = dev.createStream();
+  auto writer = dev.createStream();
+  auto* flags = static_cast<uint32_t*>(dev.allocate(2 * sizeof(uint32_t)));
+  auto* src = static_cast<unsigned char*>(dev.allocate(64));
+  auto* dst = static_cast<unsigned char*>(dev.allocate(64));
+  for (int k = 0; k < 64; ++k) src[k] = static_cast<unsigned char>(k + 1);
+  int copied_when_signalled = -1;
+  dev.signaledCopy(*copier, dst, src, 64, &flags[0], 2, &flags[1], 9);
+  dev.waitValue(*writer, &flags[1], 9);
+  dev.launchHostFunc(*writer, [&] { copied_when_signalled = dst[63]; });
+  std::this_thread::sleep_for(30ms);
+  EXPECT_EQ(flags[1], 0u) << "signalled before the flag";
+  EXPECT_EQ(dst[0], 0) << "copied before the flag";
+  dev.writeValue(dev.defaultStream(), &flags[0], 2);
+  dev.synchronize(*writer, kLong);
+  EXPECT_EQ(copied_when_signalled, 64);
+  EXPECT_EQ(std::memcmp(dst, src, 64), 0);
+  dev.deallocate(dst);
+  dev.deallocate(src);
+  dev.deallocate(flags);
+}
+
 // ------------------------------------------------------- misc, registry
 
 TEST(HostDeviceInfo, DescribesItselfWithItsPid) {

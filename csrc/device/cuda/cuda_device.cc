@@ -486,6 +486,23 @@ class CudaDevice final : public Device {
                  static_cast<void*>(addr), ordinal_, api.describe(r));
   }
 
+  // Small copies: one kernel that waits, copies and signals (a stream wait
+  // and a stream write each add a dependent step before and after the copy
+  // kernel). Larger ones: the three steps, the copy on a copy engine.
+  void signaledCopy(Stream& s, void* dst, const void* src, std::size_t bytes,
+                    const uint32_t* wait_addr, uint32_t at_least, uint32_t* signal_addr,
+                    uint32_t value) override {
+    if (bytes == 0 || bytes > kernel_copy_max_)
+      return Device::signaledCopy(s, dst, src, bytes, wait_addr, at_least, signal_addr, value);
+    (void)semaphoreApi("signaledCopy", wait_addr);  // the same checks as waitValue
+    (void)semaphoreApi("signaledCopy", signal_addr);
+    activate(ordinal_);
+    CudaStream& cs = cudaStream(s, "signaledCopy");
+    HIR_CUDA_CHECK(ordinal_, launchSignaledCopy(cs.native(), dst, src, bytes, wait_addr, at_least,
+                                                signal_addr, value));
+    cs.noteWork();
+  }
+
   void waitValue(Stream& s, const uint32_t* addr, uint32_t at_least) override {
     const DriverApi& api = semaphoreApi("waitValue", addr);
     activate(ordinal_);

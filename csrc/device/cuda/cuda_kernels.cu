@@ -11,6 +11,8 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
+
 #include "device/cuda/cuda_kernels.h"
 #include "device/device.h"
 
@@ -294,7 +296,55 @@ __global__ void copyKernel(void* dst, const void* src, std::size_t bytes, bool w
   }
 }
 
+// Acquire/release at system scope: the flags live in a peer GPU's memory
+// (imported) or are written by a peer GPU.
+__device__ uint32_t loadAcquireSys(const uint32_t* p) {
+  uint32_t v;
+  asm volatile("ld.acquire.sys.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+__device__ void storeReleaseSys(uint32_t* p, uint32_t v) {
+  asm volatile("st.release.sys.global.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+}
+
+// One block: thread 0 waits until *wait_addr >= at_least (wrap-around safe,
+// like CU_STREAM_WAIT_VALUE_GEQ), the block copies, every thread fences its
+// stores at system scope, then thread 0 releases `value` into *signal_addr.
+__global__ void signaledCopyKernel(void* dst, const void* src, std::size_t bytes, bool wide,
+                                   const uint32_t* wait_addr, uint32_t at_least,
+                                   uint32_t* signal_addr, uint32_t value) {
+  if (threadIdx.x == 0)
+    while (static_cast<int32_t>(loadAcquireSys(wait_addr) - at_least) < 0) {
+    }
+  __syncthreads();
+  if (wide) {
+    auto* d = static_cast<uint4*>(dst);
+    const auto* s = static_cast<const uint4*>(src);
+    for (std::size_t k = threadIdx.x; k < bytes / 16; k += blockDim.x) d[k] = s[k];
+  } else {
+    auto* d = static_cast<unsigned char*>(dst);
+    const auto* s = static_cast<const unsigned char*>(src);
+    for (std::size_t k = threadIdx.x; k < bytes; k += blockDim.x) d[k] = s[k];
+  }
+  __threadfence_system();
+  __syncthreads();
+  if (threadIdx.x == 0) storeReleaseSys(signal_addr, value);
+}
+
 }  // namespace
+
+cudaError_t launchSignaledCopy(cudaStream_t stream, void* dst, const void* src,
+                               std::size_t bytes, const uint32_t* wait_addr, uint32_t at_least,
+                               uint32_t* signal_addr, uint32_t value) {
+  const bool wide = (reinterpret_cast<uintptr_t>(dst) | reinterpret_cast<uintptr_t>(src) |
+                     bytes) % 16 == 0;
+  const std::size_t items = wide ? bytes / 16 : bytes;
+  const int threads = static_cast<int>(std::clamp<std::size_t>((items + 31) / 32 * 32, 32, 1024));
+  void* args[] = {&dst,       const_cast<void**>(&src), &bytes, const_cast<bool*>(&wide),
+                  &wait_addr, &at_least,                &signal_addr, &value};
+  return cudaLaunchKernel(reinterpret_cast<const void*>(&signaledCopyKernel), dim3(1),
+                          dim3(threads), args, 0, stream);
+}
 
 cudaError_t launchCopy(cudaStream_t stream, void* dst, const void* src, std::size_t bytes,
                        int max_blocks) {

@@ -35,6 +35,15 @@ cudaError_t launchCheck(cudaStream_t stream, const void* src, DType t, std::size
 cudaError_t launchCopy(cudaStream_t stream, void* dst, const void* src, std::size_t bytes,
                        int max_blocks);
 
+// In one block: waits until *wait_addr >= at_least (GEQ, wrap-around safe),
+// copies dst[0, bytes) = src[0, bytes), then stores `value` into
+// *signal_addr with release semantics at system scope (the copy is visible
+// to whoever sees the value). For small ipc messages: one kernel instead of
+// a stream wait, a copy and a stream write.
+cudaError_t launchSignaledCopy(cudaStream_t stream, void* dst, const void* src,
+                               std::size_t bytes, const uint32_t* wait_addr, uint32_t at_least,
+                               uint32_t* signal_addr, uint32_t value);
+
 // One thread that busy-waits `nanoseconds` of GPU global time (for tests and
 // benchmarks that need a long-running kernel).
 cudaError_t launchSpin(cudaStream_t stream, uint64_t nanoseconds);
