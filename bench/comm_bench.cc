@@ -37,13 +37,13 @@
 #include <string>
 #include <vector>
 
-#include "backends/backend.h"
+#include <hostir/backend.h>
 #include "backends/nccl/nccl_types.h"
-#include "common/enums.h"
-#include "common/error.h"
+#include <hostir/types.h>
+#include "common/check.h"
 #include "device/cuda/cuda_impl.h"
-#include "device/device.h"
-#include "runtime/bootstrap.h"
+#include <hostir/device.h>
+#include <hostir/bootstrap.h>
 
 namespace hir {
 namespace {

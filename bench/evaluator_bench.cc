@@ -10,10 +10,10 @@
 
 #include <chrono>
 
-#include "ir/json.h"
-#include "runtime/bootstrap.h"
-#include "runtime/evaluator.h"
-#include "runtime/session.h"
+#include <hostir/json.h>
+#include <hostir/bootstrap.h>
+#include <hostir/evaluator.h>
+#include <hostir/session.h>
 
 namespace {
 

@@ -32,12 +32,12 @@
 #include <string>
 #include <vector>
 
-#include "common/error.h"
-#include "device/device.h"
-#include "ir/json.h"
-#include "runtime/bootstrap.h"
-#include "runtime/evaluator.h"
-#include "runtime/session.h"
+#include "common/check.h"
+#include <hostir/device.h>
+#include <hostir/json.h>
+#include <hostir/bootstrap.h>
+#include <hostir/evaluator.h>
+#include <hostir/session.h>
 
 namespace {
 

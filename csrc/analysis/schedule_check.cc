@@ -20,8 +20,8 @@
 #include <variant>
 #include <vector>
 
-#include "common/error.h"
-#include "ir/tensor_ref.h"
+#include "common/check.h"
+#include <hostir/tensor_ref.h>
 
 namespace hir {
 namespace {

@@ -26,7 +26,7 @@
 #include <utility>
 #include <vector>
 
-#include "lower/plan.h"
+#include "plan/plan.h"
 
 namespace hir {
 

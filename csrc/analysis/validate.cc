@@ -23,8 +23,8 @@
 #include <string_view>
 #include <vector>
 
-#include "common/error.h"
-#include "lower/plan.h"
+#include "common/check.h"
+#include "plan/plan.h"
 
 namespace hir {
 namespace {

@@ -8,7 +8,7 @@
 // free of rank and loop indices, world_size against `world`.
 #pragma once
 
-#include "ir/nodes.h"
+#include <hostir/program.h>
 
 namespace hir {
 

@@ -1,11 +1,11 @@
 // Default behaviour of Backend, and the registry of backends by name.
-#include "backends/backend.h"
+#include <hostir/backend.h>
 
 #include <mutex>
 
 #include "backends/ipc_backend.h"
 #include "backends/mpi_backend.h"
-#include "common/error.h"
+#include "common/check.h"
 #ifdef HIR_WITH_CUDA
 #include "backends/nccl/nccl_backend.h"
 #endif

@@ -27,8 +27,8 @@
 #include <mutex>
 #include <set>
 
-#include "common/error.h"
-#include "runtime/bootstrap.h"
+#include "common/check.h"
+#include <hostir/bootstrap.h>
 
 namespace hir {
 

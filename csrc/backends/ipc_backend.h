@@ -32,7 +32,7 @@
 
 #include <memory>
 
-#include "backends/backend.h"
+#include <hostir/backend.h>
 
 namespace hir {
 

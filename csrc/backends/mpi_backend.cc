@@ -26,9 +26,9 @@
 #include <thread>
 
 #include "common/elements.h"
-#include "common/error.h"
-#include "runtime/bootstrap.h"
-#include "runtime/mpi_util.h"
+#include "common/check.h"
+#include <hostir/bootstrap.h>
+#include "transport/mpi_util.h"
 
 namespace hir {
 

@@ -14,7 +14,7 @@
 
 #include <memory>
 
-#include "backends/backend.h"
+#include <hostir/backend.h>
 
 namespace hir {
 

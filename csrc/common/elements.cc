@@ -4,7 +4,7 @@
 #include <cmath>
 #include <cstring>
 
-#include "common/error.h"
+#include "common/check.h"
 
 namespace hir {
 

@@ -6,7 +6,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "common/enums.h"
+#include <hostir/types.h>
 
 namespace hir {
 

@@ -1,6 +1,6 @@
-#include "common/enums.h"
+#include <hostir/types.h>
 
-#include "common/error.h"
+#include "common/check.h"
 
 namespace hir {
 

@@ -1,4 +1,4 @@
-#include "common/error.h"
+#include "common/check.h"
 
 namespace hir {
 
@@ -15,6 +15,10 @@ std::string joinIssues(const std::vector<ValidationError::Issue>& issues) {
 }
 
 }  // namespace
+
+ParseError::ParseError(std::string pointer, const std::string& message)
+    : Error(fmt::format("{}: {}", pointer.empty() ? "/" : pointer, message)),
+      pointer_(std::move(pointer)) {}
 
 ValidationError::ValidationError(std::vector<Issue> issues)
     : Error(joinIssues(issues)), issues_(std::move(issues)) {}

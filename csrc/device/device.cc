@@ -1,8 +1,8 @@
-#include "device/device.h"
+#include <hostir/device.h>
 
 #include <mutex>
 
-#include "common/error.h"
+#include "common/check.h"
 #include "device/host_device.h"
 #ifdef HIR_WITH_CUDA
 #include "device/cuda/cuda_device.h"

@@ -18,7 +18,7 @@
 #include <unordered_set>
 
 #include "common/elements.h"
-#include "common/error.h"
+#include "common/check.h"
 
 namespace hir {
 

@@ -27,7 +27,7 @@
 
 #include <memory>
 
-#include "device/device.h"
+#include <hostir/device.h>
 
 namespace hir {
 

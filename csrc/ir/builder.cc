@@ -1,4 +1,4 @@
-#include "ir/builder.h"
+#include <hostir/builder.h>
 
 namespace hir {
 

@@ -1,10 +1,10 @@
-#include "ir/expr.h"
+#include <hostir/expr.h>
 
 #include <fmt/format.h>
 
 #include <climits>
 
-#include "common/error.h"
+#include "common/check.h"
 
 namespace hir {
 

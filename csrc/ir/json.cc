@@ -3,7 +3,7 @@
 // written) and, for optional keys, the default that saving omits. Three
 // visitors walk it: KeyCollector (the accepted keys, for "unknown key"
 // errors), Loader and Saver.
-#include "ir/json.h"
+#include <hostir/json.h>
 
 #include <fmt/format.h>
 
@@ -15,7 +15,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
-#include "common/error.h"
+#include "common/check.h"
 
 namespace hir {
 

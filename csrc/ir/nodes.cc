@@ -1,4 +1,4 @@
-#include "ir/nodes.h"
+#include <hostir/program.h>
 
 #include <fmt/format.h>
 

@@ -1,4 +1,4 @@
-#include "ir/printer.h"
+#include <hostir/printer.h>
 
 #include <fmt/format.h>
 

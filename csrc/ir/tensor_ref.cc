@@ -1,10 +1,10 @@
-#include "ir/tensor_ref.h"
+#include <hostir/tensor_ref.h>
 
 #include <fmt/format.h>
 
 #include <algorithm>
 
-#include "common/error.h"
+#include "common/check.h"
 
 namespace hir {
 

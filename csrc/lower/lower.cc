@@ -9,8 +9,8 @@
 #include <string>
 #include <unordered_map>
 
-#include "backends/backend.h"
-#include "common/error.h"
+#include <hostir/backend.h>
+#include "common/check.h"
 #include "common/overloaded.h"
 
 namespace hir {

@@ -4,8 +4,8 @@
 #include <string>
 #include <vector>
 
-#include "ir/nodes.h"
-#include "lower/plan.h"
+#include <hostir/program.h>
+#include "plan/plan.h"
 
 namespace hir {
 

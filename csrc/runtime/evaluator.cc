@@ -4,7 +4,7 @@
 // Per-node work is integer arithmetic on the scalar slots, a few device
 // calls (enqueue, record, wait) and no allocation in steady state, except the
 // host device's task closures.
-#include "runtime/evaluator.h"
+#include <hostir/evaluator.h>
 
 #include <algorithm>
 #include <array>
@@ -14,13 +14,13 @@
 
 #include "analysis/schedule_check.h"
 #include "analysis/validate.h"
-#include "backends/backend.h"
-#include "common/error.h"
+#include <hostir/backend.h>
+#include "common/check.h"
 #include "common/overloaded.h"
-#include "device/device.h"
+#include <hostir/device.h>
 #include "lower/lower.h"
-#include "lower/plan.h"
-#include "runtime/session.h"
+#include "plan/plan.h"
+#include <hostir/session.h>
 
 namespace hir {
 namespace {

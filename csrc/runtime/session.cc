@@ -1,6 +1,6 @@
-#include "runtime/session.h"
+#include <hostir/session.h>
 
-#include "common/error.h"
+#include "common/check.h"
 
 namespace hir {
 

@@ -16,15 +16,15 @@
 
 #include "analysis/schedule_check.h"
 #include "analysis/validate.h"
-#include "common/error.h"
-#include "device/device.h"
-#include "ir/json.h"
-#include "ir/printer.h"
+#include "common/check.h"
+#include <hostir/device.h>
+#include <hostir/json.h>
+#include <hostir/printer.h>
 #include "lower/lower.h"
-#include "lower/plan.h"
-#include "runtime/bootstrap.h"
-#include "runtime/evaluator.h"
-#include "runtime/session.h"
+#include "plan/plan.h"
+#include <hostir/bootstrap.h>
+#include <hostir/evaluator.h>
+#include <hostir/session.h>
 
 namespace hir {
 namespace {

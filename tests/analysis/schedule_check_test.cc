@@ -9,8 +9,8 @@
 #include <vector>
 
 #include "analysis/validate.h"
-#include "common/error.h"
-#include "ir/json.h"
+#include "common/check.h"
+#include <hostir/json.h>
 #include "lower/lower.h"
 
 namespace hir {

@@ -7,8 +7,8 @@
 #include <string>
 #include <vector>
 
-#include "common/error.h"
-#include "ir/json.h"
+#include "common/check.h"
+#include <hostir/json.h>
 
 namespace hir {
 namespace {

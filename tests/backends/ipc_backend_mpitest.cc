@@ -20,15 +20,15 @@
 #include <tuple>
 #include <vector>
 
-#include "backends/backend.h"
+#include <hostir/backend.h>
 #include "backends/ipc_backend.h"
-#include "common/error.h"
+#include "common/check.h"
 #include "device/host_device.h"
-#include "ir/json.h"
+#include <hostir/json.h>
 #include "lower/lower.h"
-#include "lower/plan.h"
-#include "runtime/evaluator.h"
-#include "runtime/session.h"
+#include "plan/plan.h"
+#include <hostir/evaluator.h>
+#include <hostir/session.h>
 #include "support/mpi_test.h"
 
 namespace hir {

@@ -16,10 +16,10 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include "backends/backend.h"
+#include <hostir/backend.h>
 #include "backends/mpi_backend.h"
 #include "common/elements.h"
-#include "common/error.h"
+#include "common/check.h"
 #include "device/host_device.h"
 #include "support/collective_reference.h"
 #include "support/mpi_test.h"

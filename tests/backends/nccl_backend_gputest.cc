@@ -18,11 +18,11 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include "backends/backend.h"
+#include <hostir/backend.h>
 #include "common/elements.h"
-#include "common/error.h"
+#include "common/check.h"
 #include "device/cuda/test_kernels.h"
-#include "device/device.h"
+#include <hostir/device.h>
 #include "support/collective_reference.h"
 #include "support/gpu_test.h"
 

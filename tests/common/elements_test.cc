@@ -8,7 +8,7 @@
 #include <limits>
 #include <vector>
 
-#include "common/error.h"
+#include "common/check.h"
 
 namespace hir {
 namespace {

@@ -19,10 +19,10 @@
 #include <gtest/gtest.h>
 
 #include "common/elements.h"
-#include "common/error.h"
+#include "common/check.h"
 #include "device/cuda/cuda_impl.h"
 #include "device/cuda/test_kernels.h"
-#include "device/device.h"
+#include <hostir/device.h>
 #include "support/gpu_test.h"
 
 namespace hir {

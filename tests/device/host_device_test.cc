@@ -17,7 +17,7 @@
 #include <vector>
 
 #include "common/elements.h"
-#include "common/error.h"
+#include "common/check.h"
 
 namespace hir {
 namespace {

@@ -1,10 +1,10 @@
-#include "ir/builder.h"
+#include <hostir/builder.h>
 
 #include <gtest/gtest.h>
 
-#include "common/error.h"
+#include "common/check.h"
 #include "ir/ir_samples.h"
-#include "ir/json.h"
+#include <hostir/json.h>
 
 namespace hir {
 namespace {

@@ -1,4 +1,4 @@
-#include "ir/expr.h"
+#include <hostir/expr.h>
 
 #include <gtest/gtest.h>
 
@@ -6,7 +6,7 @@
 #include <map>
 #include <random>
 
-#include "common/error.h"
+#include "common/check.h"
 
 namespace hir {
 namespace {

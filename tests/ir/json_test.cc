@@ -1,11 +1,11 @@
-#include "ir/json.h"
+#include <hostir/json.h>
 
 #include <gtest/gtest.h>
 
 #include <cstdio>
 #include <fstream>
 
-#include "common/error.h"
+#include "common/check.h"
 #include "ir/ir_samples.h"
 
 namespace hir {

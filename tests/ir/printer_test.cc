@@ -1,11 +1,11 @@
-#include "ir/printer.h"
+#include <hostir/printer.h>
 
 #include <gtest/gtest.h>
 
 #include <sstream>
 
 #include "ir/ir_samples.h"
-#include "ir/json.h"
+#include <hostir/json.h>
 
 namespace hir {
 namespace {

@@ -1,8 +1,8 @@
-#include "ir/tensor_ref.h"
+#include <hostir/tensor_ref.h>
 
 #include <gtest/gtest.h>
 
-#include "common/error.h"
+#include "common/check.h"
 
 namespace hir {
 namespace {

@@ -10,7 +10,7 @@
 
 #include "analysis/validate.h"
 #include "common/overloaded.h"
-#include "ir/json.h"
+#include <hostir/json.h>
 #include "lower/lower.h"
 
 namespace hir {

@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "analysis/validate.h"
-#include "ir/json.h"
+#include <hostir/json.h>
 #include "lower/lower.h"
 
 namespace hir {

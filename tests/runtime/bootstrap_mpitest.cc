@@ -11,9 +11,9 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include "common/error.h"
-#include "runtime/bootstrap.h"
-#include "runtime/fake_nodes.h"
+#include "common/check.h"
+#include <hostir/bootstrap.h>
+#include "transport/fake_nodes.h"
 #include "support/mpi_test.h"
 
 namespace hir {

@@ -11,9 +11,9 @@
 #include <memory>
 
 #include "device/cuda/test_kernels.h"
-#include "ir/json.h"
-#include "runtime/evaluator.h"
-#include "runtime/session.h"
+#include <hostir/json.h>
+#include <hostir/evaluator.h>
+#include <hostir/session.h>
 #include "support/gpu_test.h"
 
 namespace hir {

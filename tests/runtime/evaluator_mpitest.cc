@@ -7,10 +7,10 @@
 #include <chrono>
 #include <thread>
 
-#include "common/error.h"
-#include "ir/json.h"
-#include "runtime/evaluator.h"
-#include "runtime/session.h"
+#include "common/check.h"
+#include <hostir/json.h>
+#include <hostir/evaluator.h>
+#include <hostir/session.h>
 #include "support/mpi_test.h"
 
 namespace hir {

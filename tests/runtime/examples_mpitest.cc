@@ -5,9 +5,9 @@
 
 #include <filesystem>
 
-#include "ir/json.h"
-#include "runtime/evaluator.h"
-#include "runtime/session.h"
+#include <hostir/json.h>
+#include <hostir/evaluator.h>
+#include <hostir/session.h>
 #include "support/mpi_test.h"
 #include "support/test_util.h"
 

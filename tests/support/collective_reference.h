@@ -11,8 +11,8 @@
 #include <string>
 #include <vector>
 
-#include "backends/backend.h"
-#include "common/enums.h"
+#include <hostir/backend.h>
+#include <hostir/types.h>
 
 namespace hir::test {
 

@@ -15,7 +15,7 @@
 
 #include <fmt/format.h>
 
-#include "device/device.h"
+#include <hostir/device.h>
 #include "support/mpi_test.h"
 
 namespace hir::test {

@@ -9,7 +9,7 @@
 
 #include <gtest/gtest.h>
 
-#include "common/error.h"
+#include "common/check.h"
 #include "support/mpi_test.h"
 
 namespace hir::test {

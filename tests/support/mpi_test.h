@@ -4,7 +4,7 @@
 
 #include <gtest/gtest.h>
 
-#include "runtime/bootstrap.h"
+#include <hostir/bootstrap.h>
 
 namespace hir::test {
 

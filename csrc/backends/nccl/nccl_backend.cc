@@ -12,9 +12,9 @@
 #include <vector>
 
 #include "backends/nccl/nccl_types.h"
-#include "common/error.h"
+#include "common/check.h"
 #include "device/cuda/cuda_impl.h"
-#include "runtime/bootstrap.h"
+#include <hostir/bootstrap.h>
 
 namespace hir {
 

@@ -30,7 +30,7 @@
 
 #include <memory>
 
-#include "backends/backend.h"
+#include <hostir/backend.h>
 
 namespace hir {
 

@@ -4,8 +4,8 @@
 
 #include <nccl.h>
 
-#include "common/enums.h"
-#include "common/error.h"
+#include <hostir/types.h>
+#include "common/check.h"
 
 namespace hir {
 

@@ -15,7 +15,7 @@
 #include <thread>
 #include <unordered_map>
 
-#include "common/error.h"
+#include "common/check.h"
 #include "device/cuda/cuda_impl.h"
 #include "device/cuda/cuda_kernels.h"
 #include "device/cuda/driver_api.h"

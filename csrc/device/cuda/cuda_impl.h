@@ -10,7 +10,7 @@
 #include <cstdint>
 #include <memory>
 
-#include "device/device.h"
+#include <hostir/device.h>
 
 namespace hir::cuda {
 

@@ -14,7 +14,7 @@
 #include <algorithm>
 
 #include "device/cuda/cuda_kernels.h"
-#include "device/device.h"
+#include <hostir/device.h>
 
 namespace hir::cuda {
 

@@ -1,7 +1,7 @@
 // Test and benchmark helpers of the CUDA device (not part of the interface).
 #pragma once
 
-#include "device/device.h"
+#include <hostir/device.h>
 
 namespace hir::cuda {
 

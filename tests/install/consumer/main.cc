@@ -1,11 +1,16 @@
 // Builds a program in code, runs it on the host device in one process, and
 // verifies both its checks and a caller-owned output buffer.
+#include <hostir/backend.h>
+#include <hostir/device.h>
 #include <hostir/hostir.h>
+
+#include "ir/nodes.h"  // the consumer's own
 
 #include <cstdio>
 #include <vector>
 
 int main() {
+  if (consumer::Node{}.id != 42) return 1;
   hir::ProgramBuilder b("consumer");
   b.param("n", 64).output("out");
   b.allocate("tmp", hir::DType::Int32, {"n"});

@@ -10,7 +10,7 @@
 #include <string_view>
 #include <vector>
 
-#include "ir/expr.h"
+#include <hostir/expr.h>
 
 namespace hir {
 

@@ -10,7 +10,7 @@
 #include <utility>
 #include <vector>
 
-#include "ir/nodes.h"
+#include <hostir/program.h>
 
 namespace hir {
 

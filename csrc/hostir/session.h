@@ -5,8 +5,8 @@
 #include <memory>
 #include <string>
 
-#include "device/device.h"
-#include "runtime/bootstrap.h"
+#include <hostir/device.h>
+#include <hostir/bootstrap.h>
 
 namespace hir {
 

@@ -13,9 +13,9 @@
 #include <variant>
 #include <vector>
 
-#include "common/enums.h"
-#include "ir/expr.h"
-#include "ir/tensor_ref.h"
+#include <hostir/types.h>
+#include <hostir/expr.h>
+#include <hostir/tensor_ref.h>
 
 namespace hir {
 

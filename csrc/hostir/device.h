@@ -27,7 +27,7 @@
 #include <string_view>
 #include <vector>
 
-#include "common/enums.h"
+#include <hostir/types.h>
 
 namespace hir {
 

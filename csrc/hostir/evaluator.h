@@ -21,7 +21,7 @@
 #include <string_view>
 #include <vector>
 
-#include "ir/nodes.h"
+#include <hostir/program.h>
 
 namespace hir {
 

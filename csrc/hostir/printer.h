@@ -4,7 +4,7 @@
 
 #include <string>
 
-#include "ir/nodes.h"
+#include <hostir/program.h>
 
 namespace hir {
 

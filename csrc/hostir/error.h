@@ -1,10 +1,15 @@
-// Errors. Every error a user can cause is a hir::Error subclass that says what
-// was expected, what was found and where (JSON pointer, node path, rank).
-// Internal bugs use HIR_INTERNAL_ASSERT and hir::InternalError, which is not
-// an Error: a user can never trigger it with a bad program.
+// Errors. Every error hostir reports is one of three kinds, each with its
+// exit code of the `hir` command:
+// - the user's program or input is wrong (exit 2): ParseError,
+//   ValidationError, ProgramError, UsageError;
+// - the run failed although the program is valid (exit 3): RuntimeError and
+//   its subclasses BackendError and TimeoutError;
+// - hostir has a bug (exit 4): InternalError, which is not an Error; a bad
+//   program can never raise it.
+// Every message says what was expected, what was found and where (JSON
+// pointer, node path, rank). The macros that raise them are private
+// (common/check.h).
 #pragma once
-
-#include <fmt/format.h>
 
 #include <stdexcept>
 #include <string>
@@ -35,9 +40,7 @@ class Error : public std::runtime_error {
 // pointer() is the RFC 6901 JSON pointer of the offending value.
 class ParseError : public Error {
  public:
-  ParseError(std::string pointer, const std::string& message)
-      : Error(fmt::format("{}: {}", pointer.empty() ? "/" : pointer, message)),
-        pointer_(std::move(pointer)) {}
+  ParseError(std::string pointer, const std::string& message);
   const std::string& pointer() const { return pointer_; }
 
  private:
@@ -66,22 +69,31 @@ class ProgramError : public Error {
   using Error::Error;
 };
 
-// Bad command line.
+// Bad command line, or an embedder's misuse of the API (binding an unknown
+// name, registering a backend name twice).
 class UsageError : public Error {
  public:
   using Error::Error;
 };
 
-// A library call (CUDA, NCCL, MPI) failed, or a device reported an error.
-class BackendError : public Error {
+// The run failed although the program is valid: the environment, a peer or
+// the hardware did not do its part (a failed exchange between ranks, memory
+// that cannot be had). Exit 3.
+class RuntimeError : public Error {
  public:
-  explicit BackendError(const std::string& what) : Error(what, kExitRuntimeFailure) {}
+  explicit RuntimeError(const std::string& what) : Error(what, kExitRuntimeFailure) {}
+};
+
+// A library call (CUDA, NCCL, MPI) failed, or a device reported an error.
+class BackendError : public RuntimeError {
+ public:
+  using RuntimeError::RuntimeError;
 };
 
 // A host-side wait ran past its timeout.
-class TimeoutError : public Error {
+class TimeoutError : public RuntimeError {
  public:
-  explicit TimeoutError(const std::string& what) : Error(what, kExitRuntimeFailure) {}
+  using RuntimeError::RuntimeError;
 };
 
 // A bug in hostir itself, never the user's fault.
@@ -92,23 +104,3 @@ class InternalError : public std::logic_error {
 
 }  // namespace hir
 
-// User error: the program or the input is wrong. Throws hir::ProgramError.
-#define HIR_CHECK(cond, ...)                                          \
-  do {                                                                \
-    if (!(cond)) throw ::hir::ProgramError(fmt::format(__VA_ARGS__)); \
-  } while (0)
-
-// Same, with an explicit hir::Error subclass taking one string.
-#define HIR_CHECK_AS(ErrorType, cond, ...)                    \
-  do {                                                        \
-    if (!(cond)) throw ErrorType(fmt::format(__VA_ARGS__));   \
-  } while (0)
-
-// Internal invariant: a failure is a bug in hostir.
-#define HIR_INTERNAL_ASSERT(cond, ...)                                          \
-  do {                                                                          \
-    if (!(cond))                                                                \
-      throw ::hir::InternalError(fmt::format("internal error at {}:{}: {} ({})", \
-                                             __FILE__, __LINE__,                \
-                                             fmt::format(__VA_ARGS__), #cond)); \
-  } while (0)

@@ -3,7 +3,7 @@
 // Bootstrap calls are blocking and have no timeout of their own: they run at
 // load (setup, share_mem_handles), never on the per-node path, and a rank that
 // dies there makes the MPI launcher end the job.
-#include "runtime/bootstrap.h"
+#include <hostir/bootstrap.h>
 
 #include <unistd.h>
 
@@ -14,9 +14,9 @@
 #include <cstdlib>
 #include <cstring>
 
-#include "common/error.h"
-#include "runtime/fake_nodes.h"
-#include "runtime/mpi_util.h"
+#include "common/check.h"
+#include "transport/fake_nodes.h"
+#include "transport/mpi_util.h"
 
 namespace hir {
 

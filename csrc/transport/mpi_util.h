@@ -16,7 +16,7 @@
 #include <string>
 #include <string_view>
 
-#include "common/error.h"
+#include "common/check.h"
 
 namespace hir::mpi {
 

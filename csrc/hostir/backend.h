@@ -19,8 +19,8 @@
 #include <string_view>
 #include <vector>
 
-#include "common/enums.h"
-#include "device/device.h"
+#include <hostir/types.h>
+#include <hostir/device.h>
 
 namespace hir {
 

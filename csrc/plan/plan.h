@@ -14,8 +14,8 @@
 #include <variant>
 #include <vector>
 
-#include "common/enums.h"
-#include "ir/expr.h"
+#include <hostir/types.h>
+#include <hostir/expr.h>
 
 namespace hir {
 
