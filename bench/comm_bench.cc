@@ -41,7 +41,7 @@
 #include "backends/nccl/nccl_types.h"
 #include <hostir/types.h>
 #include "common/check.h"
-#include "device/cuda/cuda_impl.h"
+#include "device/cuda_interop.h"
 #include <hostir/device.h>
 #include <hostir/bootstrap.h>
 

@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "plan/plan.h"
+#include "plan/trace.h"
 
 namespace hir {
 
@@ -36,30 +37,6 @@ struct ScheduleCheckOptions {
   int64_t max_steps_per_rank = 4'000'000;
   // Node identity of each rank (Bootstrap::nodes()); empty: one node.
   std::vector<std::string> nodes;
-};
-
-// One end of a point-to-point message, as the dry run resolved it.
-struct P2pEnd {
-  int comm = -1;           // communication slot
-  int alloc = -1;          // allocation slot
-  std::size_t offset = 0;  // bytes from the start of the allocation
-};
-
-// A send matched with its recv.
-struct P2pMessage {
-  P2pEnd send, recv;
-  std::size_t bytes = 0;
-  Protocol protocol = Protocol::Put;  // as the send says; auto is put
-  int backend = -1;                   // as the send says (Plan::backends)
-};
-
-// Every matched send/recv of one run, per ordered pair of ranks (from, to),
-// in the order the pair's messages match. A run of the plan repeats it
-// exactly: the plan is deterministic given the rank. Backends that map a
-// peer's memory (ipc) use it to know, at post time, the peer's address.
-struct P2pTrace {
-  bool truncated = false;  // the dry run stopped early: only a prefix is known
-  std::map<std::pair<int, int>, std::vector<P2pMessage>> pairs;
 };
 
 struct ScheduleCheckResult {

@@ -24,7 +24,8 @@
 #include <vector>
 
 #include "common/check.h"
-#include "plan/plan.h"
+#include "ir/team.h"
+
 
 namespace hir {
 namespace {
@@ -187,12 +188,7 @@ class Validator {
     checkTeam(c);
     if (!isPointToPoint(c.type) && c.input && c.output)
       checkSameDType(toString(c.type), *c.input, *c.output, fieldPath(path_, "output"));
-    if (c.protocol != Protocol::Auto &&
-        (!isPointToPoint(c.type) || (c.backend != "ipc" && c.backend != "auto")))
-      issue(fieldPath(path_, "protocol"),
-            fmt::format("protocol '{}' applies only to send/recv on backend 'ipc' (or 'auto'); "
-                        "found {} on backend '{}'",
-                        toString(c.protocol), toString(c.type), c.backend));
+    checkBackend(c);
   }
 
   void operator()(const ShareMemHandles& s) {
@@ -207,10 +203,11 @@ class Validator {
       auto it = decl_.comms.find(name);
       if (it == decl_.comms.end()) {
         issue(at, fmt::format("'{}' is not a communication of the program", name));
-      } else if (it->second.backend != "ipc") {
+      } else if (const BackendCaps* b = findCaps(options_.backends, it->second.backend);
+                 b == nullptr || !b->maps_peer_memory) {
         issue(at, fmt::format("'{}' ({}) uses backend '{}'; share_mem_handles lists only "
-                              "communications on backend 'ipc'",
-                              name, it->second.path, it->second.backend));
+                              "communications on a backend that maps peer memory ({})",
+                              name, it->second.path, it->second.backend, peerMappingBackends()));
       }
     }
   }
@@ -427,19 +424,14 @@ class Validator {
       issue(fieldPath(path_, "team"), "a team needs at least one rank");
       return;
     }
-    std::map<int64_t, std::size_t> seen;  // rank -> position
+    const std::vector<TeamMember> members = evaluateTeam(c.team, options_.world, program_.params);
     for (std::size_t i = 0; i < c.team.ranks.size(); ++i) {
-      const Expr& e = c.team.ranks[i];
       std::string at = childPath(path_, "team", i);
-      if (!checkTeamExpr(e, at)) continue;
-      std::optional<int64_t> r = evaluateStatic(e, at);
-      if (!r) continue;
-      if (*r < 0 || *r >= options_.world)
-        issue(at, fmt::format("team rank '{}' is {}, outside the world [0, {})", e.str(), *r,
-                              options_.world));
-      else if (auto [it, fresh] = seen.emplace(*r, i); !fresh)
-        issue(at, fmt::format("rank {} is already in the team (at {})", *r,
-                              childPath(path_, "team", it->second)));
+      if (!checkTeamExpr(c.team.ranks[i], at) || members[i].problem.empty()) continue;
+      const int earlier = members[i].repeats;
+      issue(at, earlier < 0 ? members[i].problem
+                            : fmt::format("{} (at {})", members[i].problem,
+                                          childPath(path_, "team", earlier)));
     }
   }
 
@@ -467,23 +459,37 @@ class Validator {
     return ok;
   }
 
-  // Value of an expression over world and params, or nullopt (with an
-  // issue) when it cannot be evaluated.
-  std::optional<int64_t> evaluateStatic(const Expr& e, const std::string& at) {
-    try {
-      return e.evaluate([&](std::string_view n) -> std::optional<int64_t> {
-        if (n == "world") return options_.world;
-        for (const Param& p : program_.params)
-          if (p.name == n) return p.value;
-        return std::nullopt;
-      });
-    } catch (const ProgramError& err) {
-      issue(at, fmt::format("cannot evaluate '{}': {}", e.str(), err.what()));
-      return std::nullopt;
+  // ------------------------------------------------------- communications
+  // The backend is "auto" or one of the catalog, and takes the fields given
+  // (a protocol). With "auto", lowering checks the fields against the
+  // backend it picks.
+  void checkBackend(const Communication& c) {
+    if (c.protocol != Protocol::Auto && !isPointToPoint(c.type))
+      issue(fieldPath(path_, "protocol"),
+            fmt::format("protocol '{}' applies only to send/recv; found {}", toString(c.protocol),
+                        toString(c.type)));
+    if (c.backend == "auto") return;
+    const BackendCaps* b = findCaps(options_.backends, c.backend);
+    if (b == nullptr) {
+      std::string names;
+      for (const BackendCaps& caps : options_.backends)
+        names += fmt::format(", \"{}\"", caps.name);
+      issue(fieldPath(path_, "backend"),
+            fmt::format("unknown backend '{}'; expected \"auto\"{}", c.backend, names));
+      return;
     }
+    if (c.protocol != Protocol::Auto && !b->protocols.has(c.protocol))
+      issue(fieldPath(path_, "protocol"), fmt::format("backend '{}' takes no protocol '{}'",
+                                                      c.backend, toString(c.protocol)));
   }
 
-  // ------------------------------------------------------- communications
+  std::string peerMappingBackends() const {
+    std::string out;
+    for (const BackendCaps& caps : options_.backends)
+      if (caps.maps_peer_memory) out += fmt::format("{}'{}'", out.empty() ? "" : ", ", caps.name);
+    return out.empty() ? std::string("none is registered") : out;
+  }
+
   void checkCommFields(const Communication& c) {
     const std::string_view type = toString(c.type);
     auto need = [&](bool present, std::string_view field) {

@@ -5,15 +5,22 @@
 // allocated, the fields each communication type needs (and no others), waits
 // naming a communication or group posted earlier, group bodies holding only
 // communications (and for/if), expressions using only known names, teams
-// free of rank and loop indices, world_size against `world`.
+// free of rank and loop indices, world_size against `world`, backends of
+// the catalog with the fields they take.
 #pragma once
 
+#include <vector>
+
+#include <hostir/backend.h>
 #include <hostir/program.h>
 
 namespace hir {
 
 struct ValidateOptions {
   int world = 1;
+  // The backends a program may name (backendCatalog() in a run): "backend"
+  // must be "auto" or one of them, and take the fields given.
+  std::vector<BackendCaps> backends;
 };
 
 void validate(const Program& program, const ValidateOptions& options);

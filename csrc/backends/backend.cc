@@ -31,7 +31,7 @@ void Backend::wait(Event& done, Stream& current, WaitMode mode, Duration timeout
 }
 
 void Backend::shareMemHandles(std::span<const ShareItem> items) {
-  HIR_CHECK(items.empty(),
+  HIR_INTERNAL_ASSERT(items.empty(),
             "backend '{}' does not exchange memory handles, yet share_mem_handles lists {} "
             "item(s) for it",
             name(), items.size());
@@ -67,24 +67,21 @@ void registerBuiltins(Registry& r) {
   registerIpcBackend();  // cuda and host devices
 }
 
-std::string describeQuery(const SupportQuery& q) {
-  return fmt::format("{} of {} on device '{}'", toString(q.type), toString(q.dtype), q.device);
-}
-
-std::string prefix(std::string_view path) {
-  return path.empty() ? std::string() : fmt::format("{}: ", path);
-}
-
 }  // namespace
 
 void registerBackend(BackendInfo info) {
   Registry& r = registry();
   std::lock_guard lock(r.mutex);
   registerBuiltins(r);
-  HIR_INTERNAL_ASSERT(info.supports && info.create, "backend '{}' registered without supports/create",
-                      info.name);
+  HIR_CHECK_AS(UsageError, info.create != nullptr && !info.caps.name.empty(),
+               "registerBackend: backend '{}' has no {}", info.caps.name,
+               info.caps.name.empty() ? "name" : "create function");
+  HIR_CHECK_AS(UsageError, info.caps.name != "auto",
+               "registerBackend: \"auto\" is not a backend name; programs use it to let "
+               "lowering choose");
   for (const BackendInfo& b : r.backends)
-    HIR_CHECK(b.name != info.name, "a backend named '{}' is already registered", info.name);
+    HIR_CHECK_AS(UsageError, b.caps.name != info.caps.name,
+                 "registerBackend: a backend named '{}' is already registered", info.caps.name);
   r.backends.push_back(std::move(info));
 }
 
@@ -96,42 +93,17 @@ const std::vector<BackendInfo>& registeredBackends() {
 
 const BackendInfo* findBackend(std::string_view name) {
   for (const BackendInfo& b : registeredBackends())
-    if (b.name == name) return &b;
+    if (b.caps.name == name) return &b;
   return nullptr;
 }
 
-const BackendInfo& selectBackend(std::string_view requested, const SupportQuery& q,
-                                 std::string_view path) {
-  const std::vector<BackendInfo>& all = registeredBackends();
-  if (requested != "auto") {
-    const BackendInfo* b = findBackend(requested);
-    if (b == nullptr) {
-      std::string names;
-      for (const BackendInfo& info : all)
-        names += fmt::format("{}\"{}\"", names.empty() ? "" : ", ", info.name);
-      throw ProgramError(fmt::format("{}unknown backend '{}'; expected \"auto\" or a registered "
-                                     "backend: {}",
-                                     prefix(path), requested, names));
-    }
-    Support s = b->supports(q);
-    HIR_CHECK(s.ok, "{}backend '{}' cannot run {}: {}", prefix(path), b->name, describeQuery(q),
-              s.why);
-    return *b;
-  }
-  const BackendInfo* best = nullptr;
-  std::string reasons;
-  for (const BackendInfo& b : all) {
-    Support s = b.supports(q);
-    if (!s.ok) {
-      reasons += fmt::format("; {}: {}", b.name, s.why);
-      continue;
-    }
-    // Ties keep the first registered.
-    if (best == nullptr || b.auto_priority > best->auto_priority) best = &b;
-  }
-  HIR_CHECK(best != nullptr, "{}no backend can run {}{}", prefix(path), describeQuery(q),
-            all.empty() ? std::string("; no backend is registered") : reasons);
-  return *best;
+std::vector<BackendCaps> backendCatalog() {
+  std::vector<BackendCaps> out;
+  Registry& r = registry();
+  std::lock_guard lock(r.mutex);
+  registerBuiltins(r);
+  for (const BackendInfo& b : r.backends) out.push_back(b.caps);
+  return out;
 }
 
 }  // namespace hir

@@ -1,6 +1,6 @@
 // The ipc backend (see ipc_backend.h and docs/ipc.md).
 //
-// A message from s to r with sequence number q (PostArgs::pair_seq) moves
+// A message from s to r with sequence number q (PostArgs::remote.pair_seq) moves
 // like this, each side on its stream for (peer, direction), after the
 // stream waited for the inputs to be ready on the poster's current stream:
 //
@@ -146,8 +146,8 @@ void throwIfAnyFailed(const std::vector<std::string>& problems, std::string_view
     failures += fmt::format("{}rank {}: {}", failed ? "; " : "", r, problems[r]);
     ++failed;
   }
-  HIR_CHECK(failed == 0, "ipc: share_mem_handles failed on {} rank{} ({}): {}", failed,
-            failed == 1 ? "" : "s", what, failures);
+  HIR_RUNTIME_CHECK(failed == 0, "ipc: share_mem_handles failed on {} rank{} ({}): {}", failed,
+                    failed == 1 ? "" : "s", what, failures);
 }
 
 struct Lane;
@@ -245,14 +245,14 @@ Step IpcBackend::State::resolve(const PostArgs& a) {
   HIR_INTERNAL_ASSERT(isPointToPoint(a.type), "{}: ipc bound to {}", a.path, toString(a.type));
   HIR_INTERNAL_ASSERT(a.peer >= 0 && a.peer < world, "{}: peer {} outside the world", a.path,
                       a.peer);
-  HIR_CHECK(a.pair_seq >= 1 && a.remote_alloc >= 0,
-            "ipc: {}: {} rank {} was posted without the peer's address (remote_alloc, "
-            "remote_offset, pair_seq), which the evaluator fills from the load-time trace",
-            a.path, direction(a.type), a.peer);
-  HIR_CHECK_AS(BackendError, a.pair_seq <= std::numeric_limits<uint32_t>::max(),
+  HIR_INTERNAL_ASSERT(a.remote.pair_seq >= 1 && a.remote.alloc >= 0,
+                      "ipc: {}: {} rank {} was posted without the peer's address "
+                      "(PostArgs::remote), which the evaluator fills from the load-time trace",
+                      a.path, direction(a.type), a.peer);
+  HIR_CHECK_AS(BackendError, a.remote.pair_seq <= std::numeric_limits<uint32_t>::max(),
                "ipc: {}: message #{} between ranks {} and {}: the 32-bit semaphores allow at most "
                "{} messages per ordered pair of ranks in one evaluator",
-               a.path, a.pair_seq, rank, a.peer, std::numeric_limits<uint32_t>::max());
+               a.path, a.remote.pair_seq, rank, a.peer, std::numeric_limits<uint32_t>::max());
   uint32_t* peer_page = peer_pages[a.peer];
   HIR_CHECK(peer_page != nullptr,
             "ipc: {}: {} rank {} before any share_mem_handles exchanged with rank {}; list this "
@@ -262,7 +262,7 @@ Step IpcBackend::State::resolve(const PostArgs& a) {
   const int me = rank, peer = a.peer;
   Step s;
   s.lane = &laneFor(a.type, peer);
-  s.seq = static_cast<uint32_t>(a.pair_seq);
+  s.seq = static_cast<uint32_t>(a.remote.pair_seq);
   s.bytes = a.count * dtypeSize(a.dtype);
   s.copies = !exportsBuffer(a.type, a.protocol);
   const bool send = a.type == CommType::Send;
@@ -274,14 +274,14 @@ Step IpcBackend::State::resolve(const PostArgs& a) {
   s.await = page + peer * kSignals + ours;
   s.signal = peer_page + me * kSignals + theirs;
   if (!s.copies) return s;
-  auto it = imports.find({peer, a.remote_alloc});
+  auto it = imports.find({peer, a.remote.alloc});
   HIR_CHECK(it != imports.end(),
             "ipc: {}: {} rank {} ({}): rank {}'s allocation #{} was never exchanged; a "
             "share_mem_handles listing this communication must run after that allocation and "
             "before this post",
             a.path, direction(a.type), peer, toString(get ? Protocol::Get : Protocol::Put), peer,
-            a.remote_alloc);
-  char* remote = static_cast<char*>(it->second.ptr) + a.remote_offset;
+            a.remote.alloc);
+  char* remote = static_cast<char*>(it->second.ptr) + a.remote.offset;
   if (send) {
     s.dst = remote;
     s.src = a.input;
@@ -442,20 +442,21 @@ IpcBackend::IpcBackend() : state_(std::make_unique<State>()) {}
 
 IpcBackend::~IpcBackend() { state_->shutdown(); }
 
-Support IpcBackend::supports(const SupportQuery& q) {
-  if (q.device != "host" && q.device != "cuda")
-    return {false, fmt::format("the ipc backend maps peer memory of the host or cuda device, not "
-                               "of device '{}'",
-                               q.device)};
-  if (!isPointToPoint(q.type))
-    return {false, fmt::format("the ipc backend moves point-to-point messages (send, recv); use "
-                               "nccl or mpi for {}",
-                               toString(q.type))};
-  if (q.peer_on_other_node)
-    return {false,
-            "the ipc backend maps the peer's memory, so both ranks must be on one node; use "
-            "backend \"auto\" (nccl or mpi) for a peer on another node"};
-  return {true, {}};
+// Point-to-point messages through peer-mapped memory of the host or cuda
+// device, every dtype, on one node. "auto" never picks it: its
+// communications need handles exchanged, which a program asks for by naming
+// it.
+BackendCaps IpcBackend::caps() {
+  BackendCaps c;
+  c.name = "ipc";
+  c.devices = {"host", "cuda"};
+  c.types = {CommType::Send, CommType::Recv};
+  c.dtypes = EnumSet<DType>::all(kDTypeNames);
+  c.protocols = {Protocol::Put, Protocol::Get};
+  c.maps_peer_memory = true;
+  c.same_node_only = true;
+  c.auto_priority = 0;
+  return c;
 }
 
 void IpcBackend::setup(const BackendContext& ctx) {
@@ -464,7 +465,7 @@ void IpcBackend::setup(const BackendContext& ctx) {
                       "ipc backend setup without a device or bootstrap");
   HIR_INTERNAL_ASSERT(st.dev == nullptr, "ipc backend set up twice");
   Device& d = *ctx.device;
-  Support s = supports(SupportQuery{d.kind(), CommType::Send});
+  Support s = supports(caps(), SupportQuery{d.kind(), CommType::Send});
   HIR_CHECK_AS(BackendError, s.ok, "{}", s.why);
   HIR_CHECK_AS(BackendError,
                d.supports(DeviceFeature::Ipc) && d.supports(DeviceFeature::StreamSemaphore),
@@ -569,7 +570,8 @@ void IpcBackend::shareMemHandles(std::span<const ShareItem> items) {
       problem(fmt::format(
           "{} rank {} on node '{}' from node '{}': {}", direction(item.type), item.peer,
           st.nodes[item.peer], st.nodes[st.rank],
-          supports(SupportQuery{st.dev->kind(), item.type, DType::Float32, ReduceOp::Sum, true})
+          supports(caps(), SupportQuery{.device = st.dev->kind(), .type = item.type,
+                                        .peer_on_other_node = true})
               .why));
     if (exportsBuffer(item.type, item.protocol))
       to_export.emplace(item.alloc, &item);
@@ -656,13 +658,7 @@ void IpcBackend::abort() {
 int64_t IpcBackend::exchanges() const { return state_->exchanges; }
 
 void registerIpcBackend() {
-  BackendInfo info;
-  info.name = "ipc";
-  info.supports = &IpcBackend::supports;
-  info.create = [] { return std::make_unique<IpcBackend>(); };
-  info.auto_priority = 0;  // below mpi and nccl (10): "auto" never picks ipc
-  info.maps_peer_memory = true;
-  registerBackend(std::move(info));
+  registerBackend({IpcBackend::caps(), [] { return std::make_unique<IpcBackend>(); }});
 }
 
 }  // namespace hir

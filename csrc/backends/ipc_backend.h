@@ -55,7 +55,7 @@ class IpcBackend final : public Backend {
   void abort() override;
 
   // host or cuda device; send and recv; any dtype; peers on this node only.
-  static Support supports(const SupportQuery& q);
+  static BackendCaps caps();
 
   // Exchanges through the bootstrap so far (for tests).
   int64_t exchanges() const;

@@ -543,18 +543,23 @@ MpiBackend::MpiBackend() : state_(std::make_unique<State>()) {}
 
 MpiBackend::~MpiBackend() { state_->shutdown(); }
 
-Support MpiBackend::supports(const SupportQuery& q) {
-  if (q.device != "host")
-    return {false, fmt::format("the mpi backend moves host memory; device '{}' needs nccl or ipc",
-                               q.device)};
-  return {true, {}};
+// Every communication type, dtype and reduce op, on host memory.
+BackendCaps MpiBackend::caps() {
+  BackendCaps c;
+  c.name = "mpi";
+  c.devices = {"host"};
+  c.types = EnumSet<CommType>::all(kCommTypeNames);
+  c.dtypes = EnumSet<DType>::all(kDTypeNames);
+  c.reduce_ops = EnumSet<ReduceOp>::all(kReduceOpNames);
+  c.auto_priority = kAutoPriority;
+  return c;
 }
 
 void MpiBackend::setup(const BackendContext& ctx) {
   HIR_INTERNAL_ASSERT(ctx.device != nullptr && ctx.bootstrap != nullptr,
                       "mpi backend setup without a device or bootstrap");
   HIR_INTERNAL_ASSERT(state_->comms.empty(), "mpi backend set up twice");
-  Support s = supports(SupportQuery{ctx.device->kind()});
+  Support s = supports(caps(), SupportQuery{ctx.device->kind()});
   HIR_CHECK_AS(BackendError, s.ok, "{}", s.why);
   requireMpiThreadMultiple();
   State& st = *state_;
@@ -608,12 +613,7 @@ void MpiBackend::abort() {
 }
 
 void registerMpiBackend() {
-  BackendInfo info;
-  info.name = "mpi";
-  info.supports = &MpiBackend::supports;
-  info.create = [] { return std::make_unique<MpiBackend>(); };
-  info.auto_priority = kAutoPriority;
-  registerBackend(std::move(info));
+  registerBackend({MpiBackend::caps(), [] { return std::make_unique<MpiBackend>(); }});
 }
 
 }  // namespace hir

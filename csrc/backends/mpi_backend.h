@@ -30,7 +30,7 @@ class MpiBackend final : public Backend {
   void abort() override;
 
   // Host device only; every communication type, dtype and reduce op.
-  static Support supports(const SupportQuery& q);
+  static BackendCaps caps();
 
  private:
   // The MPI objects (communicators, ops) live in State so that this header

@@ -1,18 +1,25 @@
 // The communication backend interface, and the registry of backends by name
-// ("nccl", "ipc", "mpi"). The evaluator holds Backend& and calls post() and
-// wait(); it never asks which backend it holds. Backends never see JSON: they
-// get resolved pointers, counts and ranks.
+// ("nccl", "ipc", "mpi", and any an embedder registers). The evaluator holds
+// Backend& and calls post() and wait(); it never asks which backend it holds.
+// Backends never see JSON: they get resolved pointers, counts and ranks.
 //
-// Required: supports() (through BackendInfo), setup(), post().
+// A backend describes itself once, as data (BackendCaps: the device kinds,
+// communication types, dtypes, reduce ops and protocols it handles, whether
+// it maps peer memory); JSON loading, validation and lowering ask that, never
+// the backend's name.
+//
+// Required: BackendCaps, setup(), post().
 // Optional, with defaults: postJoined() (a post waited for right away, run on
 // the caller's stream without a completion event; default: post()), wait()
-// (stream/host wait on the done event), shareMemHandles() (IPC handle
-// exchange; default does nothing), abort().
+// (stream/host wait on the done event), shareMemHandles() (only for a
+// backend whose caps say maps_peer_memory; default: none to exchange),
+// abort().
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <initializer_list>
 #include <memory>
 #include <span>
 #include <string>
@@ -40,21 +47,23 @@ struct PostArgs {
   int team = 0;   // index into BackendContext::teams (0 is the world)
   int root = 0;   // team rank of the root (rooted collectives)
   int peer = -1;  // world rank (send, recv)
-  Protocol protocol = Protocol::Auto;
-  // For backends that cache per communication or allocation (ipc):
+  Protocol protocol = Protocol::Auto;  // send/recv, on a backend with protocols
+  // For backends that cache per communication or allocation:
   int comm = -1;                   // communication slot in the plan
   int input_alloc = -1, output_alloc = -1;  // allocation slots
   std::size_t input_offset = 0, output_offset = 0;  // bytes from allocation start
   const char* path = "";           // node path, for error messages
-  // Send/recv on a backend that maps peer memory (BackendInfo::
-  // maps_peer_memory), filled by the evaluator from the load-time trace: the
-  // peer's end of this message (its allocation slot and byte offset), and
-  // pair_seq, the 1-based number of this message among the messages of its
-  // ordered pair (sender, receiver) on such backends over every run so far:
-  // the same number on both sides.
-  int remote_alloc = -1;
-  std::size_t remote_offset = 0;
-  uint64_t pair_seq = 0;
+  // Only for send/recv on a backend that maps peer memory
+  // (BackendCaps::maps_peer_memory); left as is for every other backend.
+  // Filled by the evaluator from the load-time trace.
+  struct PeerEnd {
+    int alloc = -1;           // the peer's allocation slot for this message
+    std::size_t offset = 0;   // and byte offset in it
+    // The 1-based number of this message among the messages of its ordered
+    // pair (sender, receiver) on such backends over every run so far: the
+    // same number on both sides.
+    uint64_t pair_seq = 0;
+  } remote;
 };
 
 struct BackendContext {
@@ -65,19 +74,70 @@ struct BackendContext {
   Duration timeout{300000};
 };
 
+// A set of values of a small enum (bit i: the value whose underlying value
+// is i).
+template <class E>
+class EnumSet {
+ public:
+  constexpr EnumSet() = default;
+  constexpr EnumSet(std::initializer_list<E> values) {
+    for (E v : values) bits_ |= bit(v);
+  }
+  // Every value of a table of names (types.h), e.g. all(kDTypeNames).
+  template <std::size_t N>
+  static constexpr EnumSet all(const std::pair<E, std::string_view> (&table)[N]) {
+    EnumSet s;
+    for (const auto& [v, name] : table) s.bits_ |= bit(v);
+    return s;
+  }
+  constexpr bool has(E v) const { return (bits_ & bit(v)) != 0; }
+  constexpr bool empty() const { return bits_ == 0; }
+
+ private:
+  static constexpr uint32_t bit(E v) { return uint32_t{1} << static_cast<unsigned>(v); }
+  uint32_t bits_ = 0;
+};
+
+// What a backend is and handles, said once. Validation and lowering bind
+// communications by these answers alone.
+struct BackendCaps {
+  std::string name;                  // as JSON names it in "backend"
+  std::vector<std::string> devices;  // device kinds it runs on ("host", "cuda")
+  EnumSet<CommType> types;           // communication types
+  EnumSet<DType> dtypes;             // element types it moves
+  EnumSet<ReduceOp> reduce_ops;      // for allreduce, reduce_scatter, reduce
+  // Protocols a send/recv may ask for besides "auto"; empty: the backend
+  // takes no protocol, and a program that names one is wrong.
+  EnumSet<Protocol> protocols;
+  // Maps the peer's memory (ipc): its communications need share_mem_handles
+  // (lowering inserts one when the program has none), and its send/recv
+  // posts carry the peer's address (PostArgs::remote).
+  bool maps_peer_memory = false;
+  // Reaches only peers on its own node (a send/recv to another node is an
+  // error of the cross-rank check).
+  bool same_node_only = false;
+  // Preference of "auto" (higher first) among those that support a query;
+  // below 1, "auto" never picks it.
+  int auto_priority = 0;
+};
+
 // What lowering asks before binding a communication to a backend.
 struct SupportQuery {
   std::string_view device;  // "host" or "cuda"
   CommType type = CommType::Allreduce;
   DType dtype = DType::Float32;
   ReduceOp reduce = ReduceOp::Sum;
-  bool peer_on_other_node = false;  // send/recv whose peer is on another node
+  Protocol protocol = Protocol::Auto;  // send/recv
+  bool peer_on_other_node = false;     // send/recv whose peer is on another node
 };
 
 struct Support {
   bool ok = false;
   std::string why;  // when !ok: a sentence saying what is not supported
 };
+
+// The answer of `caps` to `q`, with a sentence saying why not.
+Support supports(const BackendCaps& caps, const SupportQuery& q);
 
 // An item of a share_mem_handles batch (ipc): communication `comm` of this
 // rank moves data with `peer` through allocation `alloc` ([base, base+bytes)),
@@ -130,38 +190,42 @@ class Backend {
   // `done` with `timeout`.
   virtual void wait(Event& done, Stream& current, WaitMode mode, Duration timeout);
 
-  // Optional (ipc): collective over the world; exchanges what `items` need.
-  // Called in program order on every rank, never inside a post.
+  // Optional, for a backend whose caps say maps_peer_memory: collective
+  // over the world; exchanges what `items` need. Called in program order on
+  // every rank, never inside a post. The default accepts no items.
   virtual void shareMemHandles(std::span<const ShareItem> items);
 
-  // Optional: called by the watchdog when a wait timed out; makes pending
-  // operations fail instead of hanging (ncclCommAbort, MPI_Abort).
+  // Optional: makes pending operations fail instead of hanging
+  // (ncclCommAbort, MPI_Abort); later posts fail. For an embedder (or a
+  // test) that gives up on a run; the evaluator does not call it.
   virtual void abort();
 
  protected:
   Device* device_ = nullptr;
 };
 
+// A registered backend: what it handles, and how to make one.
 struct BackendInfo {
-  std::string name;
-  // Never throws; answers for the given device kind without creating anything.
-  std::function<Support(const SupportQuery&)> supports;
+  BackendCaps caps;
   std::function<std::unique_ptr<Backend>()> create;
-  // Preference of "auto" (higher first) among those that support a query.
-  int auto_priority = 0;
-  // The backend maps peer memory (ipc): its communications need
-  // share_mem_handles, and its send/recv posts carry the peer's address
-  // (PostArgs::remote_alloc, remote_offset, pair_seq).
-  bool maps_peer_memory = false;
 };
 
+// Registers a backend under caps.name (UsageError if the name is taken or
+// the info is incomplete). The built-ins (mpi, nccl with CUDA, ipc) are
+// registered on first use of the registry; an embedder registers its own
+// before building an Evaluator, and programs can then name it in JSON.
 void registerBackend(BackendInfo info);
 const std::vector<BackendInfo>& registeredBackends();
 const BackendInfo* findBackend(std::string_view name);
+// The caps of every registered backend, in registration order: what
+// validation and lowering are given.
+std::vector<BackendCaps> backendCatalog();
 
-// Picks the backend for `requested` ("auto" or a name) or throws
-// ProgramError saying why none fits (listing what each backend said).
-const BackendInfo& selectBackend(std::string_view requested, const SupportQuery& q,
-                                 std::string_view path);
+// Picks the backend of `catalog` for `requested` ("auto" or a name) or
+// throws ProgramError, prefixed with `path`, saying why none fits (listing
+// what each backend said).
+const BackendCaps& selectBackend(std::span<const BackendCaps> catalog, std::string_view requested,
+                                 const SupportQuery& q, std::string_view path);
+const BackendCaps* findCaps(std::span<const BackendCaps> catalog, std::string_view name);
 
 }  // namespace hir

@@ -1,4 +1,4 @@
-// The HostIrEvaluator: runs a lowered program on one rank.
+// The Evaluator: runs a program on one rank, enqueuing its work on streams.
 //
 //   hir::Session session(*hir::createMpiBootstrap());
 //   hir::Evaluator ev(session, program);      // validate, check, lower, set up

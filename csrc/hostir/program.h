@@ -124,6 +124,9 @@ struct If {
   bool operator==(const If&) const;
 };
 
+// Streams a program may use: set_stream/sync_stream take 0..kMaxStreams-1.
+inline constexpr int kMaxStreams = 16;
+
 // Makes stream `stream` current: following nodes enqueue work on it.
 // Stream 0 is the default stream (the caller's stream when embedded).
 struct SetStream {

@@ -26,17 +26,4 @@ struct TensorRef {
   friend bool operator==(const TensorRef&, const TensorRef&) = default;
 };
 
-// The contiguous span a reference denotes in an allocation of `shape`
-// (row-major), in elements, with the shape of the referenced tensor.
-struct RefSpan {
-  int64_t offset = 0;  // elements from the allocation's start
-  int64_t count = 0;   // elements
-};
-
-// Resolves a reference whose index values are already evaluated. Throws
-// ProgramError naming the index, its value and the bound when out of range.
-RefSpan resolveRef(std::string_view text, const std::vector<int64_t>& shape,
-                   const std::vector<int64_t>& select,
-                   const std::optional<std::pair<int64_t, int64_t>>& range);
-
 }  // namespace hir

@@ -106,37 +106,4 @@ std::string TensorRef::str() const {
   return out;
 }
 
-RefSpan resolveRef(std::string_view text, const std::vector<int64_t>& shape,
-                   const std::vector<int64_t>& select,
-                   const std::optional<std::pair<int64_t, int64_t>>& range) {
-  const std::size_t dims = shape.size();
-  const std::size_t indexed = select.size() + (range ? 1 : 0);
-  HIR_CHECK(indexed <= dims, "'{}' has {} indices but its tensor has {} dimensions", text, indexed,
-            dims);
-  // stride[d]: elements in one step along dim d (the product of later extents).
-  std::vector<int64_t> stride(dims + 1, 1);
-  for (std::size_t d = dims; d-- > 0;) {
-    HIR_INTERNAL_ASSERT(shape[d] >= 0, "negative extent {} in dim {} of '{}'", shape[d], d, text);
-    HIR_CHECK(!__builtin_mul_overflow(stride[d + 1], shape[d], &stride[d]),
-              "the tensor of '{}' has more than 2^63 elements", text);
-  }
-  RefSpan span;
-  for (std::size_t d = 0; d < select.size(); ++d) {
-    HIR_CHECK(select[d] >= 0 && select[d] < shape[d], "index {} of '{}' is {}, outside [0, {})", d,
-              text, select[d], shape[d]);
-    span.offset += select[d] * stride[d + 1];
-  }
-  const std::size_t k = select.size();
-  span.count = stride[k];
-  if (range) {
-    const auto [a, b] = *range;
-    HIR_CHECK(0 <= a && a <= b && b <= shape[k],
-              "range [{}:{}] of '{}' is outside [0, {}] (dim {}; expected 0 <= begin <= end <= {})",
-              a, b, text, shape[k], k, shape[k]);
-    span.offset += a * stride[k + 1];
-    span.count = (b - a) * stride[k + 1];
-  }
-  return span;
-}
-
 }  // namespace hir

@@ -12,6 +12,8 @@
 #include <hostir/backend.h>
 #include "common/check.h"
 #include "common/overloaded.h"
+#include "ir/team.h"
+#include "ir/walk.h"
 
 namespace hir {
 namespace {
@@ -133,60 +135,36 @@ class Lowerer {
   }
 
   void collectExplicitShares(const Body& body) {
-    for (const Node& n : body) {
-      if (auto* s = std::get_if<ShareMemHandles>(&n.v))
+    walkNodes(body, [&](const Node& n) {
+      if (const auto* s = std::get_if<ShareMemHandles>(&n.v))
         explicitly_shared_.insert(s->communications.begin(), s->communications.end());
-      else if (auto* f = std::get_if<ForLoop>(&n.v))
-        collectExplicitShares(f->body);
-      else if (auto* i = std::get_if<If>(&n.v)) {
-        collectExplicitShares(i->then_body);
-        collectExplicitShares(i->else_body);
-      } else if (auto* g = std::get_if<Group>(&n.v))
-        collectExplicitShares(g->body);
-    }
+    });
   }
 
   // A communication whose exchange lowering inserts: on a backend that maps
-  // peer memory (ipc; "auto" never picks one) and not listed by an explicit
+  // peer memory ("auto" never picks one) and not listed by an explicit
   // share_mem_handles.
   bool implicitlyShared(const Communication& c) const {
-    const BackendInfo* info = findBackend(c.backend);
-    return info != nullptr && info->maps_peer_memory && !explicitly_shared_.count(c.name);
+    const BackendCaps* caps = findCaps(options_.backends, c.backend);
+    return caps != nullptr && caps->maps_peer_memory && !explicitly_shared_.count(c.name);
   }
 
   // Per allocation name: the implicitly shared communications that use it.
   void collectImplicitUsers(const Body& body) {
-    for (const Node& n : body) {
-      if (auto* c = std::get_if<Communication>(&n.v)) {
-        if (!implicitlyShared(*c)) continue;
-        for (const auto* ref : {&c->tensor, &c->input, &c->output})
-          if (*ref) implicit_users_[(*ref)->name].push_back(comm_slots_.at(c->name));
-      } else if (auto* f = std::get_if<ForLoop>(&n.v)) {
-        collectImplicitUsers(f->body);
-      } else if (auto* i = std::get_if<If>(&n.v)) {
-        collectImplicitUsers(i->then_body);
-        collectImplicitUsers(i->else_body);
-      } else if (auto* g = std::get_if<Group>(&n.v)) {
-        collectImplicitUsers(g->body);
-      }
-    }
+    walkNodes(body, [&](const Node& n) {
+      const auto* c = std::get_if<Communication>(&n.v);
+      if (c == nullptr || !implicitlyShared(*c)) return;
+      for (const auto* ref : {&c->tensor, &c->input, &c->output})
+        if (*ref) implicit_users_[(*ref)->name].push_back(comm_slots_.at(c->name));
+    });
   }
 
   // Communications in `n` whose exchange lowering inserts.
   void implicitShares(const Node& n, std::vector<int>& out) const {
-    auto all = [&](const Body& body) {
-      for (const Node& child : body) implicitShares(child, out);
-    };
-    if (auto* c = std::get_if<Communication>(&n.v)) {
-      if (implicitlyShared(*c)) out.push_back(comm_slots_.at(c->name));
-    } else if (auto* f = std::get_if<ForLoop>(&n.v)) {
-      all(f->body);
-    } else if (auto* i = std::get_if<If>(&n.v)) {
-      all(i->then_body);
-      all(i->else_body);
-    } else if (auto* g = std::get_if<Group>(&n.v)) {
-      all(g->body);
-    }
+    walkNodes(n, [&](const Node& m) {
+      if (const auto* c = std::get_if<Communication>(&m.v); c && implicitlyShared(*c))
+        out.push_back(comm_slots_.at(c->name));
+    });
   }
 
   // ------------------------------------------------------------------ code
@@ -384,58 +362,59 @@ class Lowerer {
 
   // ------------------------------------------------------- communications
   void lowerComm(const Communication& c, int slot, int node, const std::string& path) {
-    PlanComm& pc = plan_.comms[slot];
-    pc.name = c.name;
-    pc.node = node;
-    pc.type = c.type;
-    pc.reduce = c.reduce.value_or(ReduceOp::Sum);
-    pc.protocol = c.protocol;
-    pc.group = current_group_;
+    PlanComm& comm = plan_.comms[slot];
+    comm.name = c.name;
+    comm.node = node;
+    comm.type = c.type;
+    comm.reduce = c.reduce.value_or(ReduceOp::Sum);
+    comm.protocol = c.protocol;
+    comm.group = current_group_;
     if (isPointToPoint(c.type)) {
       HIR_INTERNAL_ASSERT(c.tensor && c.peer, "{}: unvalidated send/recv", path);
-      (c.type == CommType::Send ? pc.input : pc.output) = lowerRef(*c.tensor, path);
-      pc.peer = compile(*c.peer);
+      (c.type == CommType::Send ? comm.input : comm.output) = lowerRef(*c.tensor, path);
+      comm.peer = compile(*c.peer);
     } else {
       HIR_INTERNAL_ASSERT(c.input && c.output, "{}: unvalidated collective", path);
-      pc.input = lowerRef(*c.input, path);
-      pc.output = lowerRef(*c.output, path);
-      if (c.root) pc.root = compile(*c.root);
+      comm.input = lowerRef(*c.input, path);
+      comm.output = lowerRef(*c.output, path);
+      if (c.root) comm.root = compile(*c.root);
     }
-    pc.team = lowerTeam(c.team, path);
+    comm.team = lowerTeam(c.team, path);
 
-    DType dtype = plan_.allocs[(pc.input ? pc.input : pc.output)->alloc].dtype;
+    DType dtype = plan_.allocs[(comm.input ? comm.input : comm.output)->alloc].dtype;
     SupportQuery q;
     q.device = options_.device;
     q.type = c.type;
     q.dtype = dtype;
-    q.reduce = pc.reduce;
-    const BackendInfo& info = selectBackend(c.backend, q, path);
-    pc.backend = backendIndex(info.name);
-    if (info.maps_peer_memory) {
-      if (pc.input) plan_.allocs[pc.input->alloc].ipc_shared = true;
-      if (pc.output) plan_.allocs[pc.output->alloc].ipc_shared = true;
+    q.reduce = comm.reduce;
+    q.protocol = c.protocol;  // a protocol the chosen backend does not take is an error
+    const BackendCaps& caps = selectBackend(options_.backends, c.backend, q, path);
+    comm.backend = backendIndex(caps);
+    if (caps.maps_peer_memory) {
+      if (comm.input) plan_.allocs[comm.input->alloc].peer_mapped = true;
+      if (comm.output) plan_.allocs[comm.output->alloc].peer_mapped = true;
     }
     if (isPointToPoint(c.type)) {
       // Binding is per node, not per pair of ranks: whether a peer is on
       // another node is checked per rank by the schedule check.
       q.peer_on_other_node = true;
-      Support remote = info.supports(q);
-      if (!remote.ok) pc.cross_node_why = remote.why;
+      Support remote = supports(caps, q);
+      if (!remote.ok) comm.cross_node_why = remote.why;
     }
     if (current_group_ >= 0) {
       PlanGroup& g = plan_.groups[current_group_];
-      if (g.backend < 0) g.backend = pc.backend;
-      HIR_CHECK(g.backend == pc.backend,
+      if (g.backend < 0) g.backend = comm.backend;
+      HIR_CHECK(g.backend == comm.backend,
                 "{}: communication '{}' uses backend '{}' but group '{}' already uses '{}'; a "
                 "group is posted as one unit on one backend",
-                path, c.name, plan_.backends[pc.backend], g.name, plan_.backends[g.backend]);
+                path, c.name, plan_.backends[comm.backend].name, g.name, plan_.backends[g.backend].name);
     }
   }
 
-  int backendIndex(const std::string& name) {
-    auto it = std::find(plan_.backends.begin(), plan_.backends.end(), name);
-    if (it != plan_.backends.end()) return static_cast<int>(it - plan_.backends.begin());
-    plan_.backends.push_back(name);
+  int backendIndex(const BackendCaps& caps) {
+    for (std::size_t i = 0; i < plan_.backends.size(); ++i)
+      if (plan_.backends[i].name == caps.name) return static_cast<int>(i);
+    plan_.backends.push_back(PlanBackend{caps.name, caps.maps_peer_memory});
     return static_cast<int>(plan_.backends.size()) - 1;
   }
 
@@ -445,23 +424,17 @@ class Lowerer {
     return r;
   }
 
-  // Teams are evaluated once, here, with world and params only.
+  // Teams are evaluated once, here, with world and params only (ir/team.h,
+  // which validation used to report every problem).
   int lowerTeam(const Team& team, const std::string& path) {
     if (team.all) return 0;
     std::vector<int> ranks;
-    std::size_t globals = 2 + program_.params.size();
-    for (std::size_t i = 0; i < team.ranks.size(); ++i) {
-      CompiledExpr e = CompiledExpr::compile(team.ranks[i], [&](std::string_view n) {
-        int s = slotOf(n);
-        return (s >= 1 && static_cast<std::size_t>(s) < globals) ? s : -1;
-      });
-      int64_t r = e.eval(plan_.scalar_init.data());
-      std::string where = fmt::format("{}/team/{}", path, i);
-      HIR_CHECK(r >= 0 && r < options_.world, "{}: team rank '{}' is {}, outside the world [0, {})",
-                where, e.text(), r, options_.world);
-      HIR_CHECK(std::find(ranks.begin(), ranks.end(), r) == ranks.end(),
-                "{}: rank {} appears twice in the team", where, r);
-      ranks.push_back(static_cast<int>(r));
+    const std::vector<TeamMember> members =
+        evaluateTeam(team, options_.world, program_.params);
+    for (std::size_t i = 0; i < members.size(); ++i) {
+      HIR_CHECK(members[i].problem.empty() && members[i].rank, "{}/team/{}: {}", path, i,
+                members[i].problem);
+      ranks.push_back(static_cast<int>(*members[i].rank));
     }
     HIR_CHECK(!ranks.empty(), "{}/team: a team needs at least one rank", path);
     for (std::size_t t = 0; t < plan_.teams.size(); ++t)

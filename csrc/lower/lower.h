@@ -4,16 +4,17 @@
 #include <string>
 #include <vector>
 
+#include <hostir/backend.h>
 #include <hostir/program.h>
+
 #include "plan/plan.h"
 
 namespace hir {
 
 struct LowerOptions {
   int world = 1;
-  std::string device = "host";          // device kind, for backend selection
-  // Node identity of each rank (size world), for ipc locality; empty: one node.
-  std::vector<std::string> nodes;
+  std::string device = "host";         // device kind, for backend selection
+  std::vector<BackendCaps> backends;   // what "backend" may name; "auto" picks among them
 };
 
 // Requires a validated program (analysis/validate.h). Throws ProgramError or

@@ -3,8 +3,11 @@
 // backends bound, share_mem_handles placed. It is rank-independent: the rank
 // is scalar slot kRankSlot, set by whoever runs the plan.
 //
-// The evaluator (runtime/evaluator.h) runs a Plan on a device; the
-// cross-rank checker (analysis/schedule_check.h) runs it "dry" for every
+// One core steps through a Plan (plan/step.h): control flow, reference
+// resolution, element counts, and what each instruction reads and writes
+// (its accesses(), declared below beside the instruction). The evaluator
+// (runtime/) runs a Plan through it on a device; the cross-rank check
+// (analysis/schedule_check.h) runs it "dry" through the same core for every
 // rank, with no device, to find mismatches before anything runs.
 #pragma once
 
@@ -14,15 +17,20 @@
 #include <variant>
 #include <vector>
 
-#include <hostir/types.h>
 #include <hostir/expr.h>
+#include <hostir/program.h>
+#include <hostir/types.h>
 
 namespace hir {
 
 inline constexpr int kRankSlot = 0;
 inline constexpr int kWorldSlot = 1;
-// Streams a program may use: set_stream/sync_stream take 0..kMaxStreams-1.
-inline constexpr int kMaxStreams = 16;
+
+struct Plan;
+
+// How an instruction touches a buffer (for hazards, dependencies and the
+// allocation cache).
+enum class Access : uint8_t { Read, Write };
 
 // A tensor reference with compiled indices.
 struct PlanRef {
@@ -39,7 +47,7 @@ struct PlanAlloc {
   std::vector<CompiledExpr> shape;
   int node = -1;                 // the Allocate node (for its path)
   bool bindable = false;         // listed in inputs or outputs
-  bool ipc_shared = false;       // used by a communication whose backend maps peer memory (ipc)
+  bool peer_mapped = false;      // used by a communication whose backend maps peer memory
 };
 
 struct PlanComm {
@@ -56,6 +64,16 @@ struct PlanComm {
   // Send/recv whose bound backend cannot reach a peer on another node (ipc):
   // why, as the backend says it. Empty: any peer will do.
   std::string cross_node_why;
+
+  // The reference the communication moves data of (its input, else its
+  // output): its dtype is the communication's.
+  const PlanRef& anyRef() const { return input ? *input : *output; }
+};
+
+// A backend bound by lowering, with what the run needs to know of it.
+struct PlanBackend {
+  std::string name;
+  bool maps_peer_memory = false;  // BackendCaps::maps_peer_memory
 };
 
 struct PlanGroup {
@@ -80,32 +98,68 @@ struct PlanNode {
   std::vector<int> loop_slots;
 };
 
+// Instructions. `node` (in Instr) names the IR node each comes from. Each
+// declares the buffers it reads and writes in accesses(plan, f), which calls
+// f(const PlanRef&, Access) once per buffer in a fixed order: the cross-rank
+// check's hazard rules and the evaluator's bookkeeping both take them from
+// there (plan/step.h: forEachAccess), so neither can miss an instruction's
+// effect. An instruction without accesses() does not compile.
 namespace instr {
-// Instructions. `node` (in Instr) names the IR node each comes from.
-struct Allocate { int alloc; };
-struct Deallocate { int alloc; };
+#define HIR_NO_ACCESSES \
+  template <class F>    \
+  void accesses(const Plan&, F&&) const {}
+
+// Lifetime, not data: an allocate or deallocate touches no element.
+struct Allocate { int alloc; HIR_NO_ACCESSES };
+struct Deallocate { int alloc; HIR_NO_ACCESSES };
+// Reads the input (a send's tensor), writes the output (a recv's tensor).
 // joined (Post outside a group, GroupEnd): the instructions right after it
 // are stream-mode waits that cover every communication it posts, and no
 // other instruction waits on them, so the current stream would block on the
 // post right away anyway: the evaluator posts it with Backend::postJoined,
 // which may run it on the current stream itself.
-struct Post { int comm; bool joined = false; };      // outside a group: post now
-struct GroupBegin { int group; };                    // posts until GroupEnd are collected
-struct GroupEnd { int group; bool joined = false; }; // ... and posted as one unit
-struct Share { std::vector<int> comms; };  // share_mem_handles
-struct Wait { int comm = -1; int group = -1; WaitMode mode = WaitMode::Stream; };
+struct Post {
+  int comm;
+  bool joined = false;
+  template <class F>
+  void accesses(const Plan& plan, F&& f) const;  // below Plan
+};
+struct GroupBegin { int group; HIR_NO_ACCESSES };                    // posts until GroupEnd are collected
+struct GroupEnd { int group; bool joined = false; HIR_NO_ACCESSES }; // ... and posted as one unit
+struct Share { std::vector<int> comms; HIR_NO_ACCESSES };  // share_mem_handles
+struct Wait { int comm = -1; int group = -1; WaitMode mode = WaitMode::Stream; HIR_NO_ACCESSES };
 // slot = start; stop/step evaluated once into stop_slot/step_slot;
 // if !(slot < stop) jump to exit.
-struct LoopInit { int slot, stop_slot, step_slot; CompiledExpr start, stop, step; int exit; };
+struct LoopInit { int slot, stop_slot, step_slot; CompiledExpr start, stop, step; int exit; HIR_NO_ACCESSES };
 // slot += step; if slot < stop jump to body.
-struct LoopNext { int slot, stop_slot, step_slot; int body; };
-struct JumpIfZero { CompiledExpr cond; int target; };
-struct Jump { int target; };
-struct SetStream { CompiledExpr stream; };
-struct SyncStream { CompiledExpr stream; };
-struct Fill { PlanRef ref; CompiledExpr value, step; };
-struct Copy { PlanRef src, dst; };
-struct Check { PlanRef ref; CompiledExpr value, step; double tolerance; int check; };
+struct LoopNext { int slot, stop_slot, step_slot; int body; HIR_NO_ACCESSES };
+struct JumpIfZero { CompiledExpr cond; int target; HIR_NO_ACCESSES };
+struct Jump { int target; HIR_NO_ACCESSES };
+struct SetStream { CompiledExpr stream; HIR_NO_ACCESSES };
+struct SyncStream { CompiledExpr stream; HIR_NO_ACCESSES };
+struct Fill {
+  PlanRef ref;
+  CompiledExpr value, step;
+  template <class F>
+  void accesses(const Plan&, F&& f) const { f(ref, Access::Write); }
+};
+struct Copy {
+  PlanRef src, dst;
+  template <class F>
+  void accesses(const Plan&, F&& f) const {
+    f(src, Access::Read);
+    f(dst, Access::Write);
+  }
+};
+struct Check {
+  PlanRef ref;
+  CompiledExpr value, step;
+  double tolerance;
+  int check;
+  template <class F>
+  void accesses(const Plan&, F&& f) const { f(ref, Access::Read); }
+};
+#undef HIR_NO_ACCESSES
 }  // namespace instr
 
 struct Instr {
@@ -116,6 +170,10 @@ struct Instr {
       op;
   int node = -1;
 };
+
+// At most this many accesses per instruction (a compute node with two inputs
+// and an output fits).
+inline constexpr int kMaxAccesses = 4;
 
 struct Plan {
   std::string name;
@@ -129,8 +187,15 @@ struct Plan {
   std::vector<PlanTeam> teams;
   std::vector<PlanCheck> checks;
   std::vector<PlanNode> nodes;
-  std::vector<std::string> backends;      // bound backend names
+  std::vector<PlanBackend> backends;      // bound backends
   std::string device;                     // device kind lowered for
 };
+
+template <class F>
+void instr::Post::accesses(const Plan& plan, F&& f) const {
+  const PlanComm& c = plan.comms[comm];
+  if (c.input) f(*c.input, Access::Read);
+  if (c.output) f(*c.output, Access::Write);
+}
 
 }  // namespace hir

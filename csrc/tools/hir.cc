@@ -14,17 +14,15 @@
 #include <string>
 #include <vector>
 
-#include "analysis/schedule_check.h"
-#include "analysis/validate.h"
-#include "common/check.h"
+#include <hostir/bootstrap.h>
 #include <hostir/device.h>
+#include <hostir/evaluator.h>
 #include <hostir/json.h>
 #include <hostir/printer.h>
-#include "lower/lower.h"
-#include "plan/plan.h"
-#include <hostir/bootstrap.h>
-#include <hostir/evaluator.h>
 #include <hostir/session.h>
+
+#include "common/check.h"
+#include "compile/compile.h"
 
 namespace hir {
 namespace {
@@ -186,13 +184,11 @@ std::string deviceKindFor(const std::string& requested) {
 }
 
 // Everything that can be decided before running: the same on every rank.
-ScheduleCheckResult checkProgram(const Program& p, int world, const std::string& device) {
-  validate(p, ValidateOptions{world});
-  LowerOptions lo;
-  lo.world = world;
-  lo.device = device;
-  Plan plan = lower(p, lo);
-  return checkSchedule(plan);
+CompiledProgram checkProgram(const Program& p, int world, const std::string& device) {
+  CompileOptions co;
+  co.world = world;
+  co.device = device;
+  return compile(p, co);
 }
 
 void printError(const std::exception& e, const std::string& prefix = "") {
@@ -260,7 +256,7 @@ int cmdPrint(const Args& a) {
 int cmdCheck(const Args& a) {
   Program p = loadWithParams(a);
   std::string device = a.device == "auto" ? "host" : a.device;
-  ScheduleCheckResult r = checkProgram(p, *a.world, device);
+  CompiledProgram r = checkProgram(p, *a.world, device);
   std::cout << fmt::format("hir: ok: '{}' is valid for world size {} ({} communications{})\n",
                            p.name, *a.world, r.communications,
                            r.truncated ? "; long loops were checked only in part" : "");

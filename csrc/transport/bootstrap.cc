@@ -72,7 +72,7 @@ class MpiBootstrap final : public Bootstrap {
   }
 
   void broadcast(void* buf, std::size_t bytes, int root) override {
-    HIR_CHECK(root >= 0 && root < world_, "bootstrap broadcast: root {} is not a rank of a world of {}",
+    HIR_CHECK_AS(UsageError, root >= 0 && root < world_, "bootstrap broadcast: root {} is not a rank of a world of {}",
               root, world_);
     mpi::check(MPI_Bcast(buf, toMpiCount(bytes, "broadcast"), MPI_BYTE, root, comm_), "MPI_Bcast");
   }
@@ -164,7 +164,7 @@ class SelfBootstrap final : public Bootstrap {
     if (send != recv) std::memmove(recv, send, bytes);
   }
   void broadcast(void*, std::size_t, int root) override {
-    HIR_CHECK(root == 0, "bootstrap broadcast: root {} is not a rank of a world of 1", root);
+    HIR_CHECK_AS(UsageError, root == 0, "bootstrap broadcast: root {} is not a rank of a world of 1", root);
   }
   void barrier() override {}
 

@@ -26,9 +26,10 @@ std::string doc(const std::string& body, const std::string& params = R"({"n": 8}
 // Validated and lowered for `world` ranks.
 Plan planOf(const std::string& body, int world, const std::string& params = R"({"n": 8})") {
   Program program = parseProgram(doc(body, params));
-  validate(program, ValidateOptions{world});
+  validate(program, ValidateOptions{world, backendCatalog()});
   LowerOptions options;
   options.world = world;
+  options.backends = backendCatalog();
   return lower(program, options);
 }
 
@@ -183,7 +184,7 @@ TEST(ScheduleCheck, IpcSharedAllocationWithRankDependentShapeIsReported) {
   Plan plan = planOf(body, 2);
   EXPECT_NO_THROW(checkSchedule(plan));
   // As if lowering had bound the pair to ipc (the shapes must then agree).
-  plan.allocs[0].ipc_shared = true;
+  plan.allocs[0].peer_mapped = true;
   Issues issues = scheduleIssues(plan);
   EXPECT_TRUE(hasIssue(issues, "/body/0",
                        {"'a' is shared through ipc, so its shape must be the same on every rank: "
@@ -266,8 +267,8 @@ TEST(ScheduleCheck, IpcToAPeerOnAnotherNodeNamesPathRankPeerAndNodes) {
   Issues issues = scheduleIssues(plan, options);
   EXPECT_TRUE(hasIssue(issues, "/body/2/body/0",
                        {"on rank 1 (i=0): send to rank 2 through backend 'ipc', but rank 2 is on "
-                        "node 'b' and rank 1 on node 'a': the ipc backend maps the peer's memory, "
-                        "so both ranks must be on one node"}));
+                        "node 'b' and rank 1 on node 'a': backend 'ipc' reaches peers on its own "
+                        "node only, so both ranks must be on one node"}));
   EXPECT_TRUE(hasIssue(issues, "/body/2/body/1", {"on rank 0 (i=0): recv from rank 3"}));
   // The same rule over a trace (for evaluators that skip the check).
   P2pTrace trace = traceP2p(plan);
@@ -298,7 +299,7 @@ TEST(ScheduleCheck, TheTraceGivesEachMessageBothEndsInBytes) {
   EXPECT_EQ(m[1].recv.offset, 0 * row);
   EXPECT_EQ(m[1].bytes, row);
   EXPECT_EQ(m[1].protocol, Protocol::Get);
-  EXPECT_EQ(plan.backends[m[1].backend], "ipc");
+  EXPECT_EQ(plan.backends[m[1].backend].name, "ipc");
   EXPECT_EQ(plan.comms[m[1].send.comm].name, "s");
   EXPECT_EQ(plan.comms[m[1].recv.comm].name, "r");
   EXPECT_EQ(m[1].send.alloc, m[1].recv.alloc);

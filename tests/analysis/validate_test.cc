@@ -24,7 +24,7 @@ std::string doc(const std::string& body, const std::string& params = "{\"n\": 8}
 
 Issues issuesOf(const Program& program, int world = 4) {
   try {
-    validate(program, ValidateOptions{world});
+    validate(program, ValidateOptions{world, backendCatalog()});
   } catch (const ValidationError& e) {
     return e.issues();
   }
@@ -379,12 +379,46 @@ TEST(Validate, ProtocolOnCollectiveIsRejected) {
   EXPECT_TRUE(hasIssue(issues, "/body/2/protocol", "protocol 'get' applies only to send/recv"));
 }
 
-TEST(Validate, ProtocolOnNcclSendIsRejected) {
+TEST(Validate, ProtocolOnABackendWithoutProtocolsIsRejected) {
   Issues issues = issuesOf(doc(
       kTwoBuffers + "," +
       comm(
-          R"("name": "s", "type": "send", "tensor": "a", "peer": 1, "backend": "nccl", "protocol": "put")")));
-  EXPECT_TRUE(hasIssue(issues, "/body/2/protocol", "found send on backend 'nccl'"));
+          R"("name": "s", "type": "send", "tensor": "a", "peer": 1, "backend": "mpi", "protocol": "put")")));
+  EXPECT_TRUE(hasIssue(issues, "/body/2/protocol", "backend 'mpi' takes no protocol 'put'"));
+}
+
+TEST(Validate, UnknownBackendListsTheRegisteredOnes) {
+  Issues issues = issuesOf(doc(
+      kTwoBuffers + "," +
+      comm(R"("name": "s", "type": "send", "tensor": "a", "peer": 1, "backend": "gloo")")));
+  EXPECT_TRUE(hasIssue(issues, "/body/2/backend", "unknown backend 'gloo'; expected \"auto\""));
+  EXPECT_TRUE(hasIssue(issues, "/body/2/backend", "\"mpi\""));
+  EXPECT_TRUE(hasIssue(issues, "/body/2/backend", "\"ipc\""));
+}
+
+// Validation asks the catalog it is given, never a list of names of its
+// own: a backend an embedder registers is as good as a built-in.
+TEST(Validate, ABackendOfTheCatalogIsAcceptedByName) {
+  BackendCaps mine;
+  mine.name = "my-fabric";
+  mine.devices = {"host"};
+  mine.types = {CommType::Send, CommType::Recv};
+  mine.dtypes = EnumSet<DType>::all(kDTypeNames);
+  mine.protocols = {Protocol::Get};
+  mine.maps_peer_memory = true;
+  std::vector<BackendCaps> catalog = backendCatalog();
+  catalog.push_back(mine);
+  const std::string body =
+      kTwoBuffers + "," +
+      comm(R"("name": "s", "type": "send", "tensor": "a", "peer": 1, "backend": "my-fabric", "protocol": "get")") +
+      R"(, {"op": "share_mem_handles", "communications": ["s"]}, {"op": "wait", "communication": "s"})";
+  try {
+    validate(parseProgram(doc(body)), ValidateOptions{4, catalog});
+  } catch (const ValidationError& e) {
+    FAIL() << e.what();
+  }
+  EXPECT_THROW(validate(parseProgram(doc(body)), ValidateOptions{4, backendCatalog()}),
+               ValidationError);
 }
 
 TEST(Validate, ProtocolOnIpcSendIsAccepted) {
@@ -559,7 +593,7 @@ TEST(Validate, SeveralProblemsAreReportedTogether) {
   EXPECT_TRUE(hasIssue(issues, "/body/4/stream", "unknown name 'z'"));
   // The exception's text lists each issue on its own line, path first.
   try {
-    validate(parseProgram(json), ValidateOptions{4});
+    validate(parseProgram(json), ValidateOptions{4, backendCatalog()});
     FAIL() << "validate accepted an invalid program";
   } catch (const ValidationError& e) {
     const std::string what = e.what();

@@ -17,6 +17,7 @@
 #include <gtest/gtest.h>
 
 #include <hostir/backend.h>
+#include "backends/ipc_backend.h"
 #include "backends/mpi_backend.h"
 #include "common/elements.h"
 #include "common/check.h"
@@ -443,63 +444,80 @@ TEST(MpiBackend, ARecvWithoutASendTimesOutWithThePathAndRank) {
 TEST(BackendRegistry, MpiIsRegisteredForTheHostDeviceOnly) {
   const BackendInfo* mpi = findBackend("mpi");
   ASSERT_NE(mpi, nullptr);
-  EXPECT_EQ(mpi->auto_priority, 10);
+  EXPECT_EQ(mpi->caps.auto_priority, 10);
+  EXPECT_FALSE(mpi->caps.maps_peer_memory);
   SupportQuery q{"host", CommType::Alltoall, DType::BFloat16, ReduceOp::Avg};
-  EXPECT_TRUE(mpi->supports(q).ok);
+  EXPECT_TRUE(supports(mpi->caps, q).ok);
   q.device = "cuda";
-  Support s = mpi->supports(q);
+  Support s = supports(mpi->caps, q);
   EXPECT_FALSE(s.ok);
-  EXPECT_EQ(s.why, "the mpi backend moves host memory; device 'cuda' needs nccl or ipc");
+  EXPECT_EQ(s.why, "backend 'mpi' runs on device 'host', not on 'cuda'");
   EXPECT_EQ(findBackend("no-such-backend"), nullptr);
 }
 
+// Two test backends, for a device no real backend claims.
+BackendCaps testCaps(std::string name, int priority, EnumSet<CommType> types) {
+  BackendCaps c;
+  c.name = std::move(name);
+  c.devices = {"test-device"};
+  c.types = types;
+  c.dtypes = EnumSet<DType>::all(kDTypeNames);
+  c.reduce_ops = {ReduceOp::Sum};
+  c.auto_priority = priority;
+  return c;
+}
+
 TEST(BackendRegistry, AutoPicksTheHighestPrioritySupportingBackend) {
-  // Two test backends, for a device no real backend claims.
-  BackendInfo low;
-  low.name = "test-low";
-  low.auto_priority = 1;
-  low.supports = [](const SupportQuery& q) {
-    if (q.device == "test-device") return Support{true, {}};
-    return Support{false, "test-low runs on 'test-device' only"};
-  };
-  low.create = []() -> std::unique_ptr<Backend> { return nullptr; };
-  BackendInfo high = low;
-  high.name = "test-high";
-  high.auto_priority = 1000;
-  high.supports = [](const SupportQuery& q) {
-    if (q.device == "test-device" && q.type == CommType::Send) return Support{true, {}};
-    return Support{false, "test-high only sends on 'test-device'"};
-  };
-  static bool registered = false;
-  if (!registered) {
-    registerBackend(low);
-    registerBackend(high);
-    registered = true;
-  }
-  EXPECT_EQ(selectBackend("auto", SupportQuery{"test-device", CommType::Send}, "/body/0").name,
+  const std::vector<BackendCaps> catalog = {
+      testCaps("test-low", 1, EnumSet<CommType>::all(kCommTypeNames)),
+      testCaps("test-high", 1000, {CommType::Send}), IpcBackend::caps()};
+  EXPECT_EQ(selectBackend(catalog, "auto", SupportQuery{"test-device", CommType::Send}, "/body/0")
+                .name,
             "test-high");
   EXPECT_EQ(
-      selectBackend("auto", SupportQuery{"test-device", CommType::Allreduce}, "/body/0").name,
+      selectBackend(catalog, "auto", SupportQuery{"test-device", CommType::Allreduce}, "/body/0")
+          .name,
       "test-low");
-  EXPECT_EQ(selectBackend("auto", SupportQuery{"host", CommType::Send}, "/body/0").name, "mpi");
-  EXPECT_THROW(registerBackend(low), ProgramError) << "a second 'test-low'";
+  SupportQuery max{"test-device", CommType::Allreduce};
+  max.reduce = ReduceOp::Max;
+  try {
+    selectBackend(catalog, "auto", max, "/body/0");
+    ADD_FAILURE() << "a backend without max was picked for a max allreduce";
+  } catch (const ProgramError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("backend 'test-low' reduces with sum, not max"));
+    EXPECT_THAT(e.what(), HasSubstr("backend 'test-high' runs send, not allreduce"));
+  }
+}
+
+TEST(BackendRegistry, RegisteringANameTwiceIsAUsageError) {
+  static bool registered = false;
+  BackendInfo info{testCaps("test-twice", 1, {CommType::Send}),
+                   []() -> std::unique_ptr<Backend> { return nullptr; }};
+  if (!registered) {
+    registerBackend(info);
+    registered = true;
+  }
+  EXPECT_THROW(registerBackend(info), UsageError) << "a second 'test-twice'";
+  info.caps.name = "auto";
+  EXPECT_THROW(registerBackend(info), UsageError) << "a backend named auto";
+  EXPECT_NE(findBackend("test-twice"), nullptr);
 }
 
 TEST(BackendRegistry, ANamedBackendThatCannotRunTheQuerySaysWhy) {
   SupportQuery q{"cuda", CommType::Allreduce, DType::Float16};
   try {
-    selectBackend("mpi", q, "/body/3");
+    selectBackend(backendCatalog(), "mpi", q, "/body/3");
     ADD_FAILURE() << "mpi accepted a cuda allreduce";
   } catch (const ProgramError& e) {
     EXPECT_EQ(std::string(e.what()),
-              "/body/3: backend 'mpi' cannot run allreduce of float16 on device 'cuda': the mpi "
-              "backend moves host memory; device 'cuda' needs nccl or ipc");
+              "/body/3: backend 'mpi' cannot run allreduce of float16 on device 'cuda': backend "
+              "'mpi' runs on device 'host', not on 'cuda'");
   }
 }
 
 TEST(BackendRegistry, AnUnknownNameListsTheRegisteredBackends) {
   try {
-    selectBackend("mpii", SupportQuery{"host"}, "/body/1/backend");
+    selectBackend(backendCatalog(), "mpii", SupportQuery{"host"}, "/body/1/backend");
     ADD_FAILURE() << "an unknown backend was accepted";
   } catch (const ProgramError& e) {
     EXPECT_THAT(e.what(), HasSubstr("/body/1/backend: unknown backend 'mpii'"));
@@ -510,16 +528,16 @@ TEST(BackendRegistry, AnUnknownNameListsTheRegisteredBackends) {
 TEST(BackendRegistry, AutoWithNoSupportingBackendListsEveryReason) {
   SupportQuery q{"tpu", CommType::Broadcast, DType::UInt8};
   try {
-    selectBackend("auto", q, "/body/9");
+    selectBackend(backendCatalog(), "auto", q, "/body/9");
     ADD_FAILURE() << "some backend claimed a tpu device";
   } catch (const ProgramError& e) {
     EXPECT_THAT(e.what(), HasSubstr("/body/9: no backend can run broadcast of uint8 on device "
                                     "'tpu'"));
-    EXPECT_THAT(e.what(), HasSubstr("mpi: the mpi backend moves host memory"));
+    EXPECT_THAT(e.what(), HasSubstr("backend 'mpi' runs on device 'host', not on 'tpu'"));
   }
 }
 
-TEST(BackendDefaults, ShareMemHandlesOfANonIpcBackendRejectsItems) {
+TEST(BackendDefaults, ShareMemHandlesOfABackendThatMapsNoPeerMemoryRejectsItems) {
   Harness h;
   h.backend->shareMemHandles({});  // nothing to exchange: fine
   ShareItem item;
@@ -528,7 +546,7 @@ TEST(BackendDefaults, ShareMemHandlesOfANonIpcBackendRejectsItems) {
   try {
     h.backend->shareMemHandles(items);
     ADD_FAILURE() << "the mpi backend accepted memory handles";
-  } catch (const ProgramError& e) {
+  } catch (const InternalError& e) {
     EXPECT_THAT(e.what(), HasSubstr("backend 'mpi' does not exchange memory handles"));
   }
 }

@@ -619,18 +619,24 @@ TEST(NcclBackend, SetupOnTheHostDeviceIsRefused) {
 TEST(NcclBackend, IsRegisteredForTheCudaDeviceOnly) {
   const BackendInfo* nccl = findBackend("nccl");
   ASSERT_NE(nccl, nullptr);
-  EXPECT_EQ(nccl->auto_priority, 10);
+  EXPECT_EQ(nccl->caps.auto_priority, 10);
   for (const auto& [type, tname] : kCommTypeNames)
     for (const auto& [dtype, dname] : kDTypeNames)
       for (const auto& [op, oname] : kReduceOpNames) {
-        SupportQuery q{"cuda", type, dtype, op, /*peer_on_other_node=*/true};
-        EXPECT_TRUE(nccl->supports(q).ok) << tname << " " << dname << " " << oname;
+        SupportQuery q{"cuda", type, dtype, op};
+        q.peer_on_other_node = true;
+        EXPECT_TRUE(supports(nccl->caps, q).ok) << tname << " " << dname << " " << oname;
       }
-  Support host = nccl->supports(SupportQuery{"host", CommType::Allreduce});
+  Support host = supports(nccl->caps, SupportQuery{"host", CommType::Allreduce});
   EXPECT_FALSE(host.ok);
   EXPECT_THAT(host.why, HasSubstr("cuda"));
-  EXPECT_EQ(selectBackend("auto", SupportQuery{"cuda", CommType::Alltoall}, "/body/0").name,
-            "nccl");
+  SupportQuery get{"cuda", CommType::Send};
+  get.protocol = Protocol::Get;
+  EXPECT_THAT(supports(nccl->caps, get).why, HasSubstr("takes no protocol"));
+  EXPECT_EQ(
+      selectBackend(backendCatalog(), "auto", SupportQuery{"cuda", CommType::Alltoall}, "/body/0")
+          .name,
+      "nccl");
 }
 
 }  // namespace

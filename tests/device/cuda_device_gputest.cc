@@ -20,7 +20,7 @@
 
 #include "common/elements.h"
 #include "common/check.h"
-#include "device/cuda/cuda_impl.h"
+#include "device/cuda_interop.h"
 #include "device/cuda/test_kernels.h"
 #include <hostir/device.h>
 #include "support/gpu_test.h"

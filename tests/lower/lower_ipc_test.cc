@@ -18,9 +18,10 @@ namespace {
 
 Plan planOf(const std::string& body, int world = 2) {
   Program program = parseProgram(R"({"format": "hostir/1", "name": "t", "body": [)" + body + "]}");
-  validate(program, ValidateOptions{world});
+  validate(program, ValidateOptions{world, backendCatalog()});
   LowerOptions options;
   options.world = world;
+  options.backends = backendCatalog();
   return lower(program, options);
 }
 
@@ -75,8 +76,8 @@ TEST(LowerIpc, ImplicitExchangeGoesBeforeTheOutermostLoopAfterTheAllocations) {
                      kSendRecv + "]}]}");
   EXPECT_EQ(words(plan), (Words{"alloc a", "alloc b", "share s r", "loop", "loop", "group", "post s",
                                 "post r", "end", "wait", "wait", "next", "next"}));
-  EXPECT_TRUE(plan.allocs[0].ipc_shared);
-  EXPECT_TRUE(plan.allocs[1].ipc_shared);
+  EXPECT_TRUE(plan.allocs[0].peer_mapped);
+  EXPECT_TRUE(plan.allocs[1].peer_mapped);
 }
 
 TEST(LowerIpc, AnAllocationInsideTheLoopIsExchangedRightAfterIt) {
@@ -104,18 +105,22 @@ TEST(LowerIpc, AutoAndMpiCommunicationsNeedNoExchange) {
     body.replace(at, 5, "\"auto\"");
   Plan plan = planOf(body);
   EXPECT_EQ(words(plan), (Words{"alloc a", "alloc b", "group", "post s", "post r", "end", "wait", "wait"}));
-  EXPECT_EQ(plan.backends, std::vector<std::string>{"mpi"});
-  EXPECT_FALSE(plan.allocs[0].ipc_shared);
+  ASSERT_EQ(plan.backends.size(), 1u);
+  EXPECT_EQ(plan.backends[0].name, "mpi");
+  EXPECT_FALSE(plan.backends[0].maps_peer_memory);
+  EXPECT_FALSE(plan.allocs[0].peer_mapped);
   EXPECT_TRUE(plan.comms[0].cross_node_why.empty()) << "mpi reaches other nodes";
 }
 
 TEST(LowerIpc, IpcCommunicationsSayWhyTheyCannotReachAnotherNode) {
   Plan plan = planOf(kTwoBuffers + kSendRecv);
-  EXPECT_EQ(plan.backends, std::vector<std::string>{"ipc"});
+  ASSERT_EQ(plan.backends.size(), 1u);
+  EXPECT_EQ(plan.backends[0].name, "ipc");
+  EXPECT_TRUE(plan.backends[0].maps_peer_memory);
   for (const PlanComm& c : plan.comms)
     EXPECT_EQ(c.cross_node_why,
-              "the ipc backend maps the peer's memory, so both ranks must be on one node; use "
-              "backend \"auto\" (nccl or mpi) for a peer on another node");
+              "backend 'ipc' reaches peers on its own node only, so both ranks must be on one "
+              "node; use backend \"auto\" for a peer on another node");
 }
 
 }  // namespace
@@ -138,7 +143,7 @@ TEST(Lower, AdjacentSendAndRecvArePostedAsOneUnit) {
       {"op": "communication", "name": "r2", "type": "recv", "tensor": "b", "peer": "(rank + world - 1) % world"},
       {"op": "wait", "communication": "r2"},
       {"op": "wait", "communication": "s"}]})"),
-                     LowerOptions{.world = 3});
+                     LowerOptions{.world = 3, .backends = backendCatalog()});
   std::vector<int> group_of;
   for (const PlanComm& c : plan.comms) group_of.push_back(c.group);
   EXPECT_EQ(group_of, (std::vector<int>{0, 0, -1, -1}));

@@ -23,9 +23,10 @@ std::vector<std::string> joinedMarks(const std::string& body) {
         {"op": "allocate", "name": "a", "dtype": "float32", "shape": [4]},
         {"op": "allocate", "name": "b", "dtype": "float32", "shape": [4]},)" +
       body + "]}");
-  validate(program, ValidateOptions{2});
+  validate(program, ValidateOptions{2, backendCatalog()});
   LowerOptions options;
   options.world = 2;
+  options.backends = backendCatalog();
   Plan plan = lower(program, options);
   std::vector<std::string> out;
   for (const Instr& in : plan.code) {

@@ -76,7 +76,7 @@ TEST(MpiBootstrap, BroadcastFromARootOutsideTheWorldIsRejected) {
   try {
     w.broadcast(&value, sizeof(value), w.world());
     ADD_FAILURE() << "a root outside the world was accepted";
-  } catch (const ProgramError& e) {
+  } catch (const UsageError& e) {
     EXPECT_THAT(e.what(), HasSubstr(fmt::format("root {} is not a rank", w.world())));
   }
 }
@@ -230,7 +230,7 @@ TEST(SelfBootstrap, AllgatherCopiesAndBroadcastAcceptsOnlyRootZero) {
   EXPECT_EQ(out, 42);
   self->broadcast(&in, sizeof(in), 0);
   EXPECT_EQ(in, 42);
-  EXPECT_THROW(self->broadcast(&in, sizeof(in), 1), ProgramError);
+  EXPECT_THROW(self->broadcast(&in, sizeof(in), 1), UsageError);
 }
 
 // Sets or unsets an environment variable for one scope.

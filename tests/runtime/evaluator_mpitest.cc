@@ -106,7 +106,7 @@ TEST(Evaluator, BoundCallerBuffersAreUsedAcrossRuns) {
   }
 }
 
-TEST(Evaluator, BindingANameThatIsNotAnInputIsRejected) {
+TEST(Evaluator, BindingANameThatIsNotAnInputIsAUsageError) {
   const char* text = R"({"format": "hostir/1", "name": "b", "body": [
       {"op": "allocate", "name": "x", "dtype": "int32", "shape": [4]}]})";
   Session session(test::world(), SessionOptions{"host"});
@@ -115,7 +115,7 @@ TEST(Evaluator, BindingANameThatIsNotAnInputIsRejected) {
   try {
     ev.bind("x", buf, sizeof(buf));
     FAIL() << "bind accepted a name outside inputs/outputs";
-  } catch (const ProgramError& e) {
+  } catch (const UsageError& e) {
     EXPECT_NE(std::string(e.what()).find("not listed in the program's inputs or outputs"),
               std::string::npos)
         << e.what();

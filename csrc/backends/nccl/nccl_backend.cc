@@ -13,7 +13,7 @@
 
 #include "backends/nccl/nccl_types.h"
 #include "common/check.h"
-#include "device/cuda/cuda_impl.h"
+#include "device/cuda_interop.h"
 #include <hostir/bootstrap.h>
 
 namespace hir {
@@ -702,22 +702,22 @@ void NcclBackend::wait(Event& done, Stream& current, WaitMode mode, Duration tim
 
 void NcclBackend::abort() { state_->abortAll(); }
 
-Support NcclBackend::supports(const SupportQuery& q) {
-  if (q.device != "cuda")
-    return {false, fmt::format("nccl runs on the cuda device only, not on '{}'", q.device)};
-  // Every communication type, dtype and reduce op of hostir maps to NCCL
-  // (gather, scatter and alltoall through grouped send/recv), and peers on
-  // other nodes are fine.
-  return {true, ""};
+// Every communication type, dtype and reduce op of hostir maps to NCCL
+// (gather, scatter and alltoall through grouped send/recv), and peers on
+// other nodes are fine.
+BackendCaps NcclBackend::caps() {
+  BackendCaps c;
+  c.name = "nccl";
+  c.devices = {"cuda"};
+  c.types = EnumSet<CommType>::all(kCommTypeNames);
+  c.dtypes = EnumSet<DType>::all(kDTypeNames);
+  c.reduce_ops = EnumSet<ReduceOp>::all(kReduceOpNames);
+  c.auto_priority = kAutoPriority;
+  return c;
 }
 
 void registerNcclBackend() {
-  BackendInfo info;
-  info.name = "nccl";
-  info.supports = &NcclBackend::supports;
-  info.create = [] { return std::make_unique<NcclBackend>(); };
-  info.auto_priority = kAutoPriority;
-  registerBackend(std::move(info));
+  registerBackend({NcclBackend::caps(), [] { return std::make_unique<NcclBackend>(); }});
 }
 
 }  // namespace hir

@@ -12,7 +12,7 @@
 //   `done` there. gather, scatter and alltoall are grouped ncclSend/ncclRecv
 //   (each in its own nested group), the own chunk a send/recv to self.
 //   The record + wait is skipped when the caller stream is one of hostir's
-//   own (tracked, see device/cuda/cuda_impl.h) and nothing but stream waits on
+//   own (tracked, see device/cuda_interop.h) and nothing but stream waits on
 //   this backend's completions reached it since the last join: back-to-back
 //   communications then cost no extra event round trip between the streams.
 //   HIR_NCCL_ALWAYS_JOIN=1 disables the skip.
@@ -52,7 +52,7 @@ class NcclBackend final : public Backend {
   void abort() override;
 
   // "cuda" device only; every communication type, dtype and reduce op.
-  static Support supports(const SupportQuery& q);
+  static BackendCaps caps();
 
  private:
   // NCCL and CUDA objects live in State so that this header needs neither.

@@ -1,4 +1,4 @@
-// The CUDA device. See cuda_device.h for the behaviour and cuda_impl.h for
+// The CUDA device. See cuda_device.h for the behaviour and cuda_interop.h for
 // what other GPU code may use of it.
 #include "device/cuda/cuda_device.h"
 
@@ -16,7 +16,7 @@
 #include <unordered_map>
 
 #include "common/check.h"
-#include "device/cuda/cuda_impl.h"
+#include "device/cuda_interop.h"
 #include "device/cuda/cuda_kernels.h"
 #include "device/cuda/driver_api.h"
 #include "device/cuda/test_kernels.h"

@@ -1,6 +1,6 @@
 // The CUDA device ("cuda"): one GPU, picked by the local rank modulo the
 // number of visible GPUs. This header stays free of CUDA headers; code that
-// needs the native handles includes device/cuda/cuda_impl.h.
+// needs the native handles includes device/cuda_interop.h.
 //
 // Behaviour worth knowing (the rest is device.h):
 // - defaultStream() is a stream created once with cudaStreamNonBlocking: it is

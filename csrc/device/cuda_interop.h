@@ -1,7 +1,9 @@
-// Internals of the CUDA device shared with the other GPU-only code (the NCCL
-// backend, the GPU tests, the benchmarks): the native handles behind Stream and
-// Event, the device ordinal behind a Device, and CUDA error checking.
-// Includes the CUDA runtime headers, so only GPU-only code includes it.
+// What the cuda device offers GPU-only code that runs on it (the NCCL
+// backend, the GPU tests, the benchmarks): the native handles behind Stream
+// and Event, the device ordinal behind a Device, the work counter of a
+// tracked stream, and CUDA error checking. The device's own implementation
+// stays in device/cuda/, private to device/. Includes the CUDA runtime
+// headers, so only GPU-only code includes it.
 #pragma once
 
 #include <cuda_runtime_api.h>

@@ -1,0 +1,418 @@
+// The dry run of each rank (see dry_run.h). Control flow, shapes,
+// references, element counts, peers, roots and streams come from the
+// plan-stepping core (plan/step.h), the same code the evaluator runs; what
+// each instruction reads and writes comes from its accesses(). This file
+// adds only what a dry run records and what it reports.
+#include "analysis/dry_run.h"
+
+#include <algorithm>
+#include <array>
+
+#include "plan/step.h"
+
+namespace hir::dry {
+
+bool overlaps(const Range& a, const Range& b) {
+  return a.alloc == b.alloc && a.count > 0 && b.count > 0 && a.offset < b.offset + b.count &&
+         b.offset < a.offset + a.count;
+}
+
+std::string listInts(const std::vector<int64_t>& v) {
+  std::string out = "[";
+  for (std::size_t i = 0; i < v.size(); ++i) out += (i ? ", " : "") + std::to_string(v[i]);
+  return out + "]";
+}
+
+std::string teamName(const PlanTeam& team) {
+  return "team " + listInts(std::vector<int64_t>(team.ranks.begin(), team.ranks.end()));
+}
+
+namespace {
+
+// A communication posted and not yet waited on, with what it reads and writes.
+struct Pending {
+  int comm = -1;
+  int group = -1;       // plan group, or -1
+  int group_post = -1;  // which post of a group (a counter), or -1
+  std::vector<Range> reads, writes;
+  Site site;
+};
+
+// Runs the plan for one rank.
+class RankRun {
+ public:
+  RankRun(const Plan& plan, const ScheduleCheckOptions& options, Findings& findings, int rank)
+      : plan_(plan),
+        options_(options),
+        findings_(findings),
+        rank_(rank),
+        scalars_(plan.scalar_init),
+        layouts_(plan.allocs.size()),
+        bad_alloc_(plan.allocs.size(), false),
+        comm_seen_(plan.comms.size(), false),
+        group_seen_(plan.groups.size(), false) {
+    scalars_[kRankSlot] = rank;
+  }
+
+  void run() {
+    int64_t steps = 0;
+    const int size = static_cast<int>(plan_.code.size());
+    while (pc_ >= 0 && pc_ < size && !stopped_) {
+      if (steps >= options_.max_steps_per_rank) {
+        findings_.truncated_ = true;
+        return;
+      }
+      ++steps;
+      const Instr& in = plan_.code[pc_];
+      node_ = in.node;
+      try {
+        resolveAccesses(in);
+        pc_ = step(plan_, pc_, scalars_.data(), *this);
+      } catch (const ProgramError& e) {
+        problem("evaluate", [&] { return std::string(e.what()); });
+        // A jump that could not be decided leaves no sensible next step.
+        if (isControl(in)) stopped_ = true;
+        ++pc_;
+      }
+    }
+  }
+
+  // --------------------------------------------------------- allocations
+  void operator()(const instr::Allocate& a, int pc) {
+    const PlanAlloc& alloc = plan_.allocs[a.alloc];
+    Layout layout;
+    try {
+      evalLayout(alloc, scalars_.data(), layout);
+    } catch (const ProgramError& e) {
+      problem("shape", [&] { return std::string(e.what()); });
+      bad_alloc_[a.alloc] = true;  // later uses would only repeat this
+      return;
+    }
+    if (layouts_[a.alloc])
+      problem("realloc", [&] {
+        return fmt::format("allocates '{}' again while it is still allocated; deallocate it first",
+                           alloc.name);
+      });
+    if (alloc.peer_mapped)
+      findings_.ipc_events_[rank_].push_back({pc, a.alloc, layout.shape, site()});
+    layouts_[a.alloc] = std::move(layout);
+    bad_alloc_[a.alloc] = false;
+  }
+
+  void operator()(const instr::Deallocate& d, int) {
+    const std::string& name = plan_.allocs[d.alloc].name;
+    if (!layouts_[d.alloc]) {
+      if (!bad_alloc_[d.alloc])
+        problem("dealloc", [&] {
+          return fmt::format("deallocates '{}', which is not allocated on this rank now", name);
+        });
+      return;
+    }
+    Range whole{d.alloc, 0, layouts_[d.alloc]->elements};
+    if (const Pending* p = findConflict(whole, /*against_reads=*/false))
+      problem("hazard:" + std::to_string(p->comm), [&] {
+        return fmt::format(
+            "deallocates '{}' while communication '{}' ({}) that writes it is "
+            "still pending; wait on '{}' first",
+            name, commName(*p), p->site.str(), commName(*p));
+      });
+    // The memory is gone: pending ranges on it can no longer conflict.
+    for (Pending& p : pending_) {
+      auto gone = [&](const Range& r) { return r.alloc == d.alloc; };
+      std::erase_if(p.reads, gone);
+      std::erase_if(p.writes, gone);
+    }
+    layouts_[d.alloc].reset();
+  }
+
+  // ------------------------------------------------------ communications
+  void operator()(const instr::Post& p, int) {
+    const PlanComm& c = plan_.comms[p.comm];
+    comm_seen_[p.comm] = true;
+    if (skips(p)) return;
+    ++findings_.posts_;
+    const PlanTeam& team = plan_.teams[c.team];
+    // The accesses, in the order Post declares them: input, then output.
+    const std::optional<Range> in = c.input ? accessed_[0] : std::nullopt;
+    const std::optional<Range> out = c.output ? accessed_[c.input ? 1 : 0] : std::nullopt;
+    const DType dtype = plan_.allocs[c.anyRef().alloc].dtype;
+    if (c.input && c.output && plan_.allocs[c.output->alloc].dtype != dtype)
+      problem("dtype", [&] {
+        return fmt::format("{} from {} '{}' to {} '{}': both need the same dtype", toString(c.type),
+                           toString(dtype), c.input->text,
+                           toString(plan_.allocs[c.output->alloc].dtype), c.output->text);
+      });
+
+    if (isPointToPoint(c.type)) {
+      postMessage(p.comm, c, in ? in : out, dtype);
+    } else {
+      if (in && out) attempt("size", [&] { chunkCount(c, team.ranks.size(), in->count, out->count); });
+      CollectiveRecord rec{c.type,       in ? std::optional<int64_t>(in->count) : std::nullopt,
+                           dtype,        c.reduce,
+                           std::nullopt, site()};
+      if (hasRoot(c.type))
+        attempt("root", [&] { rec.root = team.ranks[rootTeamRank(c, team, scalars_.data())]; });
+      findings_.collectives_[c.team][rank_].push_back(std::move(rec));
+    }
+
+    Pending pend;
+    pend.comm = p.comm;
+    pend.group = c.group;
+    pend.group_post = c.group >= 0 ? group_post_ : -1;
+    if (in) pend.reads.push_back(*in);
+    if (out) pend.writes.push_back(*out);
+    pend.site = site();
+    pending_.push_back(std::move(pend));
+  }
+
+  void operator()(const instr::GroupBegin& g, int) {
+    group_seen_[g.group] = true;
+    group_post_ = next_group_post_++;
+  }
+  void operator()(const instr::GroupEnd&, int) { group_post_ = -1; }
+
+  void operator()(const instr::Wait& w, int) {
+    if (w.comm >= 0) {
+      if (!comm_seen_[w.comm]) {
+        problem("wait", [&] {
+          return fmt::format("waits on '{}', which this rank has not posted yet",
+                             plan_.comms[w.comm].name);
+        });
+        return;
+      }
+      // A communication posted in a group completes with its group post.
+      std::set<int> posts;
+      for (const Pending& p : pending_)
+        if (p.comm == w.comm && p.group_post >= 0) posts.insert(p.group_post);
+      std::erase_if(pending_, [&](const Pending& p) {
+        return p.comm == w.comm || (p.group_post >= 0 && posts.count(p.group_post));
+      });
+      return;
+    }
+    HIR_INTERNAL_ASSERT(w.group >= 0, "wait on neither a communication nor a group");
+    if (!group_seen_[w.group]) {
+      problem("wait", [&] {
+        return fmt::format("waits on group '{}', which this rank has not posted yet",
+                           plan_.groups[w.group].name);
+      });
+      return;
+    }
+    std::erase_if(pending_, [&](const Pending& p) { return p.group == w.group; });
+  }
+
+  // No data moves, but the exchange is collective.
+  void operator()(const instr::Share&, int pc) {
+    findings_.ipc_events_[rank_].push_back({pc, -1, {}, site()});
+  }
+
+  // -------------------------------------------------------------- streams
+  void operator()(const instr::SetStream& s, int) {
+    attempt("stream", [&] { streamIndex(s.stream, scalars_.data()); });
+  }
+  void operator()(const instr::SyncStream& s, int) {
+    attempt("stream", [&] { streamIndex(s.stream, scalars_.data()); });
+  }
+
+  // ----------------------------------------------------------------- data
+  // Their accesses were resolved and checked for hazards before they ran.
+  void operator()(const instr::Fill&, int) {}
+  void operator()(const instr::Check&, int) {}
+  void operator()(const instr::Copy& c, int) {
+    const DType from = plan_.allocs[c.src.alloc].dtype, to = plan_.allocs[c.dst.alloc].dtype;
+    if (from != to)
+      problem("dtype", [&] {
+        return fmt::format("copy from {} '{}' to {} '{}': both need the same dtype", toString(from),
+                           c.src.text, toString(to), c.dst.text);
+      });
+    const std::optional<Range>&src = accessed_[0], &dst = accessed_[1];
+    if (src && dst && src->count != dst->count)
+      problem("size", [&] {
+        return fmt::format(
+            "copies {} elements of '{}' into {} elements of '{}'; a copy needs equal sizes",
+            src->count, c.src.text, dst->count, c.dst.text);
+      });
+  }
+
+ private:
+  // A collective on a rank outside its team: the rank skips the node.
+  bool skips(const instr::Post& p) const {
+    const PlanComm& c = plan_.comms[p.comm];
+    return !isPointToPoint(c.type) && teamRankOf(plan_.teams[c.team], rank_) < 0;
+  }
+
+  // Resolves what `in` reads and writes into accessed_ (nullopt for a
+  // reference that did not resolve, reported) and checks each against the
+  // pending communications. Every instruction goes through here, so a new
+  // instruction's accesses are checked without code of its own.
+  void resolveAccesses(const Instr& in) {
+    accessed_.fill(std::nullopt);
+    if (const auto* p = std::get_if<instr::Post>(&in.op); p && skips(*p)) return;
+    int n = 0;
+    forEachAccess(plan_, in, [&](const PlanRef& ref, Access access) {
+      HIR_INTERNAL_ASSERT(n < kMaxAccesses, "instruction with more than {} accesses",
+                          kMaxAccesses);
+      std::optional<Range> r = resolve(ref);
+      if (r) {
+        if (access == Access::Read)
+          checkRead(*r, ref.text);
+        else
+          checkWrite(*r, ref.text);
+      }
+      accessed_[n++] = r;
+    });
+  }
+
+  Site site() const {
+    Site out{&plan_, node_, {}};
+    for (int slot : plan_.nodes[node_].loop_slots) out.loop_values.push_back(scalars_[slot]);
+    return out;
+  }
+
+  // Reports a problem at the current instruction, once per `kind` (see
+  // dry_run.h); `make_message` runs only if the problem is reported.
+  template <class MakeMessage>
+  void problem(const std::string& kind, MakeMessage&& make_message) {
+    if (!findings_.firstAt(pc_, kind)) return;
+    std::string loops = site().loops();
+    std::string who = loops.empty() ? fmt::format("on rank {}", rank_)
+                                    : fmt::format("on rank {} ({})", rank_, loops);
+    findings_.add(plan_.nodes[node_].path, fmt::format("{}: {}", who, make_message()));
+  }
+
+  // Runs a rule of the core; its ProgramError becomes a problem of `kind`.
+  template <class Rule>
+  bool attempt(const std::string& kind, Rule&& rule) {
+    try {
+      rule();
+      return true;
+    } catch (const ProgramError& e) {
+      problem(kind, [&] { return std::string(e.what()); });
+      return false;
+    }
+  }
+
+  const std::string& commName(const Pending& p) const { return plan_.comms[p.comm].name; }
+
+  std::optional<Range> resolve(const PlanRef& ref) {
+    if (bad_alloc_[ref.alloc]) return std::nullopt;
+    const auto& layout = layouts_[ref.alloc];
+    if (!layout) {
+      problem("unallocated:" + ref.text, [&] {
+        return fmt::format("'{}' refers to '{}', which is not allocated on this rank now", ref.text,
+                           plan_.allocs[ref.alloc].name);
+      });
+      return std::nullopt;
+    }
+    std::optional<Range> out;
+    attempt("ref:" + ref.text, [&] {
+      const RefSpan span = resolveRef(ref, *layout, scalars_.data());
+      out = Range{ref.alloc, span.offset, span.count};
+    });
+    return out;
+  }
+
+  // ------------------------------------------------------------- hazards
+  // The first pending communication whose writes (and reads, if
+  // `against_reads`) overlap `r`.
+  const Pending* findConflict(const Range& r, bool against_reads) const {
+    for (const Pending& p : pending_) {
+      for (const Range& w : p.writes)
+        if (overlaps(r, w)) return &p;
+      if (against_reads)
+        for (const Range& rd : p.reads)
+          if (overlaps(r, rd)) return &p;
+    }
+    return nullptr;
+  }
+
+  std::string spanText(const Range& r, const std::string& text) const {
+    return fmt::format("'{}' (elements [{}, {}) of '{}')", text, r.offset, r.offset + r.count,
+                       plan_.allocs[r.alloc].name);
+  }
+
+  void checkRead(const Range& r, const std::string& text) {
+    if (const Pending* p = findConflict(r, /*against_reads=*/false))
+      problem("hazard:" + std::to_string(p->comm), [&] {
+        return fmt::format(
+            "reads {} while communication '{}' ({}) that writes it is still "
+            "pending; wait on '{}' first",
+            spanText(r, text), commName(*p), p->site.str(), commName(*p));
+      });
+  }
+
+  void checkWrite(const Range& r, const std::string& text) {
+    const Pending* p = findConflict(r, /*against_reads=*/true);
+    if (!p) return;
+    const bool writes = std::any_of(p->writes.begin(), p->writes.end(),
+                                    [&](const Range& w) { return overlaps(r, w); });
+    problem("hazard:" + std::to_string(p->comm), [&] {
+      return fmt::format(
+          "writes {} while communication '{}' ({}) that {} it is still pending; wait on '{}' first",
+          spanText(r, text), commName(*p), p->site.str(), writes ? "writes" : "reads",
+          commName(*p));
+    });
+  }
+
+  // ------------------------------------------------------ communications
+  void postMessage(int slot, const PlanComm& c, const std::optional<Range>& tensor, DType dtype) {
+    int peer = -1;
+    if (!attempt("peer", [&] { peer = peerRank(c, plan_.world, scalars_.data()); })) return;
+    checkPeerNode(c, peer);
+    MessageRecord rec;
+    rec.count = tensor ? std::optional<int64_t>(tensor->count) : std::nullopt;
+    rec.dtype = dtype;
+    rec.site = site();
+    rec.comm = slot;
+    rec.range = tensor;
+    rec.backend = c.backend;
+    rec.protocol = c.protocol == Protocol::Auto ? Protocol::Put : c.protocol;
+    if (c.type == CommType::Send)
+      findings_.sends_[{rank_, peer}].push_back(std::move(rec));
+    else
+      findings_.recvs_[{peer, rank_}].push_back(std::move(rec));
+  }
+
+  // A backend that maps the peer's memory (ipc) reaches only its own node.
+  void checkPeerNode(const PlanComm& c, int peer) {
+    const std::vector<std::string>& nodes = options_.nodes;
+    if (c.cross_node_why.empty() || nodes.empty()) return;
+    HIR_INTERNAL_ASSERT(static_cast<int>(nodes.size()) == plan_.world,
+                        "{} node names for a world of {}", nodes.size(), plan_.world);
+    if (nodes[rank_] == nodes[peer]) return;
+    problem("node", [&] {
+      return fmt::format("{} {} rank {} through backend '{}', but rank {} is on node '{}' and rank "
+                         "{} on node '{}': {}",
+                         toString(c.type), c.type == CommType::Send ? "to" : "from", peer,
+                         plan_.backends[c.backend].name, peer, nodes[peer], rank_, nodes[rank_],
+                         c.cross_node_why);
+    });
+  }
+
+  const Plan& plan_;
+  const ScheduleCheckOptions& options_;
+  Findings& findings_;
+  const int rank_;
+  std::vector<int64_t> scalars_;
+  std::vector<std::optional<Layout>> layouts_;  // per alloc, while allocated
+  std::vector<bool> bad_alloc_;                 // allocate failed: uses stay quiet
+  std::vector<bool> comm_seen_, group_seen_;    // posted (or skipped) so far
+  std::array<std::optional<Range>, kMaxAccesses> accessed_;  // of the current instruction
+  std::vector<Pending> pending_;
+  int group_post_ = -1, next_group_post_ = 0;
+  int pc_ = 0, node_ = 0;
+  bool stopped_ = false;
+};
+
+}  // namespace
+
+Findings simulate(const Plan& plan, const ScheduleCheckOptions& options) {
+  HIR_INTERNAL_ASSERT(plan.world >= 1, "plan for world {}", plan.world);
+  HIR_INTERNAL_ASSERT(!plan.teams.empty(), "plan without the world team");
+  HIR_INTERNAL_ASSERT(options.nodes.empty() || static_cast<int>(options.nodes.size()) == plan.world,
+                      "{} node names for a world of {}", options.nodes.size(), plan.world);
+  Findings findings(plan);
+  for (int rank = 0; rank < plan.world; ++rank) RankRun(plan, options, findings, rank).run();
+  return findings;
+}
+
+}  // namespace hir::dry

@@ -1,0 +1,133 @@
+// The dry run of the cross-rank check (internal to analysis/): every rank
+// steps through the plan with the shared core (plan/step.h), with shapes but
+// no memory, and records what it would post. schedule_check.cc compares the
+// records across ranks.
+//
+// A problem found at one instruction is reported once, for the first rank
+// and loop iteration that hits it (ranks run in order 0, 1, ...): the same
+// mistake on every rank would otherwise fill the capped list.
+#pragma once
+
+#include <fmt/format.h>
+
+#include <map>
+#include <optional>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "analysis/schedule_check.h"
+#include "common/check.h"
+#include "plan/plan.h"
+
+namespace hir::dry {
+
+using Issue = ValidationError::Issue;
+
+constexpr std::size_t kMaxIssues = 20;
+
+// A contiguous span of an allocation, in elements.
+struct Range {
+  int alloc = -1;
+  int64_t offset = 0;
+  int64_t count = 0;
+};
+
+// Where something happened: the node and the values of the loop indices
+// around it then. Formatted only when a message needs it.
+struct Site {
+  const Plan* plan = nullptr;
+  int node = -1;
+  std::vector<int64_t> loop_values;  // one per plan.nodes[node].loop_slots
+
+  const std::string& path() const { return plan->nodes[node].path; }
+  // "i=2, j=0", or empty outside loops.
+  std::string loops() const {
+    const std::vector<int>& slots = plan->nodes[node].loop_slots;
+    std::string out;
+    for (std::size_t k = 0; k < slots.size(); ++k)
+      out += fmt::format("{}{}={}", k ? ", " : "", plan->scalar_names[slots[k]], loop_values[k]);
+    return out;
+  }
+  std::string str() const {
+    std::string l = loops();
+    return l.empty() ? path() : fmt::format("{}, {}", path(), l);
+  }
+};
+
+struct CollectiveRecord {
+  CommType type;
+  std::optional<int64_t> count;  // input elements; unknown when the input did not resolve
+  DType dtype;
+  ReduceOp reduce;
+  std::optional<int64_t> root;  // absolute rank
+  Site site;
+};
+
+struct MessageRecord {  // one send or recv
+  std::optional<int64_t> count;
+  DType dtype = DType::Float32;
+  Site site;
+  int comm = -1;
+  std::optional<Range> range;  // unknown when the tensor did not resolve
+  int backend = -1;
+  Protocol protocol = Protocol::Put;  // auto is put
+};
+
+// What must happen in the same order on every rank for peer-mapped memory:
+// share_mem_handles (collective) and allocations of peer-mapped buffers (their blocks are what
+// is exchanged, so every rank must know when a peer's block changes).
+struct IpcEvent {
+  int pc = -1;
+  int alloc = -1;  // -1: a share_mem_handles
+  std::vector<int64_t> shape;
+  Site site;
+};
+
+// What all ranks recorded, and the issues so far.
+class Findings {
+ public:
+  explicit Findings(const Plan& plan)
+      : collectives_(plan.teams.size(), std::vector<std::vector<CollectiveRecord>>(plan.world)),
+        ipc_events_(plan.world) {}
+
+  // Whether this is the first problem of `kind` at instruction `pc`
+  // (problems of one kind at one instruction are reported once).
+  bool firstAt(int pc, const std::string& kind) { return reported_.insert({pc, kind}).second; }
+
+  // Keeps at most kMaxIssues entries: past the cap, the last entry becomes a
+  // note at the first problem not listed, saying how many were left out.
+  void add(std::string path, std::string message) {
+    if (issues_.size() < kMaxIssues) {
+      issues_.push_back({std::move(path), std::move(message)});
+      return;
+    }
+    ++dropped_;
+    issues_.back().message =
+        fmt::format("{} more problems, the first at this node (the list is capped at {} entries)",
+                    dropped_ + 1, kMaxIssues);
+  }
+
+  std::vector<std::vector<std::vector<CollectiveRecord>>> collectives_;       // [team][rank]
+  std::map<std::pair<int, int>, std::vector<MessageRecord>> sends_;           // (from, to)
+  std::map<std::pair<int, int>, std::vector<MessageRecord>> recvs_;           // (from, to): on `to`
+  std::vector<std::vector<IpcEvent>> ipc_events_;                            // [rank]
+  std::vector<Issue> issues_;
+  bool truncated_ = false;
+  int64_t posts_ = 0;
+  int64_t dropped_ = 0;
+
+ private:
+  std::set<std::pair<int, std::string>> reported_;
+};
+
+// Runs every rank of `plan` dry and returns what they recorded, with the
+// per-rank problems found on the way.
+Findings simulate(const Plan& plan, const ScheduleCheckOptions& options);
+
+bool overlaps(const Range& a, const Range& b);
+std::string listInts(const std::vector<int64_t>& v);
+std::string teamName(const PlanTeam& team);
+
+}  // namespace hir::dry

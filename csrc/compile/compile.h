@@ -1,0 +1,48 @@
+// The one compile pipeline: validate, lower, run the cross-rank check, and
+// trace the point-to-point messages that backends mapping peer memory need.
+// Everything here is the same on every rank; the Evaluator, `hir run` and
+// `hir check` all go through compile().
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include <hostir/backend.h>
+#include <hostir/program.h>
+
+#include "analysis/schedule_check.h"
+#include "plan/plan.h"
+
+namespace hir {
+
+struct CompileOptions {
+  int world = 1;
+  std::string device = "host";        // device kind the backends are bound for
+  // What "backend" may name. Empty: every registered backend
+  // (backendCatalog()).
+  std::vector<BackendCaps> backends;
+  // Run the cross-rank check (ValidationError listing every problem). Off,
+  // the point-to-point trace is still made when a backend needs it.
+  bool check_schedule = true;
+  int64_t max_steps_per_rank = ScheduleCheckOptions{}.max_steps_per_rank;
+  // The node of each rank (Bootstrap::nodes()), asked only when the program
+  // binds a communication to a backend that reaches its own node only; null
+  // or empty: every rank on one node.
+  std::function<std::vector<std::string>()> nodes;
+};
+
+struct CompiledProgram {
+  Plan plan;
+  bool checked = false;        // the cross-rank check ran and passed
+  bool truncated = false;      // it covered only a prefix of a long run
+  int64_t communications = 0;  // posts over all ranks in one run (when checked)
+  // Matched send/recv of one run, when a bound backend maps peer memory.
+  P2pTrace trace;
+};
+
+// Throws ParseError, ValidationError or ProgramError naming the place.
+CompiledProgram compile(const Program& program, const CompileOptions& options);
+
+}  // namespace hir

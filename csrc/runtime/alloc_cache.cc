@@ -1,0 +1,106 @@
+#include "runtime/alloc_cache.h"
+
+#include "common/check.h"
+
+namespace hir {
+
+AllocCache::AllocCache(const Plan& plan, Device& dev, UserWaits waits)
+    : plan_(plan), dev_(dev), waits_(std::move(waits)), blocks_(plan.allocs.size()) {}
+
+AllocCache::~AllocCache() {
+  // A destructor must not throw: after a device failure (sticky error)
+  // teardown calls fail too, and the error that matters was reported.
+  auto quietly = [](auto&& fn) {
+    try {
+      fn();
+    } catch (const std::exception&) {
+    }
+  };
+  for (Block& b : blocks_)
+    if (b.cached) quietly([&] { dev_.deallocate(b.cached); });
+  for (void* p : retired_) quietly([&] { dev_.deallocate(p); });
+}
+
+void AllocCache::leak() {
+  for (Block& b : blocks_) b.cached = nullptr;
+  retired_.clear();
+}
+
+void AllocCache::bind(std::string_view name, void* data, std::size_t bytes) {
+  for (std::size_t i = 0; i < plan_.allocs.size(); ++i) {
+    if (plan_.allocs[i].name != name) continue;
+    HIR_CHECK_AS(UsageError, plan_.allocs[i].bindable,
+                 "bind('{}'): '{}' is not listed in the program's inputs or outputs", name, name);
+    HIR_CHECK_AS(UsageError, data != nullptr || bytes == 0, "bind('{}'): null buffer", name);
+    blocks_[i].bound = data;
+    blocks_[i].bound_bytes = bytes;
+    return;
+  }
+  throw UsageError(
+      fmt::format("bind('{}'): the program has no allocation named '{}'", name, name));
+}
+
+AllocCache::Block& AllocCache::allocate(int slot, const int64_t* scalars, int stream) {
+  Block& a = blocks_[slot];
+  const PlanAlloc& pa = plan_.allocs[slot];
+  HIR_CHECK(!a.live, "'{}' is allocated again without a deallocate", pa.name);
+  evalLayout(pa, scalars, a.layout);
+  const std::size_t bytes = a.layout.bytes;
+  if (a.generation == 0 || a.generation_bytes != bytes) {
+    ++a.generation;
+    a.generation_bytes = bytes;
+  }
+  if (a.bound) {
+    HIR_CHECK(a.bound_bytes >= bytes, "'{}' needs {} bytes but the buffer bound to it holds {}",
+              pa.name, bytes, a.bound_bytes);
+    a.ptr = a.bound;
+  } else {
+    if (a.cached && a.cached_bytes != bytes) {
+      // The shape changed: the old block goes once nothing uses it.
+      waits_.on_host(a);
+      // Peers may have mapped a peer-mapped block: it lives until teardown.
+      if (pa.peer_mapped)
+        retired_.push_back(a.cached);
+      else
+        dev_.deallocate(a.cached);
+      a.cached = nullptr;
+      a.comm_users.clear();
+      a.stream_mask = 0;
+    }
+    if (!a.cached) {
+      a.cached = dev_.allocate(bytes);
+      a.cached_bytes = bytes;
+    }
+    a.ptr = a.cached;
+  }
+  // Reusing a block: the new user first waits for every earlier one,
+  // without blocking the host.
+  waits_.on_stream(a);
+  a.comm_users.clear();
+  a.stream_mask = 1u << stream;
+  a.live = true;
+  return a;
+}
+
+void AllocCache::deallocate(int slot) {
+  Block& a = blocks_[slot];
+  HIR_CHECK(a.live, "'{}' is deallocated but not allocated", plan_.allocs[slot].name);
+  // The block stays in this node's cache; pending users are waited for
+  // when it is reused (stream order) or freed (host, with timeout).
+  a.live = false;
+}
+
+AllocCache::Span AllocCache::resolve(const PlanRef& ref, const int64_t* scalars, int stream) {
+  Block& a = blocks_[ref.alloc];
+  HIR_CHECK(a.live, "'{}' uses '{}', which is not allocated", ref.text,
+            plan_.allocs[ref.alloc].name);
+  const RefSpan span = resolveRef(ref, a.layout, scalars);
+  a.stream_mask |= 1u << stream;
+  return Span{&a, span.offset, span.count};
+}
+
+void AllocCache::endRun() {
+  for (Block& b : blocks_) b.live = false;
+}
+
+}  // namespace hir
