@@ -1,6 +1,7 @@
-// Static validation of a Program (see validate.h). Two walks over the tree:
-// the first collects where every allocation, communication and group is
-// declared (so messages can say "allocated later, at /body/5" and
+// Static validation of a Program (see validate.h): the header checks and the
+// main walk (Validator). Two walks over the tree: the first, in
+// validate_declarations.cc, collects where every allocation, communication and
+// group is declared (so messages can say "allocated later, at /body/5" and
 // share_mem_handles may list communications that come later); the second
 // checks every node in pre-order with the scopes it sees. Every problem
 // becomes one Issue; one ValidationError carries them all.
@@ -23,7 +24,11 @@
 #include <string_view>
 #include <vector>
 
+#include <hostir/expr.h>
+
+#include "analysis/validate_declarations.h"
 #include "common/check.h"
+#include "common/overloaded.h"
 #include "ir/team.h"
 
 
@@ -31,19 +36,6 @@ namespace hir {
 namespace {
 
 using Issue = ValidationError::Issue;
-
-std::string fieldPath(std::string_view node_path, std::string_view field) {
-  return fmt::format("{}/{}", node_path, field);
-}
-
-bool isIdentifier(std::string_view s) {
-  auto alpha = [](char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_'; };
-  auto digit = [](char c) { return c >= '0' && c <= '9'; };
-  if (s.empty() || !alpha(s[0])) return false;
-  for (char c : s)
-    if (!alpha(c) && !digit(c)) return false;
-  return true;
-}
 
 std::string joinNames(const std::vector<std::string>& names) {
   std::string out;
@@ -53,94 +45,6 @@ std::string joinNames(const std::vector<std::string>& names) {
   }
   return out;
 }
-
-// Where each name of the program is declared (the first declaration when a
-// name is declared twice, which is itself an issue).
-struct Declarations {
-  struct Alloc {
-    std::string path;
-    DType dtype;
-    std::size_t dims;
-  };
-  struct Comm {
-    std::string path;
-    std::string backend;
-  };
-  std::map<std::string, Alloc> allocs;
-  std::vector<std::string> alloc_order;  // names in program order, for messages
-  std::map<std::string, Comm> comms;
-  std::map<std::string, std::string> groups;  // name -> path
-};
-
-// First walk: declarations and their uniqueness.
-class Collector {
- public:
-  Collector(Declarations& decl, std::vector<Issue>& issues) : decl_(decl), issues_(issues) {}
-
-  // `parent` is a copy: it is often path_, which changes below.
-  void walk(const Body& body, const std::string parent, std::string_view field) {
-    std::string saved = path_;
-    for (std::size_t i = 0; i < body.size(); ++i) {
-      path_ = childPath(parent, field, i);
-      std::visit(*this, body[i].v);
-    }
-    path_ = saved;
-  }
-
-  void operator()(const Allocate& a) {
-    if (auto it = decl_.allocs.find(a.name); it != decl_.allocs.end()) {
-      issue(fieldPath(path_, "name"), fmt::format("allocation name '{}' is already used by the "
-                                                  "allocate at {}; allocation names are unique",
-                                                  a.name, it->second.path));
-      return;
-    }
-    decl_.allocs[a.name] = {path_, a.dtype, a.shape.size()};
-    decl_.alloc_order.push_back(a.name);
-  }
-  void operator()(const Deallocate&) {}
-  void operator()(const Communication& c) {
-    if (claimPostName(c.name)) decl_.comms[c.name] = {path_, c.backend};
-  }
-  void operator()(const ShareMemHandles&) {}
-  void operator()(const Wait&) {}
-  void operator()(const ForLoop& f) { walk(f.body, path_, "body"); }
-  void operator()(const If& i) {
-    walk(i.then_body, path_, "then");
-    walk(i.else_body, path_, "else");
-  }
-  void operator()(const SetStream&) {}
-  void operator()(const SyncStream&) {}
-  void operator()(const Group& g) {
-    if (claimPostName(g.name)) decl_.groups[g.name] = path_;
-    walk(g.body, path_, "body");
-  }
-  void operator()(const Fill&) {}
-  void operator()(const Copy&) {}
-  void operator()(const Check&) {}
-
- private:
-  // Communications and groups share one namespace: a wait names either.
-  bool claimPostName(const std::string& name) {
-    std::string previous;
-    if (auto it = decl_.comms.find(name); it != decl_.comms.end())
-      previous = "the communication at " + it->second.path;
-    else if (auto g = decl_.groups.find(name); g != decl_.groups.end())
-      previous = "the group at " + g->second;
-    if (previous.empty()) return true;
-    issue(fieldPath(path_, "name"),
-          fmt::format("name '{}' is already used by {}; communication and group names are unique",
-                      name, previous));
-    return false;
-  }
-
-  void issue(std::string path, std::string message) {
-    issues_.push_back({std::move(path), std::move(message)});
-  }
-
-  Declarations& decl_;
-  std::vector<Issue>& issues_;
-  std::string path_;
-};
 
 // Second walk: every rule, in pre-order, with scopes.
 class Validator {
@@ -321,18 +225,28 @@ class Validator {
 
   // A group posts its communications as one unit: only communications, and
   // for/if that produce them, belong in it. (Nested groups: see Group.)
+  // Every kind is listed: a new node kind must say whether it may be grouped.
   void checkGroupable(const Node& n) {
     if (!group_) return;
-    switch (n.kind()) {
-      case NodeKind::Communication:
-      case NodeKind::ForLoop:
-      case NodeKind::If:
-      case NodeKind::Group:
-        return;
-      default:
-        issue(path_, fmt::format("a group holds communications (and for/if around them), not '{}'",
-                                 n.op()));
-    }
+    const bool groupable = std::visit(Overloaded{
+                                          [](const Allocate&) { return false; },
+                                          [](const Deallocate&) { return false; },
+                                          [](const Communication&) { return true; },
+                                          [](const ShareMemHandles&) { return false; },
+                                          [](const Wait&) { return false; },
+                                          [](const ForLoop&) { return true; },
+                                          [](const If&) { return true; },
+                                          [](const SetStream&) { return false; },
+                                          [](const SyncStream&) { return false; },
+                                          [](const Group&) { return true; },
+                                          [](const Fill&) { return false; },
+                                          [](const Copy&) { return false; },
+                                          [](const Check&) { return false; },
+                                      },
+                                      n.v);
+    if (!groupable)
+      issue(path_, fmt::format("a group holds communications (and for/if around them), not '{}'",
+                               n.op()));
   }
 
   void checkGroupBackends(const GroupState& g) {
@@ -652,8 +566,7 @@ void checkHeader(const Program& program, const ValidateOptions& options,
 void validate(const Program& program, const ValidateOptions& options) {
   std::vector<Issue> issues;
   checkHeader(program, options, issues);
-  Declarations decl;
-  Collector(decl, issues).walk(program.body, "", "body");
+  Declarations decl = collectDeclarations(program.body, issues);
   Validator(program, options, decl, issues).run();
   if (!issues.empty()) throw ValidationError(std::move(issues));
 }

@@ -1,4 +1,7 @@
-// The ipc backend (see ipc_backend.h and docs/ipc.md).
+// The ipc backend (see ipc_backend.h and docs/ipc.md). One file of about 670
+// lines: the protocol of a message and the exchange that maps the memory it
+// moves share the backend's state; the work on ipc collectives is where it
+// splits into protocol and exchange.
 //
 // A message from s to r with sequence number q (PostArgs::remote.pair_seq) moves
 // like this, each side on its stream for (peer, direction), after the

@@ -1,4 +1,6 @@
-// The MPI backend. A post never blocks the host:
+// The MPI backend (one file of about 620 lines: one backend's state, its two
+// streams and the MPI call of every communication type belong together).
+// A post never blocks the host:
 //
 //   record(ready, current); wait(start, ready);
 //   start stream:      host function that starts the non-blocking MPI calls

@@ -1,3 +1,6 @@
+// The host device (see host_device.h). One file of about 700 lines: one
+// implementation of the Device interface, whose streams, events, memory and
+// semaphores keep CUDA's semantics together.
 #include "device/host_device.h"
 
 #include <fcntl.h>

@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "common/check.h"
+#include <hostir/backend.h>
 #include <hostir/json.h>
 #include <hostir/evaluator.h>
 #include <hostir/session.h>
@@ -214,6 +215,71 @@ TEST(Evaluator, RepeatedRunsReuseEveryCacheAndStayCorrect) {
   RunReport r = ev.report();
   EXPECT_TRUE(r.ok()) << r.format();
   EXPECT_EQ(r.checks_run, 200u);
+}
+
+// ------------------------------------------- a backend of the embedder
+
+// Copies input to output: an allreduce at world 1, on the host device.
+class LocalCopyBackend : public Backend {
+ public:
+  static inline int posts = 0;
+  std::string_view name() const override { return "local-copy"; }
+  void setup(const BackendContext& ctx) override { device_ = ctx.device; }
+  void post(std::span<const PostArgs> ops, Stream& current, Event& done) override {
+    for (const PostArgs& a : ops)
+      device_->copy(current, a.output, a.input, a.count * dtypeSize(a.dtype));
+    device_->record(done, current);
+    ++posts;
+  }
+};
+
+// Registration is all it takes: JSON names it, validation and lowering ask
+// its caps, the evaluator creates and posts to it.
+TEST(Evaluator, ABackendTheEmbedderRegistersCanBeNamedInJson) {
+  if (test::world().world() != 1) GTEST_SKIP() << "local-copy is an allreduce at world 1 only";
+  static bool registered = false;
+  if (!registered) {
+    BackendCaps caps;
+    caps.name = "local-copy";
+    caps.devices = {"host"};
+    caps.types = {CommType::Allreduce};
+    caps.dtypes = {DType::Int32};
+    caps.reduce_ops = {ReduceOp::Sum};
+    registerBackend({caps, [] { return std::make_unique<LocalCopyBackend>(); }});
+    registered = true;
+  }
+  auto program = [](std::string_view dtype) {
+    return parseProgram(fmt::format(R"({{"format": "hostir/1", "name": "mine", "body": [
+        {{"op": "allocate", "name": "a", "dtype": "{0}", "shape": [8]}},
+        {{"op": "allocate", "name": "b", "dtype": "{0}", "shape": [8]}},
+        {{"op": "fill", "tensor": "b", "value": -1}},
+        {{"op": "fill", "tensor": "a", "value": 5, "step": 1}},
+        {{"op": "communication", "name": "ar", "type": "allreduce", "input": "a", "output": "b",
+          "reduce": "sum", "backend": "local-copy"}},
+        {{"op": "wait", "communication": "ar"}},
+        {{"op": "check", "tensor": "b", "value": 5, "step": 1}}]}})",
+                                    dtype));
+  };
+  Session session(test::world(), SessionOptions{"host"});
+  const int before = LocalCopyBackend::posts;
+  Evaluator ev(session, program("int32"), shortTimeout());
+  ev.run();
+  ev.run();
+  ev.synchronize();
+  RunReport r = ev.report();
+  EXPECT_TRUE(r.ok()) << r.format();
+  EXPECT_EQ(r.checks_run, 2u);
+  EXPECT_EQ(LocalCopyBackend::posts - before, 2);
+  try {
+    Evaluator bad(session, program("float32"), shortTimeout());
+    FAIL() << "local-copy was bound to a float32 allreduce";
+  } catch (const ProgramError& e) {
+    EXPECT_NE(std::string(e.what()).find("/body/4: backend 'local-copy' cannot run allreduce of "
+                                         "float32 on device 'host': backend 'local-copy' moves "
+                                         "int32, not float32"),
+              std::string::npos)
+        << e.what();
+  }
 }
 
 }  // namespace

@@ -1,4 +1,6 @@
-// The NCCL backend (see nccl_backend.h).
+// The NCCL backend (see nccl_backend.h). One file of about 730 lines: the
+// communicators, the ordering of posts across streams and the mapping of
+// every communication type onto NCCL calls share one state.
 #include "backends/nccl/nccl_backend.h"
 
 #include <cuda_runtime_api.h>

@@ -1,5 +1,7 @@
 // The CUDA device. See cuda_device.h for the behaviour and cuda_interop.h for
-// what other GPU code may use of it.
+// what other GPU code may use of it. One file of about 640 lines: one
+// implementation of the Device interface (kernels are in cuda_kernels.cu,
+// driver entry points in driver_api.cc).
 #include "device/cuda/cuda_device.h"
 
 #include <cuda_runtime_api.h>
