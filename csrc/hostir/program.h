@@ -71,8 +71,9 @@ struct Team {
 // is an absolute rank; ranks outside `team` skip the node. send/recv move
 // `tensor` to/from the absolute rank `peer`. Inputs become ready on the
 // current stream; completion is observed by a Wait on `name` (or on the
-// enclosing Group). `backend` is "auto", "nccl", "ipc" or "mpi"; `protocol`
-// applies to ipc send/recv only.
+// enclosing Group). `backend` is "auto" or the name of a registered backend
+// (hostir/backend.h); `protocol` applies to send/recv on a backend that takes
+// protocols (ipc).
 struct Communication {
   std::string name;
   CommType type = CommType::Allreduce;

@@ -69,8 +69,10 @@ struct Evaluator::Impl {
   PeerRoutes routes;
   std::vector<std::unique_ptr<Backend>> backends;
   // The buffers the current instruction accesses, in the order it declares
-  // them (instr::*::accesses).
+  // them (instr::*::accesses), and how many each instruction has (0: none
+  // to resolve, as for control flow), counted once at load.
   std::array<AllocCache::Span, kMaxAccesses> spans{};
+  std::vector<uint8_t> access_counts;
 
   Impl(Session& s, const Program& program, const EvaluatorOptions& o)
       : session(s),
@@ -107,6 +109,13 @@ struct Evaluator::Impl {
     groups.resize(plan.groups.size());
     for (GroupState& g : groups) g.done = dev.createEvent();
     run_start = dev.createEvent();
+    for (const Instr& in : plan.code) {
+      int n = 0;
+      forEachAccess(plan, in, [&](const PlanRef&, Access) { ++n; });
+      HIR_INTERNAL_ASSERT(n <= kMaxAccesses, "an instruction with {} accesses (at most {})", n,
+                          kMaxAccesses);
+      access_counts.push_back(static_cast<uint8_t>(n));
+    }
   }
 
   ~Impl() {
@@ -381,7 +390,7 @@ struct Evaluator::Impl {
     int pc = 0;
     try {
       while (pc < end) {
-        resolveAccesses(plan.code[pc]);
+        if (access_counts[pc] != 0) resolveAccesses(plan.code[pc]);
         pc = step(plan, pc, scalars.data(), *this);
       }
     } catch (const ProgramError& e) {
