@@ -129,18 +129,19 @@ if [ "$run_tests" = 1 ]; then
       [ "$rc" = 124 ] && note="timed out"
       record "gpu tests np=$n" "$p" "$f" "$s" "$note"
     done
-    # The ipc tests of the MPI suite on the cuda device (HIR_TEST_DEVICE).
+    # The tests of the MPI suite that run on either device (ipc, compute,
+    # kernels), on the cuda device (HIR_TEST_DEVICE).
     mpi_tests="$build/tests/hostir_mpi_tests"
     for n in "${sizes[@]}"; do
-      [ -x "$mpi_tests" ] || { record "ipc tests (cuda)" - 1 - "not built"; break; }
-      log_header "$log" "hostir_mpi_tests Ipc* on the cuda device, $n rank(s)"
+      [ -x "$mpi_tests" ] || { record "ipc+compute tests (cuda)" - 1 - "not built"; break; }
+      log_header "$log" "hostir_mpi_tests Ipc* Compute* on the cuda device, $n rank(s)"
       piece=$(HIR_TEST_DEVICE=cuda timeout 900 "${mpirun_cmd[@]}" -x HIR_TEST_DEVICE -np "$n" \
-        "$mpi_tests" --gtest_color=no '--gtest_filter=Ipc*:-IpcFakeNodes*' 2>&1)
+        "$mpi_tests" --gtest_color=no '--gtest_filter=Ipc*:Compute*:-IpcFakeNodes*' 2>&1)
       rc=$?
       printf '%s\n' "$piece" >>"$log"
       read -r p f s <<<"$(gtest_counts "$piece")"
       if [ "$rc" != 0 ] && [ "$f" = 0 ]; then f=1; fi
-      record "ipc tests (cuda) np=$n" "$p" "$f" "$s" "exit $rc"
+      record "ipc+compute (cuda) np=$n" "$p" "$f" "$s" "exit $rc"
     done
   fi
 fi

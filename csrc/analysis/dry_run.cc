@@ -233,7 +233,28 @@ class RankRun {
       });
   }
 
+  // ------------------------------------------------------------- compute
+  // The accesses were resolved and checked for hazards before they ran;
+  // what is left are the shapes, by the core's rules.
+  void operator()(const instr::Matmul& m, int) {
+    if (!accessed_[0] || !accessed_[1] || !accessed_[2]) return;
+    attempt("size", [&] {
+      matmulShape(m, operand(m.a, 0), operand(m.b, 1), operand(m.out, 2));
+    });
+  }
+  void operator()(const instr::Add& a, int) {
+    if (!accessed_[0] || !accessed_[1] || !accessed_[2]) return;
+    attempt("size", [&] { checkAddShapes(operand(a.a, 0), operand(a.b, 1), operand(a.out, 2)); });
+  }
+  void operator()(const instr::Kernel&, int) {}
+
  private:
+  // Access i of the current instruction, resolved to `ref`, as the core's
+  // shape rules take it.
+  Operand operand(const PlanRef& ref, int i) const {
+    return Operand{&ref, &*layouts_[ref.alloc], spans_[i]};
+  }
+
   // A collective on a rank outside its team: the rank skips the node.
   bool skips(const instr::Post& p) const {
     const PlanComm& c = plan_.comms[p.comm];
@@ -252,6 +273,7 @@ class RankRun {
       HIR_INTERNAL_ASSERT(n < kMaxAccesses, "instruction with more than {} accesses",
                           kMaxAccesses);
       std::optional<Range> r = resolve(ref);
+      spans_[n] = last_span_;
       if (r) {
         if (access == Access::Read)
           checkRead(*r, ref.text);
@@ -305,8 +327,8 @@ class RankRun {
     }
     std::optional<Range> out;
     attempt("ref:" + ref.text, [&] {
-      const RefSpan span = resolveRef(ref, *layout, scalars_.data());
-      out = Range{ref.alloc, span.offset, span.count};
+      last_span_ = resolveRef(ref, *layout, scalars_.data());
+      out = Range{ref.alloc, last_span_.offset, last_span_.count};
     });
     return out;
   }
@@ -397,6 +419,8 @@ class RankRun {
   std::vector<bool> bad_alloc_;                 // allocate failed: uses stay quiet
   std::vector<bool> comm_seen_, group_seen_;    // posted (or skipped) so far
   std::array<std::optional<Range>, kMaxAccesses> accessed_;  // of the current instruction
+  std::array<RefSpan, kMaxAccesses> spans_;  // their spans, where accessed_ has a value
+  RefSpan last_span_;
   std::vector<Pending> pending_;
   int group_post_ = -1, next_group_post_ = 0;
   int pc_ = 0, node_ = 0;

@@ -187,7 +187,66 @@ class Validator {
             fmt::format("tolerance must be a finite number >= 0; found {}", c.tolerance));
   }
 
+  // 2-D operands of one floating dtype; the sizes are checked per rank by
+  // the cross-rank check (they may depend on rank and loop indices).
+  void operator()(const Matmul& m) {
+    const std::pair<const TensorRef*, const char*> operands[] = {
+        {&m.a, "a"}, {&m.b, "b"}, {&m.out, "out"}};
+    for (const auto& [r, field] : operands) {
+      const std::string at = fieldPath(path_, field);
+      checkRef(*r, at);
+      if (auto dims = refDims(*r); dims && *dims != 2)
+        issue(at, fmt::format("matmul needs a 2-D '{}': '{}' is {}-D", field, r->str(), *dims));
+      if (auto t = refDType(*r);
+          t && *t != DType::Float32 && *t != DType::Float16 && *t != DType::BFloat16)
+        issue(at, fmt::format("matmul runs on float32, float16 or bfloat16; '{}' is {}", r->str(),
+                              toString(*t)));
+    }
+    checkSameDType("matmul", m.a, m.b, fieldPath(path_, "b"));
+    checkSameDType("matmul", m.a, m.out, fieldPath(path_, "out"));
+  }
+
+  void operator()(const Add& a) {
+    checkRef(a.a, fieldPath(path_, "a"));
+    checkRef(a.b, fieldPath(path_, "b"));
+    checkRef(a.out, fieldPath(path_, "out"));
+    checkSameDType("add", a.a, a.b, fieldPath(path_, "b"));
+    checkSameDType("add", a.a, a.out, fieldPath(path_, "out"));
+  }
+
+  void operator()(const Kernel& k) {
+    if (std::find(options_.kernels.begin(), options_.kernels.end(), k.name) ==
+        options_.kernels.end())
+      issue(fieldPath(path_, "name"),
+            fmt::format("no kernel named '{}' is registered{}", k.name,
+                        options_.kernels.empty()
+                            ? std::string(" (none is: register kernels through the C++ API or "
+                                          "load a plugin with --plugin)")
+                            : fmt::format("; registered: {}", joinNames(options_.kernels))));
+    for (std::size_t i = 0; i < k.reads.size(); ++i)
+      checkRef(k.reads[i], childPath(path_, "reads", i));
+    for (std::size_t i = 0; i < k.writes.size(); ++i)
+      checkRef(k.writes[i], childPath(path_, "writes", i));
+    if (k.reads.size() + k.writes.size() > static_cast<std::size_t>(kMaxKernelTensors))
+      issue(path_, fmt::format("a kernel takes at most {} reads and writes; found {}",
+                               kMaxKernelTensors, k.reads.size() + k.writes.size()));
+    for (const auto& [name, e] : k.args) checkExpr(e, fieldPath(fieldPath(path_, "args"), name));
+  }
+
  private:
+  // What the declarations say of a reference, when its allocation is known.
+  std::optional<std::size_t> refDims(const TensorRef& r) const {
+    auto decl = decl_.allocs.find(r.name);
+    if (decl == decl_.allocs.end()) return std::nullopt;
+    const std::size_t selects = r.select.size();
+    return decl->second.dims >= selects ? std::optional(decl->second.dims - selects) : std::nullopt;
+  }
+  std::optional<DType> refDType(const TensorRef& r) const {
+    auto decl = decl_.allocs.find(r.name);
+    if (decl == decl_.allocs.end()) return std::nullopt;
+    return decl->second.dtype;
+  }
+
   // Allocations made and ended in one body; a body's scope ends with it.
   struct Scope {
     std::set<std::string> allocated;
@@ -242,6 +301,9 @@ class Validator {
                                           [](const Fill&) { return false; },
                                           [](const Copy&) { return false; },
                                           [](const Check&) { return false; },
+                                          [](const Matmul&) { return false; },
+                                          [](const Add&) { return false; },
+                                          [](const Kernel&) { return false; },
                                       },
                                       n.v);
     if (!groupable)

@@ -9,6 +9,7 @@
 // the catalog with the fields they take.
 #pragma once
 
+#include <string>
 #include <vector>
 
 #include <hostir/backend.h>
@@ -21,6 +22,8 @@ struct ValidateOptions {
   // The backends a program may name (backendCatalog() in a run): "backend"
   // must be "auto" or one of them, and take the fields given.
   std::vector<BackendCaps> backends;
+  // The kernels a "kernel" node may name (kernelNames() in a run).
+  std::vector<std::string> kernels;
 };
 
 void validate(const Program& program, const ValidateOptions& options);

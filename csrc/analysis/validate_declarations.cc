@@ -64,6 +64,9 @@ class Collector {
   void operator()(const Fill&) {}
   void operator()(const Copy&) {}
   void operator()(const Check&) {}
+  void operator()(const Matmul&) {}
+  void operator()(const Add&) {}
+  void operator()(const Kernel&) {}
 
  private:
   // Communications and groups share one namespace: a wait names either.

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include <hostir/kernel.h>
+
 #include "analysis/validate.h"
 #include "common/check.h"
 #include "lower/lower.h"
@@ -11,7 +13,8 @@ namespace hir {
 CompiledProgram compile(const Program& program, const CompileOptions& options) {
   std::vector<BackendCaps> catalog =
       options.backends.empty() ? backendCatalog() : options.backends;
-  validate(program, ValidateOptions{options.world, catalog});
+  validate(program, ValidateOptions{options.world, catalog,
+                                    options.kernels ? *options.kernels : kernelNames()});
   CompiledProgram out;
   out.plan = lower(program, LowerOptions{options.world, options.device, std::move(catalog)});
   const Plan& plan = out.plan;

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -23,6 +24,9 @@ struct CompileOptions {
   // What "backend" may name. Empty: every registered backend
   // (backendCatalog()).
   std::vector<BackendCaps> backends;
+  // What "kernel" nodes may name. nullopt: every registered kernel
+  // (kernelNames()).
+  std::optional<std::vector<std::string>> kernels;
   // Run the cross-rank check (ValidationError listing every problem). Off,
   // the point-to-point trace is still made when a backend needs it.
   bool check_schedule = true;

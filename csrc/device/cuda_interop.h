@@ -57,7 +57,8 @@ class CudaStream final : public Stream {
   Counter work_;  // null: untracked
 };
 
-// A CUDA event created without timing (cheaper to record and wait on).
+// A CUDA event: created without timing (cheaper to record and wait on), or
+// with timing by createTimingEvent().
 class CudaEvent final : public Event {
  public:
   CudaEvent(cudaEvent_t native, int ordinal) : native_(native), ordinal_(ordinal) {}

@@ -31,6 +31,15 @@ void Device::writeValue(Stream&, uint32_t*, uint32_t) {
 void Device::waitValue(Stream&, const uint32_t*, uint32_t) {
   throwUnsupported(*this, "stream semaphores", "waitValue");
 }
+void Device::matmul(Stream&, const MatmulArgs&) { throwUnsupported(*this, "compute", "matmul"); }
+void Device::add(Stream&, void*, const void*, const void*, DType, std::size_t) {
+  throwUnsupported(*this, "compute", "add");
+}
+void* Device::nativeStream(Stream&) { return nullptr; }
+std::unique_ptr<Event> Device::createTimingEvent() {
+  throwUnsupported(*this, "timing", "createTimingEvent");
+}
+double Device::elapsedMs(Event&, Event&) { throwUnsupported(*this, "timing", "elapsedMs"); }
 void Device::signaledCopy(Stream& s, void* dst, const void* src, std::size_t bytes,
                           const uint32_t* wait_addr, uint32_t at_least, uint32_t* signal_addr,
                           uint32_t value) {

@@ -1,6 +1,7 @@
-// The host device (see host_device.h). One file of about 700 lines: one
+// The host device (see host_device.h). One file of about 750 lines: one
 // implementation of the Device interface, whose streams, events, memory and
-// semaphores keep CUDA's semantics together.
+// semaphores keep CUDA's semantics together (its compute kernels are in
+// compute.cc).
 #include "device/host_device.h"
 
 #include <fcntl.h>
@@ -22,6 +23,7 @@
 
 #include "common/elements.h"
 #include "common/check.h"
+#include "device/compute.h"
 
 namespace hir {
 
@@ -43,6 +45,7 @@ Clock::time_point deadlineAfter(Duration d) {
 struct Completion {
   uint64_t stream_id = 0;  // where it was recorded, for messages
   bool done = false;
+  Clock::time_point stamp{};  // when it completed (timing events only)
 };
 
 class Worker;
@@ -236,9 +239,10 @@ class HostStream final : public Stream {
 
 class HostEvent final : public Event {
  public:
-  HostEvent(HostDevice::Impl& dev, uint64_t id) : dev(dev), id(id) {}
+  HostEvent(HostDevice::Impl& dev, uint64_t id, bool timing) : dev(dev), id(id), timing(timing) {}
   HostDevice::Impl& dev;
   const uint64_t id;
+  const bool timing;  // createTimingEvent(): completions carry their time
   std::shared_ptr<Completion> latest;  // guarded by dev.mu; null: never recorded
 };
 
@@ -309,6 +313,8 @@ bool HostDevice::supports(DeviceFeature f) const {
   switch (f) {
     case DeviceFeature::Ipc: return true;
     case DeviceFeature::StreamSemaphore: return true;
+    case DeviceFeature::Compute: return true;
+    case DeviceFeature::Timing: return true;
   }
   return false;
 }
@@ -409,7 +415,11 @@ HostEvent& hostEvent(HostDevice::Impl& dev, Event& e) {
 }  // namespace
 
 std::unique_ptr<Event> HostDevice::createEvent() {
-  return std::make_unique<HostEvent>(*impl_, impl_->next_event_id.fetch_add(1));
+  return std::make_unique<HostEvent>(*impl_, impl_->next_event_id.fetch_add(1), false);
+}
+
+std::unique_ptr<Event> HostDevice::createTimingEvent() {
+  return std::make_unique<HostEvent>(*impl_, impl_->next_event_id.fetch_add(1), true);
 }
 
 void HostDevice::record(Event& e, Stream& s) {
@@ -422,9 +432,11 @@ void HostDevice::record(Event& e, Stream& s) {
     ev.latest = token;
   }
   Impl* dev = impl_.get();
-  w.enqueue([dev, token] {
+  w.enqueue([dev, token, timing = ev.timing] {
+    const Clock::time_point now = timing ? Clock::now() : Clock::time_point{};
     {
       std::lock_guard lock(dev->mu);
+      token->stamp = now;
       token->done = true;
     }
     dev->progress.notify_all();
@@ -475,6 +487,21 @@ void HostDevice::synchronize(Event& e, Duration timeout) {
   HIR_CHECK_AS(TimeoutError, ok,
                "host wait timed out after {} ms waiting for event #{} (recorded on stream {})",
                timeout.count(), ev.id, token ? token->stream_id : 0);
+}
+
+// Like cudaEventElapsedTime: both events must be timing events whose last
+// record() has completed (hostir asks only then).
+double HostDevice::elapsedMs(Event& from, Event& to) {
+  HostEvent& a = hostEvent(*impl_, from);
+  HostEvent& b = hostEvent(*impl_, to);
+  std::lock_guard lock(impl_->mu);
+  if (impl_->failed.load()) impl_->throwSticky();
+  for (const HostEvent* ev : {&a, &b}) {
+    HIR_INTERNAL_ASSERT(ev->timing, "elapsedMs: event #{} is not a timing event", ev->id);
+    HIR_INTERNAL_ASSERT(ev->latest && ev->latest->done, "elapsedMs: event #{} {}", ev->id,
+                        ev->latest ? "has not completed" : "was never recorded");
+  }
+  return std::chrono::duration<double, std::milli>(b.latest->stamp - a.latest->stamp).count();
 }
 
 void HostDevice::synchronize(Stream& s, Duration timeout) {
@@ -567,6 +594,22 @@ void HostDevice::check(Stream& s, const void* src, DType t, std::size_t count, i
 void HostDevice::launchHostFunc(Stream& s, std::function<void()> fn) {
   HIR_INTERNAL_ASSERT(fn != nullptr, "launchHostFunc with an empty function");
   impl_->stream(s).worker().enqueue(std::move(fn));
+}
+
+// ---------------------------------------------------------------- compute
+
+void HostDevice::matmul(Stream& s, const MatmulArgs& args) {
+  checkMatmulArgs(args, "host");
+  if (args.m == 0 || args.n == 0) return;
+  impl_->stream(s).worker().enqueue([args] { hostMatmul(args); });
+}
+
+void HostDevice::add(Stream& s, void* out, const void* a, const void* b, DType t,
+                     std::size_t count) {
+  if (count == 0) return;
+  HIR_INTERNAL_ASSERT(out != nullptr && a != nullptr && b != nullptr,
+                      "host add of {} elements with a null buffer", count);
+  impl_->stream(s).worker().enqueue([=] { hostAdd(out, a, b, t, count); });
 }
 
 // -------------------------------------------------------------------- IPC

@@ -20,6 +20,9 @@
 // - Stream semaphores are 32-bit atomics; waitValue() polls with backoff
 //   because the writer may be another process. Values compare as unsigned:
 //   wrap-around of the 32-bit sequence is not handled.
+// - Compute (matmul, add) runs on the stream's worker: matmul through
+//   OpenBLAS (device/compute.h). Timing events stamp steady_clock when the
+//   stream's worker reaches their record().
 // - Streams (and wrappers) must be destroyed before the device. Destroying a
 //   stream drains it; destroying the device drains the default stream, and
 //   a task of it still blocked in a wait then gives up (skipping the rest).
@@ -79,6 +82,13 @@ class HostDevice : public Device {
   MemoryHandle exportMemory(void* p) override;
   void* importMemory(const MemoryHandle& h) override;
   void closeImported(void* p) override;
+
+  void matmul(Stream& s, const MatmulArgs& args) override;
+  void add(Stream& s, void* out, const void* a, const void* b, DType t,
+           std::size_t count) override;
+
+  std::unique_ptr<Event> createTimingEvent() override;
+  double elapsedMs(Event& from, Event& to) override;
 
   void writeValue(Stream& s, uint32_t* addr, uint32_t value) override;
   void waitValue(Stream& s, const uint32_t* addr, uint32_t at_least) override;

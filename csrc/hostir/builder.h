@@ -29,6 +29,10 @@ struct CommOptions {
   Protocol protocol = Protocol::Auto;
 };
 
+struct MatmulOptions {
+  bool transpose_a = false, transpose_b = false, accumulate = false;
+};
+
 class BodyBuilder {
  public:
   explicit BodyBuilder(Body& body) : body_(&body) {}
@@ -65,6 +69,15 @@ class BodyBuilder {
   BodyBuilder& fill(std::string_view tensor, Expr value, Expr step = 0);
   BodyBuilder& copy(std::string_view src, std::string_view dst);
   BodyBuilder& check(std::string_view tensor, Expr value, Expr step = 0, double tolerance = 0.0);
+  // out (+)= op(a) * op(b) (the "matmul" node).
+  BodyBuilder& matmul(std::string_view a, std::string_view b, std::string_view out,
+                      MatmulOptions opts = {});
+  // out = a + b, elementwise (the "add" node).
+  BodyBuilder& addTensors(std::string_view a, std::string_view b, std::string_view out);
+  // A kernel registered as `name` (hostir/kernel.h).
+  BodyBuilder& kernel(std::string name, const std::vector<std::string>& reads,
+                      const std::vector<std::string>& writes,
+                      std::vector<std::pair<std::string, Expr>> args = {});
   // Appends any node as it is.
   BodyBuilder& add(Node node);
 

@@ -69,6 +69,26 @@ struct CheckRecord {
 enum class DeviceFeature : uint8_t {
   Ipc,              // exportMemory / importMemory
   StreamSemaphore,  // writeValue / waitValue
+  Compute,          // matmul / add
+  Timing,           // createTimingEvent / elapsedMs
+};
+
+// out[m, n] (+)= op(a)[m, k] * op(b)[k, n], row-major, where op(x) is x or
+// its transpose. a is stored as (transpose_a ? k x m : m x k) with rows of
+// lda elements, b as (transpose_b ? n x k : k x n) with rows of ldb
+// elements, out as m x n with rows of ldo elements. a, b and out have one
+// dtype: float32, float16 or bfloat16; products are summed in float32. out
+// must not overlap a or b (the plan-stepping core refuses such a matmul).
+// accumulate: out += a * b, else out = a * b (cuBLAS may round a * b to a
+// half type before adding out: one more rounding than the host device).
+struct MatmulArgs {
+  DType dtype = DType::Float32;
+  int64_t m = 0, n = 0, k = 0;
+  const void* a = nullptr;
+  const void* b = nullptr;
+  void* out = nullptr;
+  int64_t lda = 0, ldb = 0, ldo = 0;
+  bool transpose_a = false, transpose_b = false, accumulate = false;
 };
 
 // An exported allocation: opaque bytes a peer process on the same node passes
@@ -125,6 +145,25 @@ class Device {
   virtual MemoryHandle exportMemory(void* p);
   virtual void* importMemory(const MemoryHandle& h);
   virtual void closeImported(void* p);
+
+  // --- Optional: compute (supports(DeviceFeature::Compute)), on `s`. ---
+  virtual void matmul(Stream& s, const MatmulArgs& args);
+  // out[i] = a[i] + b[i] for `count` elements of dtype `t` (out may be a or b).
+  virtual void add(Stream& s, void* out, const void* a, const void* b, DType t,
+                   std::size_t count);
+
+  // --- Optional: the native stream behind `s` (cudaStream_t for cuda), for
+  // kernels an embedder registers; nullptr where there is none (host: such a
+  // kernel enqueues its work with launchHostFunc). Asking for it counts as
+  // work enqueued on `s` (the caller is about to enqueue some). ---
+  virtual void* nativeStream(Stream& s);
+
+  // --- Optional: timing (supports(DeviceFeature::Timing)). An event that
+  // records when the stream reached it, for traces: record() and wait() take
+  // it like any event. elapsedMs(from, to): milliseconds between two such
+  // events, both complete (query() true). ---
+  virtual std::unique_ptr<Event> createTimingEvent();
+  virtual double elapsedMs(Event& from, Event& to);
 
   // --- Optional: stream semaphores (supports(DeviceFeature::StreamSemaphore)). ---
   // `addr` is device-visible memory of a uint32 (possibly a peer's, imported).

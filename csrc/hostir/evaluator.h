@@ -31,6 +31,10 @@ struct Plan;
 struct EvaluatorOptions {
   std::chrono::milliseconds timeout{300000};  // every host wait
   bool check_schedule = true;                 // run the cross-rank check at load
+  // Records a timeline of every run (host time per instruction, GPU spans
+  // timed by events on their streams); see Evaluator::traceEvents(). Needs a
+  // device with timing events.
+  bool trace = false;
 };
 
 struct CheckFailure {
@@ -76,6 +80,11 @@ class Evaluator {
   // Exchanges by share_mem_handles (ipc) that went through the bootstrap so
   // far; one of memory already exchanged is skipped and not counted. For tests.
   int64_t exchanges() const;
+  // With EvaluatorOptions::trace: this rank's timeline of the runs so far,
+  // as Chrome trace events (comma-separated JSON objects, no brackets); call
+  // after synchronize(). `hir run --trace` gathers every rank's into one
+  // file. Empty without trace.
+  std::string traceEvents() const;
 
  private:
   struct Impl;

@@ -10,6 +10,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <variant>
 #include <vector>
 
@@ -33,7 +34,10 @@ namespace hir {
   X(Group, "group")                        \
   X(Fill, "fill")                          \
   X(Copy, "copy")                          \
-  X(Check, "check")
+  X(Check, "check")                        \
+  X(Matmul, "matmul")                      \
+  X(Add, "add")                            \
+  X(Kernel, "kernel")
 
 struct Node;
 using Body = std::vector<Node>;
@@ -173,6 +177,40 @@ struct Check {
   Expr step = Expr(int64_t{0});
   double tolerance = 0.0;
   friend bool operator==(const Check&, const Check&) = default;
+};
+
+// out[m, n] = op(a)[m, k] * op(b)[k, n], or out += that when `accumulate`,
+// on the current stream, where op(x) is x transposed when transpose_x. a, b
+// and out reference 2-D tensors (a range of the leading dimension is fine)
+// of one dtype, float32, float16 or bfloat16; products are summed in
+// float32. cuBLAS on the cuda device, OpenBLAS on the host. Like every node,
+// it reads a and b (and out when accumulating) and writes out only after the
+// work enqueued before it on the current stream, and a pending communication
+// on those buffers is a hazard.
+struct Matmul {
+  TensorRef a, b, out;
+  bool transpose_a = false, transpose_b = false, accumulate = false;
+  friend bool operator==(const Matmul&, const Matmul&) = default;
+};
+
+// out[i] = a[i] + b[i] on the current stream: references of the same shape
+// and dtype (out may be a or b). For reductions written by hand.
+struct Add {
+  TensorRef a, b, out;
+  friend bool operator==(const Add&, const Add&) = default;
+};
+
+// Runs the kernel an embedder registered as `name` (hostir/kernel.h) on the
+// current stream, with the buffers of `reads` and `writes` resolved and the
+// `args` evaluated. The kernel touches only what `reads` and `writes` list:
+// the checks and the dependencies go by those lists.
+inline constexpr int kMaxKernelTensors = 16;  // reads + writes of one kernel node
+
+struct Kernel {
+  std::string name;
+  std::vector<TensorRef> reads, writes;
+  std::vector<std::pair<std::string, Expr>> args;  // sorted by name
+  friend bool operator==(const Kernel&, const Kernel&) = default;
 };
 
 enum class NodeKind : uint8_t {

@@ -1,5 +1,7 @@
 #include <hostir/builder.h>
 
+#include <algorithm>
+
 namespace hir {
 
 namespace {
@@ -170,6 +172,30 @@ BodyBuilder& BodyBuilder::copy(std::string_view src, std::string_view dst) {
 
 BodyBuilder& BodyBuilder::check(std::string_view tensor, Expr value, Expr step, double tolerance) {
   return add(Check{ref(tensor), std::move(value), std::move(step), tolerance});
+}
+
+BodyBuilder& BodyBuilder::matmul(std::string_view a, std::string_view b, std::string_view out,
+                                 MatmulOptions opts) {
+  return add(Matmul{ref(a), ref(b), ref(out), opts.transpose_a, opts.transpose_b,
+                    opts.accumulate});
+}
+
+BodyBuilder& BodyBuilder::addTensors(std::string_view a, std::string_view b,
+                                     std::string_view out) {
+  return add(Add{ref(a), ref(b), ref(out)});
+}
+
+BodyBuilder& BodyBuilder::kernel(std::string name, const std::vector<std::string>& reads,
+                                 const std::vector<std::string>& writes,
+                                 std::vector<std::pair<std::string, Expr>> args) {
+  Kernel k;
+  k.name = std::move(name);
+  for (const std::string& r : reads) k.reads.push_back(hir::ref(r));
+  for (const std::string& w : writes) k.writes.push_back(hir::ref(w));
+  std::sort(args.begin(), args.end(),
+            [](const auto& x, const auto& y) { return x.first < y.first; });
+  k.args = std::move(args);
+  return add(std::move(k));
 }
 
 ProgramBuilder::ProgramBuilder(std::string name) : ProgramHolder(), BodyBuilder(program_.body) {

@@ -209,6 +209,34 @@ struct ParamsCodec {
   }
 };
 
+struct BoolCodec {
+  bool read(const Json& j, const std::string& ptr) const {
+    if (!j.is_boolean()) wrongType(j, ptr, "true or false");
+    return j.get<bool>();
+  }
+  Json write(bool v) const { return v; }
+};
+
+// A kernel's args: an object name -> expression, kept sorted by name.
+struct ArgsCodec {
+  std::vector<std::pair<std::string, Expr>> read(const Json& j, const std::string& ptr) const {
+    if (!j.is_object()) wrongType(j, ptr, "an object of expressions");
+    std::vector<std::pair<std::string, Expr>> out;
+    for (const auto& [name, value] : j.items()) {
+      std::string p = keyPath(ptr, name);
+      out.emplace_back(NameCodec{true}.read(Json(name), p), ExprCodec{}.read(value, p));
+    }
+    std::sort(out.begin(), out.end(),
+              [](const auto& a, const auto& b) { return a.first < b.first; });
+    return out;
+  }
+  Json write(const std::vector<std::pair<std::string, Expr>>& args) const {
+    Json out = Json::object();
+    for (const auto& [name, e] : args) out[name] = ExprCodec{}.write(e);
+    return out;
+  }
+};
+
 struct BodyCodec {
   Body read(const Json& j, const std::string& ptr) const;
   Json write(const Body& body) const;
@@ -222,6 +250,8 @@ constexpr RefCodec kRef;
 constexpr BodyCodec kBody;
 constexpr ListCodec<NameCodec> kNameList;
 constexpr ListCodec<ExprCodec> kExprList;
+constexpr ListCodec<RefCodec> kRefList;
+constexpr BoolCodec kBool;
 
 // ---------------------------------------------------------------- visitors
 
@@ -376,6 +406,30 @@ void fields(auto& v, Is<Check> auto& n) {
   v.required("value", n.value, kExpr);
   v.optional("step", n.step, kExpr, d.step);
   v.optional("tolerance", n.tolerance, ToleranceCodec{}, d.tolerance);
+}
+
+void fields(auto& v, Is<Matmul> auto& n) {
+  static const Matmul d;
+  v.required("a", n.a, kRef);
+  v.required("b", n.b, kRef);
+  v.required("out", n.out, kRef);
+  v.optional("transpose_a", n.transpose_a, kBool, d.transpose_a);
+  v.optional("transpose_b", n.transpose_b, kBool, d.transpose_b);
+  v.optional("accumulate", n.accumulate, kBool, d.accumulate);
+}
+
+void fields(auto& v, Is<Add> auto& n) {
+  v.required("a", n.a, kRef);
+  v.required("b", n.b, kRef);
+  v.required("out", n.out, kRef);
+}
+
+void fields(auto& v, Is<Kernel> auto& n) {
+  static const Kernel d;
+  v.required("name", n.name, kString);
+  v.optional("reads", n.reads, kRefList, d.reads);
+  v.optional("writes", n.writes, kRefList, d.writes);
+  v.optional("args", n.args, ArgsCodec{}, d.args);
 }
 
 // The program's keys after "format", which is checked first on its own.

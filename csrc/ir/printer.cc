@@ -85,6 +85,23 @@ class Lister {
     row(fmt::format("check {} equals {}{}", n.tensor.str(), patternText(n.value, n.step), tolerance));
   }
 
+  void operator()(const Matmul& n) {
+    auto op = [](const TensorRef& r, bool t) { return t ? r.str() + "^T" : r.str(); };
+    row(fmt::format("matmul {} {}= {} * {}", n.out.str(), n.accumulate ? "+" : "",
+                    op(n.a, n.transpose_a), op(n.b, n.transpose_b)));
+  }
+  void operator()(const Add& n) {
+    row(fmt::format("add {} = {} + {}", n.out.str(), n.a.str(), n.b.str()));
+  }
+  void operator()(const Kernel& n) {
+    std::vector<std::string> reads, writes, args;
+    for (const TensorRef& r : n.reads) reads.push_back(r.str());
+    for (const TensorRef& r : n.writes) writes.push_back(r.str());
+    for (const auto& [name, e] : n.args) args.push_back(fmt::format("{} = {}", name, e.str()));
+    row(fmt::format("kernel {} reads [{}] writes [{}]{}", n.name, join(reads), join(writes),
+                    args.empty() ? "" : fmt::format(" args {}", join(args))));
+  }
+
  private:
   void row(std::string text) { rows_.push_back({path_, depth_, std::move(text)}); }
 

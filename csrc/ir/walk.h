@@ -36,6 +36,9 @@ void walkNodes(const Node& n, F&& f) {
                  [](const Fill&) {},
                  [](const Copy&) {},
                  [](const Check&) {},
+                 [](const Matmul&) {},
+                 [](const Add&) {},
+                 [](const Kernel&) {},
              },
              n.v);
 }

@@ -111,6 +111,9 @@ class Lowerer {
               [&](const Fill&) {},
               [&](const Copy&) {},
               [&](const Check&) {},
+              [&](const Matmul&) {},
+              [&](const Add&) {},
+              [&](const Kernel&) {},
           },
           n.v);
     }
@@ -297,6 +300,23 @@ class Lowerer {
                                 c.tolerance, check},
                    node);
             },
+            [&](const Matmul& m) {
+              emit(instr::Matmul{lowerRef(m.a, path), lowerRef(m.b, path), lowerRef(m.out, path),
+                                 m.transpose_a, m.transpose_b, m.accumulate},
+                   node);
+            },
+            [&](const Add& a) {
+              emit(instr::Add{lowerRef(a.a, path), lowerRef(a.b, path), lowerRef(a.out, path)},
+                   node);
+            },
+            [&](const Kernel& k) {
+              instr::Kernel out;
+              out.kernel = kernelIndex(k.name);
+              for (const TensorRef& r : k.reads) out.reads.push_back(lowerRef(r, path));
+              for (const TensorRef& w : k.writes) out.writes.push_back(lowerRef(w, path));
+              for (const auto& [name, e] : k.args) out.args.emplace_back(name, compile(e));
+              emit(std::move(out), node);
+            },
         },
         n.v);
   }
@@ -409,6 +429,13 @@ class Lowerer {
                 "group is posted as one unit on one backend",
                 path, c.name, plan_.backends[comm.backend].name, g.name, plan_.backends[g.backend].name);
     }
+  }
+
+  int kernelIndex(const std::string& name) {
+    auto it = std::find(plan_.kernels.begin(), plan_.kernels.end(), name);
+    if (it != plan_.kernels.end()) return static_cast<int>(it - plan_.kernels.begin());
+    plan_.kernels.push_back(name);
+    return static_cast<int>(plan_.kernels.size()) - 1;
   }
 
   int backendIndex(const BackendCaps& caps) {

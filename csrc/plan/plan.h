@@ -159,6 +159,36 @@ struct Check {
   template <class F>
   void accesses(const Plan&, F&& f) const { f(ref, Access::Read); }
 };
+// Compute on the current stream (nodes Matmul, Add, Kernel).
+struct Matmul {
+  PlanRef a, b, out;
+  bool transpose_a = false, transpose_b = false, accumulate = false;
+  template <class F>
+  void accesses(const Plan&, F&& f) const {
+    f(a, Access::Read);
+    f(b, Access::Read);
+    f(out, Access::Write);  // also read when accumulating: a write conflicts with both
+  }
+};
+struct Add {
+  PlanRef a, b, out;
+  template <class F>
+  void accesses(const Plan&, F&& f) const {
+    f(a, Access::Read);
+    f(b, Access::Read);
+    f(out, Access::Write);
+  }
+};
+struct Kernel {
+  int kernel = -1;  // index into Plan::kernels
+  std::vector<PlanRef> reads, writes;
+  std::vector<std::pair<std::string, CompiledExpr>> args;  // sorted by name
+  template <class F>
+  void accesses(const Plan&, F&& f) const {
+    for (const PlanRef& r : reads) f(r, Access::Read);
+    for (const PlanRef& w : writes) f(w, Access::Write);
+  }
+};
 #undef HIR_NO_ACCESSES
 }  // namespace instr
 
@@ -166,14 +196,16 @@ struct Instr {
   std::variant<instr::Allocate, instr::Deallocate, instr::Post, instr::GroupBegin,
                instr::GroupEnd, instr::Share, instr::Wait, instr::LoopInit, instr::LoopNext,
                instr::JumpIfZero, instr::Jump, instr::SetStream, instr::SyncStream,
-               instr::Fill, instr::Copy, instr::Check>
+               instr::Fill, instr::Copy, instr::Check, instr::Matmul, instr::Add,
+               instr::Kernel>
       op;
   int node = -1;
 };
 
-// At most this many accesses per instruction (a compute node with two inputs
-// and an output fits).
-inline constexpr int kMaxAccesses = 4;
+// At most this many accesses per instruction: a kernel's reads and writes
+// (validation caps them), a matmul's three operands.
+inline constexpr int kMaxAccesses = kMaxKernelTensors;
+static_assert(kMaxAccesses >= 3);
 
 struct Plan {
   std::string name;
@@ -188,6 +220,7 @@ struct Plan {
   std::vector<PlanCheck> checks;
   std::vector<PlanNode> nodes;
   std::vector<PlanBackend> backends;      // bound backends
+  std::vector<std::string> kernels;       // kernels named by kernel nodes (hostir/kernel.h)
   std::string device;                     // device kind lowered for
 };
 

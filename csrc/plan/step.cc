@@ -44,6 +44,8 @@ RefSpan resolveRef(const PlanRef& ref, const Layout& layout, const int64_t* scal
     span.offset += v * layout.strides[d];
   }
   span.count = d < dims ? layout.shape[d] * layout.strides[d] : 1;
+  span.dims = static_cast<int>(dims - d);
+  span.lead = d < dims ? layout.shape[d] : 1;
   if (ref.has_range) {
     const int64_t a = ref.range_begin.eval(scalars), b = ref.range_end.eval(scalars);
     HIR_CHECK(0 <= a && a <= b && b <= layout.shape[d],
@@ -51,8 +53,68 @@ RefSpan resolveRef(const PlanRef& ref, const Layout& layout, const int64_t* scal
               a, b, ref.text, layout.shape[d], d, layout.shape[d]);
     span.offset += a * layout.strides[d];
     span.count = (b - a) * layout.strides[d];
+    span.lead = b - a;
   }
   return span;
+}
+
+int64_t refExtent(const PlanRef& ref, const Layout& layout, const RefSpan& span, int i) {
+  return i == 0 ? span.lead : layout.shape[ref.select.size() + static_cast<std::size_t>(i)];
+}
+
+namespace {
+
+std::string shapeText(const Operand& o) {
+  std::string out;
+  for (int i = 0; i < o.span.dims; ++i)
+    out += fmt::format("{}{}", i ? " x " : "", refExtent(*o.ref, *o.layout, o.span, i));
+  return out.empty() ? std::string("a scalar") : out;
+}
+
+}  // namespace
+
+MatmulShape matmulShape(const instr::Matmul& mm, const Operand& a, const Operand& b,
+                        const Operand& out) {
+  for (const Operand* o : {&a, &b, &out})
+    HIR_CHECK(o->span.dims == 2, "matmul needs 2-D operands; '{}' is {} ({}-D)", o->ref->text,
+              shapeText(*o), o->span.dims);
+  auto rows = [](const Operand& o) { return refExtent(*o.ref, *o.layout, o.span, 0); };
+  auto cols = [](const Operand& o) { return refExtent(*o.ref, *o.layout, o.span, 1); };
+  MatmulShape s;
+  s.m = mm.transpose_a ? cols(a) : rows(a);
+  s.k = mm.transpose_a ? rows(a) : cols(a);
+  const int64_t kb = mm.transpose_b ? cols(b) : rows(b);
+  s.n = mm.transpose_b ? rows(b) : cols(b);
+  auto op = [](const Operand& o, bool t) {
+    return fmt::format("'{}'{} ({})", o.ref->text, t ? " transposed" : "", shapeText(o));
+  };
+  HIR_CHECK(s.k == kb, "matmul of {} by {}: the inner sizes differ ({} vs {})",
+            op(a, mm.transpose_a), op(b, mm.transpose_b), s.k, kb);
+  HIR_CHECK(rows(out) == s.m && cols(out) == s.n,
+            "matmul of {} by {} makes {} x {}, but out '{}' is {}", op(a, mm.transpose_a),
+            op(b, mm.transpose_b), s.m, s.n, out.ref->text, shapeText(out));
+  for (const Operand* in : {&a, &b}) {
+    const bool overlap = in->ref->alloc == out.ref->alloc && in->span.count > 0 &&
+                         out.span.count > 0 &&
+                         in->span.offset < out.span.offset + out.span.count &&
+                         out.span.offset < in->span.offset + in->span.count;
+    HIR_CHECK(!overlap, "matmul writes '{}', which overlaps its input '{}'; out needs a buffer of "
+              "its own", out.ref->text, in->ref->text);
+  }
+  s.lda = cols(a);
+  s.ldb = cols(b);
+  s.ldo = cols(out);
+  return s;
+}
+
+void checkAddShapes(const Operand& a, const Operand& b, const Operand& out) {
+  for (const Operand* o : {&b, &out}) {
+    bool same = o->span.dims == a.span.dims;
+    for (int i = 0; same && i < a.span.dims; ++i)
+      same = refExtent(*a.ref, *a.layout, a.span, i) == refExtent(*o->ref, *o->layout, o->span, i);
+    HIR_CHECK(same, "add needs operands of one shape; '{}' is {} but '{}' is {}", a.ref->text,
+              shapeText(a), o->ref->text, shapeText(*o));
+  }
 }
 
 int64_t chunkCount(const PlanComm& c, int64_t team_size, int64_t in, int64_t out) {

@@ -33,10 +33,15 @@ void forEachAccess(const Plan& plan, const Instr& in, F&& f) {
   std::visit([&](const auto& op) { op.accesses(plan, f); }, in.op);
 }
 
-// The contiguous span a reference denotes in an allocation, in elements.
+// The contiguous span a reference denotes in an allocation, in elements,
+// and the shape of the tensor it denotes: `dims` extents, the first `lead`
+// (the range's length when the reference has one), the others those of the
+// allocation after the selected dimensions.
 struct RefSpan {
   int64_t offset = 0;  // from the allocation's start
   int64_t count = 0;
+  int dims = 0;
+  int64_t lead = 1;
 };
 
 // The shape of an allocation as one rank holds it.
@@ -70,6 +75,27 @@ int peerRank(const PlanComm& c, int world, const int64_t* scalars);
 // The team rank of `c`'s root; throws ProgramError when the root is not a
 // member of the team.
 int rootTeamRank(const PlanComm& c, const PlanTeam& team, const int64_t* scalars);
+
+// Extent i of the tensor `ref` denotes (i < span.dims).
+int64_t refExtent(const PlanRef& ref, const Layout& layout, const RefSpan& span, int i);
+
+// The sizes of a matmul: out[m, n] (+)= op(a)[m, k] op(b)[k, n], with the
+// row lengths of the stored operands. Throws ProgramError naming the
+// operands and their shapes when they do not fit.
+struct MatmulShape {
+  int64_t m = 0, n = 0, k = 0, lda = 0, ldb = 0, ldo = 0;
+};
+// An operand as resolved: its reference, allocation layout and span.
+struct Operand {
+  const PlanRef* ref;
+  const Layout* layout;
+  RefSpan span;
+};
+MatmulShape matmulShape(const instr::Matmul& mm, const Operand& a, const Operand& b,
+                        const Operand& out);
+
+// Throws ProgramError unless the operands of an add have one shape.
+void checkAddShapes(const Operand& a, const Operand& b, const Operand& out);
 
 // A stream index in [0, kMaxStreams); throws ProgramError otherwise.
 int streamIndex(const CompiledExpr& e, const int64_t* scalars);

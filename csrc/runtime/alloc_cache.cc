@@ -96,7 +96,7 @@ AllocCache::Span AllocCache::resolve(const PlanRef& ref, const int64_t* scalars,
             plan_.allocs[ref.alloc].name);
   const RefSpan span = resolveRef(ref, a.layout, scalars);
   a.stream_mask |= 1u << stream;
-  return Span{&a, span.offset, span.count};
+  return Span{&a, span};
 }
 
 void AllocCache::endRun() {

@@ -71,9 +71,11 @@ class AllocCache {
   // The span `ref` denotes now, noting that stream `stream` uses the block.
   struct Span {
     Block* block;
-    int64_t offset, count;  // in elements
+    RefSpan ref;  // offset and count in elements, and the referenced shape
+    int64_t offset() const { return ref.offset; }
+    int64_t count() const { return ref.count; }
     char* data(DType t) const {
-      return static_cast<char*>(block->ptr) + offset * static_cast<int64_t>(dtypeSize(t));
+      return static_cast<char*>(block->ptr) + ref.offset * static_cast<int64_t>(dtypeSize(t));
     }
   };
   Span resolve(const PlanRef& ref, const int64_t* scalars, int stream);

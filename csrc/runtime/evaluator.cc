@@ -19,6 +19,7 @@
 
 #include <hostir/backend.h>
 #include <hostir/device.h>
+#include <hostir/kernel.h>
 #include <hostir/session.h>
 
 #include "common/check.h"
@@ -29,6 +30,7 @@
 #include "runtime/diagnostics.h"
 #include "runtime/peer_routes.h"
 #include "runtime/run_state.h"
+#include "runtime/trace.h"
 
 namespace hir {
 namespace {
@@ -73,6 +75,16 @@ struct Evaluator::Impl {
   // to resolve, as for control flow), counted once at load.
   std::array<AllocCache::Span, kMaxAccesses> spans{};
   std::vector<uint8_t> access_counts;
+  // Per kernel instruction: the kernel and the storage of its launches
+  // (sized at load, so a launch allocates nothing).
+  struct KernelCall {
+    const KernelInfo* info = nullptr;
+    std::vector<KernelTensor> reads, writes;
+    std::vector<std::pair<std::string, int64_t>> args;
+  };
+  std::vector<KernelCall> kernel_calls;
+  std::vector<int> kernel_call_at;  // per pc: index into kernel_calls, or -1
+  std::unique_ptr<Tracer> tracer;   // options.trace: the timeline (runtime/trace.h)
 
   Impl(Session& s, const Program& program, const EvaluatorOptions& o)
       : session(s),
@@ -109,12 +121,37 @@ struct Evaluator::Impl {
     groups.resize(plan.groups.size());
     for (GroupState& g : groups) g.done = dev.createEvent();
     run_start = dev.createEvent();
+    bindKernels();
     for (const Instr& in : plan.code) {
       int n = 0;
       forEachAccess(plan, in, [&](const PlanRef&, Access) { ++n; });
       HIR_INTERNAL_ASSERT(n <= kMaxAccesses, "an instruction with {} accesses (at most {})", n,
                           kMaxAccesses);
       access_counts.push_back(static_cast<uint8_t>(n));
+    }
+    if (opts.trace) tracer = std::make_unique<Tracer>(dev, plan, rank, opts.timeout);
+  }
+
+  // Each kernel node's registered kernel, for this device.
+  void bindKernels() {
+    kernel_call_at.assign(plan.code.size(), -1);
+    for (std::size_t pc = 0; pc < plan.code.size(); ++pc) {
+      const auto* k = std::get_if<instr::Kernel>(&plan.code[pc].op);
+      if (k == nullptr) continue;
+      const std::string& name = plan.kernels[k->kernel];
+      const KernelInfo* info = findKernel(name);
+      HIR_INTERNAL_ASSERT(info != nullptr, "validation let unknown kernel '{}' through", name);
+      HIR_CHECK(std::find(info->devices.begin(), info->devices.end(), dev.kind()) !=
+                    info->devices.end(),
+                "{}: kernel '{}' does not run on device '{}'",
+                plan.nodes[plan.code[pc].node].path, name, dev.kind());
+      KernelCall call;
+      call.info = info;
+      call.reads.resize(k->reads.size());
+      call.writes.resize(k->writes.size());
+      for (const auto& [arg, e] : k->args) call.args.emplace_back(arg, 0);
+      kernel_call_at[pc] = static_cast<int>(kernel_calls.size());
+      kernel_calls.push_back(std::move(call));
     }
   }
 
@@ -205,9 +242,9 @@ struct Evaluator::Impl {
     auto bind = [&](int& alloc, std::size_t& offset, const PlanRef& ref) {
       const AllocCache::Span& s = spans[next++];
       alloc = ref.alloc;
-      offset = static_cast<std::size_t>(s.offset) * dtypeSize(p.dtype);
+      offset = static_cast<std::size_t>(s.offset()) * dtypeSize(p.dtype);
       s.block->comm_users.push_back(slot);
-      return std::pair<char*, int64_t>{s.data(p.dtype), s.count};
+      return std::pair<char*, int64_t>{s.data(p.dtype), s.count()};
     };
     int64_t in_count = 0, out_count = 0;
     if (c.input) std::tie(p.input, in_count) = bind(p.input_alloc, p.input_offset, *c.input);
@@ -238,7 +275,7 @@ struct Evaluator::Impl {
     return b.postJoined(ops, cur, done) ? current : -1;
   }
 
-  void operator()(const instr::Post& in, int) {
+  void operator()(const instr::Post& in, int pc) {
     const PlanComm& c = plan.comms[in.comm];
     CommState& cs = comms[in.comm];
     if (skips(in)) {  // not a member: skip the node
@@ -253,8 +290,10 @@ struct Evaluator::Impl {
       g.comms.push_back(in.comm);
       cs.last_done = g.done.get();
     } else {
+      const int span = tracer ? tracer->postBegin(pc, current, stream(current)) : -1;
       cs.joined_on =
           postUnit(*backends[c.backend], std::span<const PostArgs>(&p, 1), *cs.done, in.joined);
+      if (tracer) tracer->postEnd(span, cs.joined_on >= 0 ? nullptr : cs.done.get());
       cs.last_done = cs.joined_on >= 0 ? nullptr : cs.done.get();
       markPosted(in.comm);
     }
@@ -269,7 +308,7 @@ struct Evaluator::Impl {
     g.comms.clear();
   }
 
-  void operator()(const instr::GroupEnd& in, int) {
+  void operator()(const instr::GroupEnd& in, int pc) {
     GroupState& g = groups[in.group];
     g.collecting = false;
     if (g.ops.empty()) {
@@ -277,7 +316,9 @@ struct Evaluator::Impl {
       return;
     }
     const int backend = plan.groups[in.group].backend;
+    const int span = tracer ? tracer->postBegin(pc, current, stream(current)) : -1;
     g.joined_on = postUnit(*backends[backend], g.ops, *g.done, in.joined);
+    if (tracer) tracer->postEnd(span, g.joined_on >= 0 ? nullptr : g.done.get());
     g.state = PostState::Posted;
     for (int c : g.comms) {
       markPosted(c);
@@ -345,26 +386,84 @@ struct Evaluator::Impl {
 
   void operator()(const instr::Fill& in, int) {
     const DType t = plan.allocs[in.ref.alloc].dtype;
-    dev.fill(stream(current), spans[0].data(t), t, static_cast<std::size_t>(spans[0].count),
+    dev.fill(stream(current), spans[0].data(t), t, static_cast<std::size_t>(spans[0].count()),
              in.value.eval(scalars.data()), in.step.eval(scalars.data()));
   }
 
   void operator()(const instr::Copy& in, int) {
     const AllocCache::Span &src = spans[0], &dst = spans[1];
     const DType t = plan.allocs[in.src.alloc].dtype;
-    HIR_CHECK(src.count == dst.count,
+    HIR_CHECK(src.count() == dst.count(),
               "copies {} elements of '{}' into {} elements of '{}'; a copy needs equal sizes",
-              src.count, in.src.text, dst.count, in.dst.text);
+              src.count(), in.src.text, dst.count(), in.dst.text);
     dev.copy(stream(current), dst.data(t), src.data(t),
-             static_cast<std::size_t>(src.count) * dtypeSize(t));
+             static_cast<std::size_t>(src.count()) * dtypeSize(t));
   }
 
   void operator()(const instr::Check& in, int) {
     const DType t = plan.allocs[in.ref.alloc].dtype;
     const int64_t exec = diag.beginCheck(in.check, scalars.data());
-    dev.check(stream(current), spans[0].data(t), t, static_cast<std::size_t>(spans[0].count),
+    dev.check(stream(current), spans[0].data(t), t, static_cast<std::size_t>(spans[0].count()),
               in.value.eval(scalars.data()), in.step.eval(scalars.data()), in.tolerance,
               diag.record(in.check), exec);
+  }
+
+  // ------------------------------------------------------------- compute
+  // Access i of the current instruction as the core's shape rules take it.
+  Operand operand(const PlanRef& ref, int i) const {
+    return Operand{&ref, &allocs[ref.alloc].layout, spans[i].ref};
+  }
+
+  void operator()(const instr::Matmul& in, int) {
+    const MatmulShape s = matmulShape(in, operand(in.a, 0), operand(in.b, 1), operand(in.out, 2));
+    MatmulArgs args;
+    args.dtype = plan.allocs[in.a.alloc].dtype;
+    args.m = s.m;
+    args.n = s.n;
+    args.k = s.k;
+    args.a = spans[0].data(args.dtype);
+    args.b = spans[1].data(args.dtype);
+    args.out = spans[2].data(args.dtype);
+    args.lda = s.lda;
+    args.ldb = s.ldb;
+    args.ldo = s.ldo;
+    args.transpose_a = in.transpose_a;
+    args.transpose_b = in.transpose_b;
+    args.accumulate = in.accumulate;
+    dev.matmul(stream(current), args);
+  }
+
+  void operator()(const instr::Add& in, int) {
+    checkAddShapes(operand(in.a, 0), operand(in.b, 1), operand(in.out, 2));
+    const DType t = plan.allocs[in.a.alloc].dtype;
+    dev.add(stream(current), spans[2].data(t), spans[0].data(t), spans[1].data(t), t,
+            static_cast<std::size_t>(spans[0].count()));
+  }
+
+  void operator()(const instr::Kernel& in, int pc) {
+    KernelCall& call = kernel_calls[static_cast<std::size_t>(kernel_call_at[pc])];
+    // The tensors in the order the instruction declares its accesses:
+    // reads, then writes.
+    auto fill = [&](std::vector<KernelTensor>& out, const std::vector<PlanRef>& refs, int first) {
+      for (std::size_t i = 0; i < refs.size(); ++i) {
+        const AllocCache::Span& s = spans[first + static_cast<int>(i)];
+        KernelTensor& t = out[i];
+        t.dtype = plan.allocs[refs[i].alloc].dtype;
+        t.data = s.data(t.dtype);
+        t.count = static_cast<std::size_t>(s.count());
+        t.shape.resize(static_cast<std::size_t>(s.ref.dims));
+        for (int d = 0; d < s.ref.dims; ++d)
+          t.shape[d] = refExtent(refs[i], allocs[refs[i].alloc].layout, s.ref, d);
+      }
+    };
+    fill(call.reads, in.reads, 0);
+    fill(call.writes, in.writes, static_cast<int>(in.reads.size()));
+    for (std::size_t i = 0; i < in.args.size(); ++i)
+      call.args[i].second = in.args[i].second.eval(scalars.data());
+    Stream& s = stream(current);
+    const KernelLaunch launch{dev,         s,           dev.nativeStream(s), call.reads,
+                              call.writes, call.args,   call.info->name};
+    call.info->fn(launch);
   }
 
   // ------------------------------------------------------------------ run
@@ -378,6 +477,7 @@ struct Evaluator::Impl {
       s0 = w.get();
     }
     streams[0].stream = s0;
+    if (tracer) tracer->startRun(*s0);
     for (StreamState& s : streams) s.used_this_run = false;
     current = 0;
     dev.record(*run_start, stream(0));
@@ -390,6 +490,10 @@ struct Evaluator::Impl {
     int pc = 0;
     try {
       while (pc < end) {
+        if (tracer) {
+          pc = tracedStep(pc);
+          continue;
+        }
         if (access_counts[pc] != 0) resolveAccesses(plan.code[pc]);
         pc = step(plan, pc, scalars.data(), *this);
       }
@@ -403,6 +507,18 @@ struct Evaluator::Impl {
       throw BackendError(fmt::format("{}: {}\n{}", here(pc), e.what(), pending()));
     }
     finishRun();
+  }
+
+  // One instruction with its host span, and a span on its stream for
+  // compute and stream-mode waits (posts trace themselves).
+  int tracedStep(int pc) {
+    const auto begin = std::chrono::steady_clock::now();
+    if (access_counts[pc] != 0) resolveAccesses(plan.code[pc]);
+    const int span = tracer->onStream(pc) ? tracer->gpuBegin(pc, current, stream(current)) : -1;
+    const int next = step(plan, pc, scalars.data(), *this);
+    if (span >= 0) tracer->gpuEnd(span, stream(current));
+    tracer->host(pc, begin, std::chrono::steady_clock::now(), scalars.data());
+    return next;
   }
 
   std::string here(int pc) const { return diag.where(plan.code[pc].node, scalars.data()); }
@@ -457,6 +573,9 @@ void Evaluator::synchronize() { impl_->synchronize(); }
 RunReport Evaluator::report() const { return impl_->diag.report(); }
 const Plan& Evaluator::plan() const { return impl_->plan; }
 int64_t Evaluator::exchanges() const { return impl_->exchanges; }
+std::string Evaluator::traceEvents() const {
+  return impl_->tracer ? impl_->tracer->events() : std::string();
+}
 
 std::string RunReport::format() const {
   std::string out;

@@ -18,11 +18,13 @@
 #include <hostir/device.h>
 #include <hostir/evaluator.h>
 #include <hostir/json.h>
+#include <hostir/kernel.h>
 #include <hostir/printer.h>
 #include <hostir/session.h>
 
 #include "common/check.h"
 #include "compile/compile.h"
+#include "runtime/trace.h"
 
 namespace hir {
 namespace {
@@ -54,6 +56,10 @@ options:
   --warmup N          untimed runs before them (default 0)
   --timeout S         seconds any host wait may take before the run fails (default 300)
   --no-schedule-check skip the cross-rank check at load (large loops)
+  --trace FILE        write a timeline of the runs, every rank's, to FILE (Chrome trace
+                      JSON: open it in https://ui.perfetto.dev or chrome://tracing)
+  --plugin LIB        load a shared library of kernels first (its
+                      hostir_register_kernels() registers them; repeatable)
 )";
 
 constexpr const char* kCheckHelp = R"(usage: hir check PROG --world N [options]
@@ -67,6 +73,7 @@ options:
   --world N      world size to check for (required)
   --device D     device kind to bind backends for: host (default) or cuda
   --param K=V    override a program param (repeatable)
+  --plugin LIB   load a shared library of kernels first (repeatable)
 )";
 
 constexpr const char* kPrintHelp = R"(usage: hir print PROG [--param K=V]...
@@ -86,6 +93,8 @@ struct Args {
   int warmup = 0;
   int timeout_s = 300;
   bool schedule_check = true;
+  std::string trace;  // --trace FILE
+  std::vector<std::string> plugins;  // --plugin LIB, in order
   bool help = false;
   std::vector<std::string> forwarded;  // the arguments after the command, without --np
 };
@@ -98,6 +107,17 @@ int64_t parseInt(const std::string& flag, const std::string& text, int64_t min) 
     throw UsageError(fmt::format("{} expects an integer, got '{}'", flag, text));
   if (v < min) throw UsageError(fmt::format("{} must be at least {}, got {}", flag, min, v));
   return v;
+}
+
+// Fails before anything runs when --trace names a file in a folder that
+// cannot be written (writeTrace says so again if writing fails later).
+void checkTraceTarget(const std::string& path) {
+  if (path.empty()) throw UsageError("--trace expects a file name");
+  const auto slash = path.rfind('/');
+  const std::string dir = slash == std::string::npos ? "." : path.substr(0, slash + 1);
+  if (access(dir.c_str(), W_OK) != 0)
+    throw UsageError(fmt::format("cannot write the trace to '{}': {}: {}", path, dir,
+                                 std::strerror(errno)));
 }
 
 Args parseArgs(int argc, char** argv) {
@@ -145,6 +165,11 @@ Args parseArgs(int argc, char** argv) {
       a.timeout_s = static_cast<int>(parseInt(arg, value(), 1));
     } else if (arg == "--no-schedule-check" && a.command == "run") {
       a.schedule_check = false;
+    } else if (arg == "--plugin" && a.command != "print") {
+      a.plugins.push_back(value());
+    } else if (arg == "--trace" && a.command == "run") {
+      a.trace = value();
+      checkTraceTarget(a.trace);
     } else if (!arg.empty() && arg[0] == '-') {
       throw UsageError(fmt::format("unknown option '{}' for `hir {}`; see `hir {} --help`", arg,
                                    a.command, a.command));
@@ -169,7 +194,9 @@ Args parseArgs(int argc, char** argv) {
   return a;
 }
 
+// Kernels first: validation checks kernel nodes against the registry.
 Program loadWithParams(const Args& a) {
+  for (const std::string& lib : a.plugins) loadKernelPlugin(lib);
   Program p = loadProgram(a.program);
   applyParamOverrides(p, a.params);
   return p;
@@ -283,6 +310,7 @@ int cmdRun(const Args& a) {
     EvaluatorOptions eo;
     eo.timeout = std::chrono::seconds(a.timeout_s);
     eo.check_schedule = a.schedule_check && !std::getenv("HIR_LAUNCHED_NP");
+    eo.trace = !a.trace.empty();
     Evaluator ev(session, p, eo);
     loading = false;
 
@@ -293,6 +321,16 @@ int cmdRun(const Args& a) {
     ev.synchronize();
     double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0)
                     .count() / a.iters;
+    if (!a.trace.empty()) {
+      // Collective: every rank gets the same error, and rank 0 says it.
+      std::string events = ev.traceEvents();
+      try {
+        writeTrace(*boot, events, a.trace);
+      } catch (const Error& e) {
+        if (rank == 0) printError(e);
+        return e.exitCode();
+      }
+    }
 
     RunReport report = ev.report();
     std::cerr << report.format();
@@ -310,6 +348,7 @@ int cmdRun(const Args& a) {
       else
         std::cout << fmt::format("hir: FAILED: '{}': checks failed on {} of {} ranks\n", p.name,
                                  failed_ranks, world);
+      if (!a.trace.empty()) std::cout << fmt::format("hir: trace written to {}\n", a.trace);
     }
     return failed_ranks ? kExitCheckFailed : kExitOk;
   } catch (const Error& e) {

@@ -45,6 +45,12 @@ constexpr const char* kEveryKind = R"json({
                 {"op": "wait", "communication": "r"}]}]},
     {"op": "copy", "src": "y", "dst": "x"},
     {"op": "check", "tensor": "x", "value": 1, "step": 2},
+    {"op": "allocate", "name": "m", "dtype": "float32", "shape": [2, 2]},
+    {"op": "allocate", "name": "mo", "dtype": "float32", "shape": [2, 2]},
+    {"op": "matmul", "a": "m", "b": "m", "out": "mo", "accumulate": true},
+    {"op": "add", "a": "x", "b": "y", "out": "y"},
+    {"op": "kernel", "name": "test_kernel", "reads": ["x"], "writes": ["y"],
+     "args": {"shift": "rank"}},
     {"op": "deallocate", "name": "y"}
   ]
 })json";
@@ -71,6 +77,7 @@ TEST(EveryNodeKind, GoesThroughEveryPass) {
   CompileOptions co;
   co.world = 2;
   co.device = "host";
+  co.kernels = std::vector<std::string>{"test_kernel"};
   const CompiledProgram compiled = compile(program, co);
   EXPECT_TRUE(compiled.checked);
   EXPECT_EQ(compiled.communications, 2 + 2 * 2);  // allreduce on 2 ranks, 2 sends + 2 recvs

@@ -9,9 +9,12 @@
 
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <cstring>
 #include <future>
+#include <limits>
 #include <mutex>
+#include <random>
 #include <stdexcept>
 #include <thread>
 #include <vector>
@@ -144,6 +147,14 @@ TEST(HostDeviceStreams, IdleStreamsDoNotSpin) {
     return std::chrono::seconds(u.ru_utime.tv_sec + u.ru_stime.tv_sec) +
            std::chrono::microseconds(u.ru_utime.tv_usec + u.ru_stime.tv_usec);
   };
+  // Let the process settle first: OpenBLAS (the host matmul) starts a thread
+  // pool when the library loads, whose threads spin for about 0.1 s before
+  // they sleep, and a test may run first in its process.
+  for (int i = 0; i < 40; ++i) {
+    auto start = cpu();
+    std::this_thread::sleep_for(50ms);
+    if (cpu() - start < 5ms) break;
+  }
   auto before = cpu();
   std::this_thread::sleep_for(300ms);
   auto used = cpu() - before;
@@ -733,12 +744,335 @@ TEST(HostDeviceSemaphores, SignaledCopyWaitsCopiesThenSignals) {
   dev.deallocate(flags);
 }
 
+// ----------------------------------------------------------------- compute
+
+// One matmul: out[m, n] (+)= op(a) * op(b), each row `pad` elements longer
+// than it needs to be.
+struct MatmulCase {
+  int64_t m, n, k;
+  bool transpose_a, transpose_b, accumulate;
+  int64_t pad;
+};
+
+std::string describe(DType t, const MatmulCase& c) {
+  return fmt::format("{} m={} n={} k={} ta={} tb={} acc={} pad={}", toString(t), c.m, c.n, c.k,
+                     c.transpose_a, c.transpose_b, c.accumulate, c.pad);
+}
+
+// The operands of a case as host images: values in [-1, 1] rounded to the
+// dtype, NaN in the rows' padding (a matmul that reads it gives NaN), and
+// `out` holding random values to accumulate onto, or NaN where it is
+// overwritten (out = a * b must not read it). args' pointers are null.
+struct MatmulData {
+  MatmulArgs args;
+  std::vector<std::byte> a, b, out;
+};
+
+MatmulData makeMatmulData(DType t, const MatmulCase& c, uint32_t seed) {
+  MatmulData d;
+  MatmulArgs& x = d.args;
+  x.dtype = t;
+  x.m = c.m, x.n = c.n, x.k = c.k;
+  x.transpose_a = c.transpose_a, x.transpose_b = c.transpose_b, x.accumulate = c.accumulate;
+  const int64_t a_rows = c.transpose_a ? c.k : c.m, a_cols = c.transpose_a ? c.m : c.k;
+  const int64_t b_rows = c.transpose_b ? c.n : c.k, b_cols = c.transpose_b ? c.k : c.n;
+  x.lda = a_cols + c.pad, x.ldb = b_cols + c.pad, x.ldo = c.n + c.pad;
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<double> uniform(-1.0, 1.0);
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  auto image = [&](int64_t rows, int64_t cols, int64_t ld, bool values) {
+    std::vector<std::byte> out(static_cast<std::size_t>(rows * ld) * dtypeSize(t));
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t col = 0; col < ld; ++col)
+        storeElement(out.data(), t, static_cast<std::size_t>(r * ld + col),
+                     PatternElement{0, col < cols && values ? uniform(rng) : nan});
+    return out;
+  };
+  d.a = image(a_rows, a_cols, x.lda, true);
+  d.b = image(b_rows, b_cols, x.ldb, true);
+  d.out = image(c.m, c.n, x.ldo, c.accumulate);
+  return d;
+}
+
+// Compares `got` (out after the matmul) with the product computed in double
+// from the rounded inputs. The bound: rounding the result to the dtype
+// (unit roundoff u) plus float32 accumulation over k terms, with room for
+// any summation order and tensor cores' truncating adds. The padding must be
+// untouched. Returns the first problem, or "".
+std::string compareWithReference(const MatmulData& d, const std::vector<std::byte>& got) {
+  const MatmulArgs& x = d.args;
+  const double u = x.dtype == DType::Float32 ? 0x1p-24 : x.dtype == DType::Float16 ? 0x1p-11
+                                                                                     : 0x1p-8;
+  const double accumulation = 4.0 * static_cast<double>(x.k + 2) * 0x1p-24;
+  auto elem = [&](const std::vector<std::byte>& img, int64_t ld, int64_t r, int64_t c) {
+    return loadAsDouble(img.data(), x.dtype, static_cast<std::size_t>(r * ld + c));
+  };
+  for (int64_t i = 0; i < x.m; ++i) {
+    for (int64_t j = 0; j < x.ldo; ++j) {
+      const double value = elem(got, x.ldo, i, j);
+      if (j >= x.n) {  // padding: still NaN
+        if (!std::isnan(value)) return fmt::format("padding out[{}][{}] became {}", i, j, value);
+        continue;
+      }
+      double ref = x.accumulate ? elem(d.out, x.ldo, i, j) : 0.0;
+      double magnitude = std::abs(ref);
+      for (int64_t p = 0; p < x.k; ++p) {
+        const double av = x.transpose_a ? elem(d.a, x.lda, p, i) : elem(d.a, x.lda, i, p);
+        const double bv = x.transpose_b ? elem(d.b, x.ldb, j, p) : elem(d.b, x.ldb, p, j);
+        ref += av * bv;
+        magnitude += std::abs(av * bv);
+      }
+      const double tolerance = u * std::abs(ref) + accumulation * magnitude;
+      if (!(std::abs(value - ref) <= tolerance))
+        return fmt::format("out[{}][{}] is {}, the double reference {} (tolerance {})", i, j,
+                           value, ref, tolerance);
+    }
+  }
+  return "";
+}
+
+constexpr DType kMatmulDTypes[] = {DType::Float32, DType::Float16, DType::BFloat16};
+
+// The four transpose combinations, with and without accumulation, on
+// non-square shapes, with and without padded rows.
+std::vector<MatmulCase> matmulCases() {
+  std::vector<MatmulCase> cases;
+  for (bool ta : {false, true})
+    for (bool tb : {false, true})
+      for (bool acc : {false, true}) {
+        cases.push_back({5, 3, 7, ta, tb, acc, 0});
+        cases.push_back({5, 3, 7, ta, tb, acc, 2});
+        cases.push_back({1, 1, 1, ta, tb, acc, 0});
+        cases.push_back({17, 33, 65, ta, tb, acc, 3});
+      }
+  return cases;
+}
+
+// Runs a case on the host device, through its buffers and its stream.
+std::vector<std::byte> runHostMatmul(HostDevice& dev, Stream& s, const MatmulData& d) {
+  auto put = [&](const std::vector<std::byte>& img) {
+    void* p = dev.allocate(img.size());
+    std::memcpy(p, img.data(), img.size());
+    return p;
+  };
+  MatmulArgs x = d.args;
+  x.a = put(d.a);
+  x.b = put(d.b);
+  x.out = put(d.out);
+  dev.matmul(s, x);
+  dev.synchronize(s, kLong);
+  std::vector<std::byte> got(d.out.size());
+  std::memcpy(got.data(), x.out, got.size());
+  dev.deallocate(const_cast<void*>(x.a));
+  dev.deallocate(const_cast<void*>(x.b));
+  dev.deallocate(x.out);
+  return got;
+}
+
+TEST(HostDeviceCompute, MatmulMatchesADoubleReferenceForEveryTransposeAndDtype) {
+  HostDevice dev;
+  auto s = dev.createStream();
+  uint32_t seed = 1;
+  for (DType t : kMatmulDTypes)
+    for (const MatmulCase& c : matmulCases()) {
+      MatmulData d = makeMatmulData(t, c, seed++);
+      EXPECT_EQ(compareWithReference(d, runHostMatmul(dev, *s, d)), "") << describe(t, c);
+    }
+}
+
+TEST(HostDeviceCompute, MatmulOverAnEmptySumStoresZerosOrKeepsOut) {
+  HostDevice dev;
+  for (DType t : kMatmulDTypes)
+    for (bool acc : {false, true}) {
+      MatmulCase c{3, 4, 0, false, false, acc, 1};
+      MatmulData d = makeMatmulData(t, c, 7);
+      if (acc) storeElement(d.out.data(), t, 6, PatternElement{0, 2.5});  // out[1][1]
+      std::vector<std::byte> got = runHostMatmul(dev, dev.defaultStream(), d);
+      EXPECT_EQ(compareWithReference(d, got), "") << describe(t, c);
+      EXPECT_EQ(loadAsDouble(got.data(), t, 6), acc ? 2.5 : 0.0) << describe(t, c);
+    }
+}
+
+TEST(HostDeviceCompute, MatmulRunsOnTheStreamInOrder) {
+  HostDevice dev;
+  Stream& s = dev.defaultStream();
+  auto* a = static_cast<float*>(dev.allocate(4 * sizeof(float)));
+  auto* b = static_cast<float*>(dev.allocate(4 * sizeof(float)));
+  auto* out = static_cast<float*>(dev.allocate(4 * sizeof(float)));
+  for (int i = 0; i < 4; ++i) a[i] = b[i] = static_cast<float>(i + 1);  // [[1 2] [3 4]]
+  Gate gate;
+  dev.launchHostFunc(s, gate.task());
+  MatmulArgs x;
+  x.m = x.n = x.k = x.lda = x.ldb = x.ldo = 2;
+  x.a = a, x.b = b, x.out = out;
+  dev.matmul(s, x);
+  std::this_thread::sleep_for(20ms);
+  EXPECT_EQ(out[0], 0.0f) << "the matmul ran before the work enqueued before it";
+  gate.open();
+  dev.synchronize(s, kLong);
+  EXPECT_EQ(std::vector<float>(out, out + 4), (std::vector<float>{7, 10, 15, 22}));
+  for (void* p : {static_cast<void*>(a), static_cast<void*>(b), static_cast<void*>(out)})
+    dev.deallocate(p);
+}
+
+// Operands of add for every dtype: random values (floating ones in
+// [-1000, 1000], rounded), and for integers random bits, so that sums
+// overflow; and the expected sum, computed here: floating sums exactly in
+// double, then rounded once to the dtype; integers modulo 2^bits.
+struct AddData {
+  std::vector<std::byte> a, b, sum;
+};
+
+AddData makeAddData(DType t, std::size_t count, uint32_t seed) {
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<double> uniform(-1000.0, 1000.0);
+  AddData d;
+  for (auto* v : {&d.a, &d.b, &d.sum}) v->resize(count * dtypeSize(t));
+  for (std::size_t k = 0; k < count; ++k) {
+    if (isFloating(t)) {
+      storeElement(d.a.data(), t, k, PatternElement{0, uniform(rng)});
+      storeElement(d.b.data(), t, k, PatternElement{0, uniform(rng)});
+      const double sum = loadAsDouble(d.a.data(), t, k) + loadAsDouble(d.b.data(), t, k);
+      storeElement(d.sum.data(), t, k, PatternElement{0, sum});
+    } else {
+      storeElement(d.a.data(), t, k, PatternElement{static_cast<int64_t>(rng()), 0});
+      storeElement(d.b.data(), t, k, PatternElement{static_cast<int64_t>(rng()), 0});
+      const uint64_t sum = static_cast<uint64_t>(loadAsInt(d.a.data(), t, k)) +
+                           static_cast<uint64_t>(loadAsInt(d.b.data(), t, k));
+      storeElement(d.sum.data(), t, k, PatternElement{static_cast<int64_t>(sum), 0});
+    }
+  }
+  return d;
+}
+
+TEST(HostDeviceCompute, AddGivesExactlyRoundedOrWrappedSumsForEveryDtypeAlsoInPlace) {
+  HostDevice dev;
+  auto s = dev.createStream();
+  constexpr std::size_t kCount = 1001;
+  for (DType t : kAllDTypes) {
+    AddData d = makeAddData(t, kCount, 11);
+    const std::size_t bytes = d.a.size();
+    void* a = dev.allocate(bytes);
+    void* b = dev.allocate(bytes);
+    void* out = dev.allocate(bytes);
+    std::memcpy(a, d.a.data(), bytes);
+    std::memcpy(b, d.b.data(), bytes);
+    dev.add(*s, out, a, b, t, kCount);  // out = a + b
+    dev.add(*s, a, a, b, t, kCount);    // a += b
+    dev.synchronize(*s, kLong);
+    EXPECT_EQ(std::memcmp(out, d.sum.data(), bytes), 0) << toString(t);
+    EXPECT_EQ(std::memcmp(a, d.sum.data(), bytes), 0) << toString(t) << " in place (out == a)";
+    std::memcpy(a, d.a.data(), bytes);
+    dev.add(*s, b, a, b, t, kCount);  // b = a + b
+    dev.synchronize(*s, kLong);
+    EXPECT_EQ(std::memcmp(b, d.sum.data(), bytes), 0) << toString(t) << " in place (out == b)";
+    for (void* p : {a, b, out}) dev.deallocate(p);
+  }
+}
+
+TEST(HostDeviceCompute, AddOverflowsWrapAround) {
+  HostDevice dev;
+  auto* i32 = static_cast<int32_t*>(dev.allocate(2 * sizeof(int32_t)));
+  auto* i64 = static_cast<int64_t*>(dev.allocate(2 * sizeof(int64_t)));
+  auto* u8 = static_cast<uint8_t*>(dev.allocate(2));
+  i32[0] = std::numeric_limits<int32_t>::max(), i32[1] = 1;
+  i64[0] = std::numeric_limits<int64_t>::min(), i64[1] = -1;
+  u8[0] = 250, u8[1] = 10;
+  dev.add(dev.defaultStream(), i32, i32, i32 + 1, DType::Int32, 1);
+  dev.add(dev.defaultStream(), i64, i64, i64 + 1, DType::Int64, 1);
+  dev.add(dev.defaultStream(), u8, u8, u8 + 1, DType::UInt8, 1);
+  dev.synchronize(dev.defaultStream(), kLong);
+  EXPECT_EQ(i32[0], std::numeric_limits<int32_t>::min());
+  EXPECT_EQ(i64[0], std::numeric_limits<int64_t>::max());
+  EXPECT_EQ(u8[0], 4);
+  for (void* p : {static_cast<void*>(i32), static_cast<void*>(i64), static_cast<void*>(u8)})
+    dev.deallocate(p);
+}
+
+// ------------------------------------------------------------------ timing
+
+TEST(HostDeviceTiming, ElapsedMsMeasuresTheWorkBetweenTwoRecords) {
+  HostDevice dev;
+  auto s = dev.createStream();
+  auto from = dev.createTimingEvent();
+  auto to = dev.createTimingEvent();
+  dev.record(*from, *s);
+  dev.launchHostFunc(*s, [] { std::this_thread::sleep_for(20ms); });
+  dev.record(*to, *s);
+  dev.synchronize(*to, kLong);
+  const double ms = dev.elapsedMs(*from, *to);
+  EXPECT_GE(ms, 15.0);
+  EXPECT_LE(ms, 500.0);
+  // The stamp is when the stream reached the record, not when it was asked.
+  auto late = dev.createTimingEvent();
+  Gate gate;
+  dev.launchHostFunc(*s, gate.task());
+  dev.record(*late, *s);
+  std::this_thread::sleep_for(30ms);
+  gate.open();
+  dev.synchronize(*late, kLong);
+  EXPECT_GE(dev.elapsedMs(*to, *late), 25.0);
+  EXPECT_LE(dev.elapsedMs(*late, *to), -25.0);
+}
+
+TEST(HostDeviceTiming, TimingEventsOrderStreamsLikeOtherEvents) {
+  HostDevice dev;
+  auto a = dev.createStream();
+  auto b = dev.createStream();
+  auto e = dev.createTimingEvent();
+  std::atomic<bool> first_done{false};
+  std::atomic<bool> seen{false};
+  dev.launchHostFunc(*a, [&] {
+    std::this_thread::sleep_for(20ms);
+    first_done = true;
+  });
+  dev.record(*e, *a);
+  dev.wait(*b, *e);
+  dev.launchHostFunc(*b, [&] { seen = first_done.load(); });
+  dev.synchronize(*b, kLong);
+  EXPECT_TRUE(seen.load());
+  EXPECT_TRUE(dev.query(*e));
+}
+
+TEST(HostDeviceTiming, ElapsedMsNeedsTwoCompletedTimingEvents) {
+  HostDevice dev;
+  Stream& s = dev.defaultStream();
+  auto timing = dev.createTimingEvent();
+  auto plain = dev.createEvent();
+  auto never = dev.createTimingEvent();
+  dev.record(*timing, s);
+  dev.record(*plain, s);
+  dev.synchronize(s, kLong);
+  std::string msg = messageOf([&] { dev.elapsedMs(*plain, *timing); });
+  EXPECT_NE(msg.find("is not a timing event"), std::string::npos) << msg;
+  EXPECT_THROW(dev.elapsedMs(*plain, *timing), InternalError);
+  msg = messageOf([&] { dev.elapsedMs(*timing, *never); });
+  EXPECT_NE(msg.find("was never recorded"), std::string::npos) << msg;
+  Gate gate;
+  dev.launchHostFunc(s, gate.task());
+  auto pending = dev.createTimingEvent();
+  dev.record(*pending, s);
+  msg = messageOf([&] { dev.elapsedMs(*timing, *pending); });
+  EXPECT_NE(msg.find("has not completed"), std::string::npos) << msg;
+  gate.open();
+  dev.synchronize(s, kLong);
+  EXPECT_GE(dev.elapsedMs(*timing, *pending), 0.0);
+}
+
 // ------------------------------------------------------- misc, registry
 
 TEST(HostDeviceInfo, DescribesItselfWithItsPid) {
   HostDevice dev;
   EXPECT_EQ(dev.kind(), "host");
   EXPECT_EQ(dev.describe(), "host (pid " + std::to_string(getpid()) + ")");
+}
+
+TEST(HostDeviceInfo, SupportsEveryOptionalPartButANativeStream) {
+  HostDevice dev;
+  for (DeviceFeature f : {DeviceFeature::Ipc, DeviceFeature::StreamSemaphore,
+                          DeviceFeature::Compute, DeviceFeature::Timing})
+    EXPECT_TRUE(dev.supports(f)) << static_cast<int>(f);
+  EXPECT_EQ(dev.nativeStream(dev.defaultStream()), nullptr);
 }
 
 // The smallest device: everything required, nothing optional.
@@ -781,6 +1115,15 @@ TEST(DeviceOptionalParts, DefaultsThrowNamingTheDevice) {
   EXPECT_NE(msg.find("device 'bare' does not support stream semaphores"), std::string::npos)
       << msg;
   EXPECT_THROW(dev.writeValue(dev.defaultStream(), &word, 1), BackendError);
+  msg = messageOf([&] { dev.matmul(dev.defaultStream(), MatmulArgs{}); });
+  EXPECT_NE(msg.find("device 'bare' does not support compute (matmul called)"), std::string::npos)
+      << msg;
+  EXPECT_THROW(dev.add(dev.defaultStream(), &word, &word, &word, DType::Int32, 1), BackendError);
+  msg = messageOf([&] { dev.createTimingEvent(); });
+  EXPECT_NE(msg.find("device 'bare' does not support timing"), std::string::npos) << msg;
+  Event e;
+  EXPECT_THROW(dev.elapsedMs(e, e), BackendError);
+  EXPECT_EQ(dev.nativeStream(dev.defaultStream()), nullptr);
 }
 
 TEST(DeviceRegistry, HostIsAlwaysRegistered) {

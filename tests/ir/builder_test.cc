@@ -5,6 +5,7 @@
 #include "common/check.h"
 #include "ir/ir_samples.h"
 #include <hostir/json.h>
+#include "support/test_util.h"
 
 namespace hir {
 namespace {
@@ -117,6 +118,76 @@ TEST(Builder, BadExpressionTextIsAParseError) {
   ProgramBuilder b("t");
   EXPECT_THROW(b.setStream("1 +"), ParseError);
   EXPECT_TRUE(b.program().body.empty());
+}
+
+// The pipelined programs of ir_examples/, built in C++ (a compiler would
+// emit them this way): the same programs as their JSON.
+TEST(Builder, PipelinedMatmulExamplesEqualTheirJson) {
+  const std::string chunk = "c * world * mc:(c + 1) * world * mc";
+  {
+    ProgramBuilder b("allgather_matmul_chunked");
+    b.param("chunks", 4).param("mc", 2).param("k", 16).param("n", 8);
+    b.allocate("x", DType::Float32, {"chunks", "mc", "k"});
+    b.allocate("g", DType::Float32, {"chunks * world * mc", "k"});
+    b.allocate("w", DType::Float32, {"k", "n"});
+    b.allocate("y", DType::Float32, {"chunks * world * mc", "n"});
+    b.fill("x", "rank * 5 + 1", 1).fill("w", 2, 1);
+    b.forLoop("c", 0, "chunks", [&](BodyBuilder& l) {
+      l.allgather("ag", "x[c]", "g[" + chunk + "]").wait("ag");
+      l.setStream(1).syncStream(0);
+      l.matmul("g[" + chunk + "]", "w", "y[" + chunk + "]");
+      l.setStream(0);
+    });
+    b.syncStream(1);
+    b.allocate("gs", DType::Float32, {"chunks * world * mc", "k"});
+    b.allocate("wneg", DType::Float32, {"k", "n"});
+    b.allocate("yneg", DType::Float32, {"chunks * world * mc", "n"});
+    b.fill("wneg", -2, -1);
+    b.forLoop("c", 0, "chunks", [&](BodyBuilder& l) {
+      l.allgather("ags", "x[c]", "gs[" + chunk + "]").wait("ags", WaitMode::Host);
+    });
+    b.matmul("gs", "wneg", "yneg").addTensors("y", "yneg", "y").check("y", 0);
+    EXPECT_EQ(b.build(), loadProgram(test::examplesDir() + "/allgather_matmul_chunked.json"));
+  }
+  {
+    ProgramBuilder b("matmul_reduce_scatter_chunked");
+    b.param("chunks", 4).param("mc", 2).param("kr", 8).param("n", 8);
+    b.allocate("x", DType::Float32, {"chunks * world * mc", "kr"});
+    b.allocate("w", DType::Float32, {"kr", "n"});
+    b.allocate("p", DType::Float32, {"chunks * world * mc", "n"});
+    b.allocate("out", DType::Float32, {"chunks * mc", "n"});
+    b.fill("x", "rank + 1", 1).fill("w", 1, 1);
+    b.forLoop("c", 0, "chunks", [&](BodyBuilder& l) {
+      l.setStream(1).matmul("x[" + chunk + "]", "w", "p[" + chunk + "]").setStream(0);
+      l.syncStream(1);
+      l.reduceScatter("rs", "p[" + chunk + "]", "out[c * mc:(c + 1) * mc]", ReduceOp::Sum);
+      l.wait("rs");
+    });
+    b.allocate("wneg", DType::Float32, {"kr", "n"});
+    b.allocate("pneg", DType::Float32, {"chunks * world * mc", "n"});
+    b.allocate("outneg", DType::Float32, {"chunks * mc", "n"});
+    b.fill("wneg", -1, -1).matmul("x", "wneg", "pneg");
+    b.forLoop("c", 0, "chunks", [&](BodyBuilder& l) {
+      l.reduceScatter("rsneg", "pneg[" + chunk + "]", "outneg[c * mc:(c + 1) * mc]",
+                      ReduceOp::Sum);
+      l.wait("rsneg", WaitMode::Host);
+    });
+    b.addTensors("out", "outneg", "out").check("out", 0);
+    EXPECT_EQ(b.build(),
+              loadProgram(test::examplesDir() + "/matmul_reduce_scatter_chunked.json"));
+  }
+}
+
+TEST(Builder, KernelNodesSortTheirArgsLikeJson) {
+  ProgramBuilder b("k");
+  b.allocate("a", DType::Float32, {4}).allocate("b", DType::Float32, {4});
+  b.kernel("rotate_rows", {"a"}, {"b"}, {{"shift", 1}, {"extra", "world"}});
+  b.matmul("a", "b", "a", MatmulOptions{.transpose_b = true, .accumulate = true});
+  const Program p = b.build();
+  EXPECT_EQ(parseProgram(saveProgram(p)), p);
+  const auto& k = std::get<Kernel>(p.body[2].v);
+  ASSERT_EQ(k.args.size(), 2u);
+  EXPECT_EQ(k.args[0].first, "extra");
 }
 
 }  // namespace

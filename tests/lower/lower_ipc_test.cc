@@ -51,6 +51,9 @@ std::vector<std::string> words(const Plan& plan) {
             [&](const instr::Fill&) { return std::string("fill"); },
             [&](const instr::Copy&) { return std::string("copy"); },
             [&](const instr::Check&) { return std::string("check"); },
+            [&](const instr::Matmul&) { return std::string("matmul"); },
+            [&](const instr::Add&) { return std::string("add"); },
+            [&](const instr::Kernel&) { return std::string("kernel"); },
         },
         in.op));
   return out;

@@ -53,6 +53,25 @@ TEST(HirCli, RunStartsFourRanksItself) {
   EXPECT_NE(r.out.find("checks passed"), std::string::npos) << r.out;
 }
 
+TEST(HirCli, PluginKernelsRunOnEveryRankAndAreNeededToLoad) {
+  const std::string prog = std::string(HIR_SOURCE_DIR) + "/tests/plugin/rotate_rows.json";
+  CommandResult r = hir({"run", prog, "--np", "2", "--device", "host", "--plugin",
+                         HIR_EXAMPLE_PLUGIN, "--iters", "2"});
+  EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_NE(r.out.find("checks passed"), std::string::npos) << r.out;
+  CommandResult check = hir({"check", prog, "--world", "3", "--plugin", HIR_EXAMPLE_PLUGIN});
+  EXPECT_EQ(check.exit_code, 0) << check.err;
+  CommandResult without = hir({"check", prog, "--world", "2"});
+  EXPECT_EQ(without.exit_code, 2);
+  EXPECT_NE(without.err.find("/body/4/name: no kernel named 'rotate_rows' is registered"),
+            std::string::npos)
+      << without.err;
+  CommandResult missing = hir({"run", prog, "--plugin", "/nonexistent/lib.so"});
+  EXPECT_EQ(missing.exit_code, 2);
+  EXPECT_NE(missing.err.find("--plugin /nonexistent/lib.so: cannot load it"), std::string::npos)
+      << missing.err;
+}
+
 TEST(HirCli, MoreRanksThanCoresStillRun) {
   CommandResult r = hir({"run", example("allreduce.json"), "--np", "8", "--device", "host"});
   EXPECT_EQ(r.exit_code, 0) << r.out << r.err;

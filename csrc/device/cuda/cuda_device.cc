@@ -1,7 +1,7 @@
 // The CUDA device. See cuda_device.h for the behaviour and cuda_interop.h for
-// what other GPU code may use of it. One file of about 640 lines: one
+// what other GPU code may use of it. One file of about 700 lines: one
 // implementation of the Device interface (kernels are in cuda_kernels.cu,
-// driver entry points in driver_api.cc).
+// cuBLAS in cuda_compute.cc, driver entry points in driver_api.cc).
 #include "device/cuda/cuda_device.h"
 
 #include <cuda_runtime_api.h>
@@ -18,7 +18,9 @@
 #include <unordered_map>
 
 #include "common/check.h"
+#include "device/compute.h"
 #include "device/cuda_interop.h"
+#include "device/cuda/cuda_compute.h"
 #include "device/cuda/cuda_kernels.h"
 #include "device/cuda/driver_api.h"
 #include "device/cuda/test_kernels.h"
@@ -181,6 +183,7 @@ class CudaDevice final : public Device {
     HIR_CUDA_CHECK(index, cudaGetDeviceCount(&count));
     HIR_CHECK_AS(BackendError, count > 0, "cuda: no GPU is visible (device index {})", index);
     ordinal_ = index % count;
+    blas_ = std::make_unique<Cublas>(ordinal_);
     activate(ordinal_);
     cudaDeviceProp props{};
     HIR_CUDA_CHECK(ordinal_, cudaGetDeviceProperties(&props, ordinal_));
@@ -215,6 +218,8 @@ class CudaDevice final : public Device {
                    ordinal_, allocations_.size());
     }
     releaseHousekeeping();
+    if (!drained) blas_->abandon();  // cublasDestroy would wait for the whole device
+    blas_.reset();
     default_stream_.reset();
     (void)cudaGetLastError();
   }
@@ -231,6 +236,8 @@ class CudaDevice final : public Device {
     switch (f) {
       case DeviceFeature::Ipc: return true;
       case DeviceFeature::StreamSemaphore: return driverApi().hasStreamMemOps();
+      case DeviceFeature::Compute: return true;
+      case DeviceFeature::Timing: return true;
     }
     return false;
   }
@@ -350,7 +357,8 @@ class CudaDevice final : public Device {
 
   void record(Event& e, Stream& s) override {
     activate(ordinal_);
-    HIR_CUDA_CHECK(ordinal_, cudaEventRecord(nativeEvent(e, "record"), nativeStream(s, "record")));
+    HIR_CUDA_CHECK(ordinal_,
+                   cudaEventRecord(nativeEvent(e, "record"), cuda::nativeStream(s, "record")));
   }
 
   void wait(Stream& s, Event& e) override {
@@ -381,7 +389,7 @@ class CudaDevice final : public Device {
   void synchronize(Stream& s, Duration timeout) override {
     throwIfSticky();
     activate(ordinal_);
-    HIR_CHECK_AS(TimeoutError, drain(nativeStream(s, "synchronize"), timeout),
+    HIR_CHECK_AS(TimeoutError, drain(cuda::nativeStream(s, "synchronize"), timeout),
                  "cuda: a stream on device {} did not drain within {} ms", ordinal_,
                  timeout.count());
     throwIfSticky();
@@ -426,6 +434,54 @@ class CudaDevice final : public Device {
     HIR_CUDA_CHECK(ordinal_, cudaLaunchHostFunc(cs.native(), runHostTask, task.get()));
     task.release();  // runHostTask owns it now
     cs.noteWork();
+  }
+
+  // -------------------------------------------------------------- compute
+
+  void matmul(Stream& s, const MatmulArgs& args) override {
+    checkMatmulArgs(args, "cuda");
+    activate(ordinal_);
+    CudaStream& cs = cudaStream(s, "matmul");
+    blas_->matmul(cs.native(), args);
+    cs.noteWork();
+  }
+
+  void add(Stream& s, void* out, const void* a, const void* b, DType t,
+           std::size_t count) override {
+    if (count == 0) return;
+    activate(ordinal_);
+    CudaStream& cs = cudaStream(s, "add");
+    HIR_CUDA_CHECK(ordinal_, launchAdd(cs.native(), out, a, b, t, count, max_blocks_));
+    cs.noteWork();
+  }
+
+  // The caller enqueues on it behind the device's back (an embedder's
+  // kernel): counted as work, so that no backend skips a wait for it.
+  void* nativeStream(Stream& s) override {
+    CudaStream& cs = cudaStream(s, "nativeStream");
+    cs.noteWork();
+    return cs.native();
+  }
+
+  // --------------------------------------------------------------- timing
+
+  std::unique_ptr<Event> createTimingEvent() override {
+    activate(ordinal_);
+    cudaEvent_t e = nullptr;
+    HIR_CUDA_CHECK(ordinal_, cudaEventCreateWithFlags(&e, cudaEventDefault));
+    return std::make_unique<CudaEvent>(e, ordinal_);
+  }
+
+  double elapsedMs(Event& from, Event& to) override {
+    throwIfSticky();
+    activate(ordinal_);
+    float ms = 0;
+    cudaError_t err = cudaEventElapsedTime(&ms, nativeEvent(from, "elapsedMs"),
+                                           nativeEvent(to, "elapsedMs"));
+    HIR_INTERNAL_ASSERT(err != cudaErrorNotReady,
+                        "elapsedMs on device {}: an event has not completed", ordinal_);
+    cudaCheck(err, "cudaEventElapsedTime", ordinal_);
+    return ms;
   }
 
   // ------------------------------------------------------------------ IPC
@@ -582,6 +638,7 @@ class CudaDevice final : public Device {
   CudaStream::Counter default_counter_ = newCounter();  // shared with wrapStream(nullptr)
   std::unique_ptr<CudaStream> default_stream_;
   cudaStream_t zero_stream_ = nullptr;  // zeroes new allocations
+  std::unique_ptr<Cublas> blas_;        // the matmul's cuBLAS handle
   std::shared_ptr<StickyError> sticky_ = std::make_shared<StickyError>();
 
   std::mutex mutex_;  // guards the maps below and the zeroing stream

@@ -20,6 +20,12 @@
 // - IPC through cudaIpcGetMemHandle / cudaIpcOpenMemHandle; stream
 //   semaphores through cuStreamWriteValue32 / cuStreamWaitValue32 (GEQ),
 //   resolved with cudaGetDriverEntryPointByVersion (no libcuda link).
+// - matmul() through cublasGemmEx (CUBLAS_COMPUTE_32F: no TF32) on one cuBLAS
+//   handle per device, created on first use. With accumulate, cuBLAS may
+//   round a*b to float16/bfloat16 before adding out (up to one rounding more
+//   than the host device). add() is a kernel. Timing events
+//   are CUDA events with timing; elapsedMs() is cudaEventElapsedTime.
+// - nativeStream() counts as work on the stream (the caller enqueues on it).
 #pragma once
 
 namespace hir {

@@ -1,5 +1,6 @@
 // The CUDA device's data kernels: fill and check with the pattern of
-// common/elements.h (element k = value + step * k), and a spin kernel.
+// common/elements.h (element k = value + step * k), the elementwise add of
+// the compute part, and a spin kernel.
 //
 // The pattern must match the host's bit for bit: integer dtypes compute the
 // int64 value with wrap-around and convert it as a C++ cast does; floating
@@ -12,6 +13,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <type_traits>
 
 #include "device/cuda/cuda_kernels.h"
 #include <hostir/device.h>
@@ -357,6 +359,74 @@ cudaError_t launchCopy(cudaStream_t stream, void* dst, const void* src, std::siz
   void* args[] = {&dst, const_cast<void**>(&src), &bytes, const_cast<bool*>(&wide)};
   return cudaLaunchKernel(reinterpret_cast<const void*>(&copyKernel), dim3(grid),
                           dim3(kBlockThreads), args, 0, stream);
+}
+
+namespace {
+
+// Per element type: the sum as the host device computes it (compute.cc).
+template <class T>
+struct Add {
+  __device__ static T apply(T x, T y) { return x + y; }  // float, double
+};
+template <>
+struct Add<__half> {
+  // float has more than twice half's precision: one more rounding after the
+  // float add gives the exactly rounded sum, as on the host.
+  __device__ static __half apply(__half x, __half y) {
+    return __float2half_rn(__fadd_rn(__half2float(x), __half2float(y)));
+  }
+};
+template <>
+struct Add<__nv_bfloat16> {
+  __device__ static __nv_bfloat16 apply(__nv_bfloat16 x, __nv_bfloat16 y) {
+    return __float2bfloat16_rn(__fadd_rn(__bfloat162float(x), __bfloat162float(y)));
+  }
+};
+template <class T>
+struct WrappingAdd {  // integers: unsigned arithmetic, no overflow UB
+  __device__ static T apply(T x, T y) {
+    using U = std::make_unsigned_t<T>;
+    return static_cast<T>(static_cast<U>(static_cast<U>(x) + static_cast<U>(y)));
+  }
+};
+
+// Each element is read before it is written: out may be a or b.
+template <class T>
+__global__ void addKernel(T* out, const T* a, const T* b, std::size_t count) {
+  using Op = std::conditional_t<std::is_integral_v<T>, WrappingAdd<T>, Add<T>>;
+  const std::size_t stride = static_cast<std::size_t>(gridDim.x) * blockDim.x;
+  for (std::size_t k = static_cast<std::size_t>(blockIdx.x) * blockDim.x + threadIdx.x; k < count;
+       k += stride)
+    out[k] = Op::apply(a[k], b[k]);
+}
+
+template <class T>
+cudaError_t addAs(cudaStream_t stream, void* out, const void* a, const void* b, std::size_t count,
+                  int max_blocks) {
+  T* o = static_cast<T*>(out);
+  const T* x = static_cast<const T*>(a);
+  const T* y = static_cast<const T*>(b);
+  void* args[] = {&o, &x, &y, &count};
+  return cudaLaunchKernel(reinterpret_cast<const void*>(&addKernel<T>),
+                          dim3(blocksFor(count, max_blocks)), dim3(kBlockThreads), args, 0,
+                          stream);
+}
+
+}  // namespace
+
+cudaError_t launchAdd(cudaStream_t stream, void* out, const void* a, const void* b, DType t,
+                      std::size_t count, int max_blocks) {
+  if (count == 0) return cudaSuccess;
+  switch (t) {
+    case DType::Float32: return addAs<float>(stream, out, a, b, count, max_blocks);
+    case DType::Float64: return addAs<double>(stream, out, a, b, count, max_blocks);
+    case DType::Float16: return addAs<__half>(stream, out, a, b, count, max_blocks);
+    case DType::BFloat16: return addAs<__nv_bfloat16>(stream, out, a, b, count, max_blocks);
+    case DType::Int32: return addAs<int32_t>(stream, out, a, b, count, max_blocks);
+    case DType::Int64: return addAs<int64_t>(stream, out, a, b, count, max_blocks);
+    case DType::UInt8: return addAs<uint8_t>(stream, out, a, b, count, max_blocks);
+  }
+  return cudaErrorInvalidValue;
 }
 
 cudaError_t launchSpin(cudaStream_t stream, uint64_t nanoseconds) {

@@ -44,6 +44,13 @@ cudaError_t launchSignaledCopy(cudaStream_t stream, void* dst, const void* src,
                                std::size_t bytes, const uint32_t* wait_addr, uint32_t at_least,
                                uint32_t* signal_addr, uint32_t value);
 
+// out[k] = a[k] + b[k] for k in [0, count) (out may be a or b): floating
+// dtypes add in their precision (float16 and bfloat16 in float, rounded to
+// nearest even, bit for bit what the host device gives), integers wrap
+// around. Uses at most `max_blocks` blocks (grid-stride loop).
+cudaError_t launchAdd(cudaStream_t stream, void* out, const void* a, const void* b, DType t,
+                      std::size_t count, int max_blocks);
+
 // One thread that busy-waits `nanoseconds` of GPU global time (for tests and
 // benchmarks that need a long-running kernel).
 cudaError_t launchSpin(cudaStream_t stream, uint64_t nanoseconds);

@@ -1,0 +1,183 @@
+// Matmul argument checks and the host device's compute kernels (see
+// compute.h). Matmul goes through OpenBLAS's cblas_sgemm: float32 directly,
+// the 16-bit floats through float32 copies.
+#include "device/compute.h"
+
+#include <cblas.h>
+
+#include <climits>
+#include <cstdint>
+#include <cstring>
+#include <type_traits>
+#include <vector>
+
+#include "common/check.h"
+#include "common/elements.h"
+
+namespace hir {
+
+namespace {
+
+// The stored shape of a matmul operand: rows x cols, rows `ld` apart.
+struct Operand {
+  int64_t rows, cols;
+};
+Operand storedA(const MatmulArgs& x) {
+  return x.transpose_a ? Operand{x.k, x.m} : Operand{x.m, x.k};
+}
+Operand storedB(const MatmulArgs& x) {
+  return x.transpose_b ? Operand{x.n, x.k} : Operand{x.k, x.n};
+}
+
+bool isMatmulDType(DType t) {
+  return t == DType::Float32 || t == DType::Float16 || t == DType::BFloat16;
+}
+
+}  // namespace
+
+void checkMatmulArgs(const MatmulArgs& x, std::string_view device) {
+  HIR_INTERNAL_ASSERT(isMatmulDType(x.dtype), "{} matmul: dtype {} is not float32, float16 or "
+                      "bfloat16", device, toString(x.dtype));
+  HIR_INTERNAL_ASSERT(x.m >= 0 && x.n >= 0 && x.k >= 0, "{} matmul: negative size m={} n={} k={}",
+                      device, x.m, x.n, x.k);
+  const Operand a = storedA(x), b = storedB(x);
+  HIR_INTERNAL_ASSERT(x.lda >= a.cols && x.ldb >= b.cols && x.ldo >= x.n,
+                      "{} matmul: a row stride is shorter than its row: lda={} (a has {} columns), "
+                      "ldb={} (b has {}), ldo={} (out has {})",
+                      device, x.lda, a.cols, x.ldb, b.cols, x.ldo, x.n);
+  const bool empty_out = x.m == 0 || x.n == 0;
+  HIR_INTERNAL_ASSERT(empty_out || x.out != nullptr, "{} matmul: out is null", device);
+  HIR_INTERNAL_ASSERT(empty_out || x.k == 0 || (x.a != nullptr && x.b != nullptr),
+                      "{} matmul: a or b is null", device);
+  for (int64_t v : {x.m, x.n, x.k, x.lda, x.ldb, x.ldo})
+    HIR_CHECK_AS(BackendError, v <= INT_MAX,
+                 "{} matmul: m={} n={} k={} lda={} ldb={} ldo={}: a size above {} is more than "
+                 "BLAS takes",
+                 device, x.m, x.n, x.k, x.lda, x.ldb, x.ldo, INT_MAX);
+}
+
+// ------------------------------------------------------------------ matmul
+
+namespace {
+
+using Widen = float (*)(uint16_t);
+using Narrow = uint16_t (*)(float);
+
+// rows x cols of 16-bit elements, rows `ld` apart -> packed float32.
+std::vector<float> widen(const void* base, int64_t rows, int64_t cols, int64_t ld, Widen f) {
+  std::vector<float> out(static_cast<std::size_t>(rows * cols));
+  const auto* p = static_cast<const char*>(base);
+  std::vector<uint16_t> row(static_cast<std::size_t>(cols));
+  for (int64_t r = 0; r < rows; ++r) {
+    std::memcpy(row.data(), p + r * ld * 2, static_cast<std::size_t>(cols) * 2);
+    float* dst = out.data() + r * cols;
+    for (int64_t c = 0; c < cols; ++c) dst[c] = f(row[static_cast<std::size_t>(c)]);
+  }
+  return out;
+}
+
+// Packed float32 rows x cols -> 16-bit elements, rows `ld` apart.
+void narrow(const std::vector<float>& in, void* base, int64_t rows, int64_t cols, int64_t ld,
+            Narrow f) {
+  auto* p = static_cast<char*>(base);
+  std::vector<uint16_t> row(static_cast<std::size_t>(cols));
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* src = in.data() + r * cols;
+    for (int64_t c = 0; c < cols; ++c) row[static_cast<std::size_t>(c)] = f(src[c]);
+    std::memcpy(p + r * ld * 2, row.data(), static_cast<std::size_t>(cols) * 2);
+  }
+}
+
+}  // namespace
+
+void hostMatmul(const MatmulArgs& x) {
+  if (x.m == 0 || x.n == 0) return;
+  const std::size_t el = dtypeSize(x.dtype);
+  if (x.k == 0) {  // an empty sum: out = 0, or out unchanged
+    if (x.accumulate) return;
+    auto* out = static_cast<char*>(x.out);
+    for (int64_t r = 0; r < x.m; ++r)
+      std::memset(out + r * x.ldo * el, 0, static_cast<std::size_t>(x.n) * el);
+    return;
+  }
+  const auto m = static_cast<int>(x.m), n = static_cast<int>(x.n), k = static_cast<int>(x.k);
+  const CBLAS_TRANSPOSE ta = x.transpose_a ? CblasTrans : CblasNoTrans;
+  const CBLAS_TRANSPOSE tb = x.transpose_b ? CblasTrans : CblasNoTrans;
+  const float beta = x.accumulate ? 1.0f : 0.0f;
+  if (x.dtype == DType::Float32) {
+    cblas_sgemm(CblasRowMajor, ta, tb, m, n, k, 1.0f, static_cast<const float*>(x.a),
+                static_cast<int>(x.lda), static_cast<const float*>(x.b), static_cast<int>(x.ldb),
+                beta, static_cast<float*>(x.out), static_cast<int>(x.ldo));
+    return;
+  }
+  HIR_INTERNAL_ASSERT(x.dtype == DType::Float16 || x.dtype == DType::BFloat16,
+                      "host matmul: dtype {}", toString(x.dtype));
+  const bool half = x.dtype == DType::Float16;
+  const Widen to_float = half ? halfToFloat : bfloat16ToFloat;
+  const Narrow from_float = half ? floatToHalf : floatToBFloat16;
+  const Operand sa = storedA(x), sb = storedB(x);
+  const std::vector<float> a = widen(x.a, sa.rows, sa.cols, x.lda, to_float);
+  const std::vector<float> b = widen(x.b, sb.rows, sb.cols, x.ldb, to_float);
+  std::vector<float> out = x.accumulate
+                               ? widen(x.out, x.m, x.n, x.ldo, to_float)
+                               : std::vector<float>(static_cast<std::size_t>(x.m * x.n));
+  cblas_sgemm(CblasRowMajor, ta, tb, m, n, k, 1.0f, a.data(), static_cast<int>(sa.cols),
+              b.data(), static_cast<int>(sb.cols), beta, out.data(), n);
+  narrow(out, x.out, x.m, x.n, x.ldo, from_float);
+}
+
+// --------------------------------------------------------------------- add
+
+namespace {
+
+// Elements go through memcpy, as in common/elements.cc: buffers are raw
+// bytes, and out may be a or b (each element is read before it is written).
+template <class T, class F>
+void addAs(void* out, const void* a, const void* b, std::size_t count, F add) {
+  auto* o = static_cast<char*>(out);
+  const auto* pa = static_cast<const char*>(a);
+  const auto* pb = static_cast<const char*>(b);
+  for (std::size_t i = 0; i < count; ++i) {
+    T x, y;
+    std::memcpy(&x, pa + i * sizeof(T), sizeof(T));
+    std::memcpy(&y, pb + i * sizeof(T), sizeof(T));
+    const T r = add(x, y);
+    std::memcpy(o + i * sizeof(T), &r, sizeof(T));
+  }
+}
+
+// Adds in the unsigned type of the same width: an overflow wraps (two's
+// complement) instead of being undefined.
+template <class T>
+T wrappingAdd(T x, T y) {
+  using U = std::make_unsigned_t<T>;
+  return static_cast<T>(static_cast<U>(static_cast<U>(x) + static_cast<U>(y)));
+}
+
+}  // namespace
+
+void hostAdd(void* out, const void* a, const void* b, DType t, std::size_t count) {
+  if (count == 0) return;
+  switch (t) {
+    case DType::Float32:
+      return addAs<float>(out, a, b, count, [](float x, float y) { return x + y; });
+    case DType::Float64:
+      return addAs<double>(out, a, b, count, [](double x, double y) { return x + y; });
+    // float32 has more than twice the 16-bit floats' precision (24 >= 2*11+2
+    // bits), so adding in float32 and rounding once more is exactly rounded.
+    case DType::Float16:
+      return addAs<uint16_t>(out, a, b, count, [](uint16_t x, uint16_t y) {
+        return floatToHalf(halfToFloat(x) + halfToFloat(y));
+      });
+    case DType::BFloat16:
+      return addAs<uint16_t>(out, a, b, count, [](uint16_t x, uint16_t y) {
+        return floatToBFloat16(bfloat16ToFloat(x) + bfloat16ToFloat(y));
+      });
+    case DType::Int32: return addAs<int32_t>(out, a, b, count, wrappingAdd<int32_t>);
+    case DType::Int64: return addAs<int64_t>(out, a, b, count, wrappingAdd<int64_t>);
+    case DType::UInt8: return addAs<uint8_t>(out, a, b, count, wrappingAdd<uint8_t>);
+  }
+  HIR_INTERNAL_ASSERT(false, "host add: unknown dtype {}", static_cast<int>(t));
+}
+
+}  // namespace hir
