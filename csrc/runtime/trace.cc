@@ -47,7 +47,7 @@ void appendEscaped(std::string& out, std::string_view s) {
   out += '"';
 }
 
-std::string quoted(std::string_view s) {
+std::string jsonString(std::string_view s) {
   std::string out;
   appendEscaped(out, s);
   return out;
@@ -399,7 +399,7 @@ std::string Tracer::Impl::format() {
     add(fmt::format(R"({{"ph": "M", "pid": {}, "tid": {}, "name": "{}", "args": {{"{}": {}}}}})",
                     pid, tid, what, arg, value));
   };
-  meta(kHostTid, "process_name", "name", quoted(fmt::format("rank {}", rank)));
+  meta(kHostTid, "process_name", "name", jsonString(fmt::format("rank {}", rank)));
   meta(kHostTid, "process_sort_index", "sort_index", pid);
 
   // Tracks: stream spans on their stream's; a backend's in lanes, since the
@@ -443,13 +443,13 @@ std::string Tracer::Impl::format() {
                           l == 0 ? plan.backends[b].name
                                  : fmt::format("{} #{}", plan.backends[b].name, l + 1));
   for (const auto& [id, name] : tracks) {
-    meta(id, "thread_name", "name", quoted(name));
+    meta(id, "thread_name", "name", jsonString(name));
     meta(id, "thread_sort_index", "sort_index", std::to_string(id));
   }
 
   if (dropped > 0 || incomplete > 0)
     meta(kHostTid, "process_labels", "labels",
-         quoted(fmt::format("trace: {} spans or flows dropped over the cap of {}; {} GPU spans "
+         jsonString(fmt::format("trace: {} spans or flows dropped over the cap of {}; {} GPU spans "
                             "incomplete",
                             dropped, max_spans, incomplete)));
 
@@ -460,7 +460,7 @@ std::string Tracer::Impl::format() {
     if (h < host.size() && host[h].pc == pc && node >= 0) {
       const auto& slots = plan.nodes[node].loop_slots;
       for (std::size_t j = 0; j < slots.size(); ++j)
-        a += fmt::format(", {}: {}", quoted(plan.scalar_names[slots[j]]),
+        a += fmt::format(", {}: {}", jsonString(plan.scalar_names[slots[j]]),
                          loop_values[host[h].loops + j]);
     }
     return "{" + a + extra + "}";
@@ -469,7 +469,7 @@ std::string Tracer::Impl::format() {
                   const std::string& args) {
     add(fmt::format(R"({{"ph": "X", "pid": {}, "tid": {}, "ts": {}, "dur": {}, "name": {}, )"
                     R"("cat": "{}", "args": {}}})",
-                    pid, tid, us(begin_ns), us(end_ns - begin_ns), quoted(info[pc].name), cat,
+                    pid, tid, us(begin_ns), us(end_ns - begin_ns), jsonString(info[pc].name), cat,
                     args));
   };
   for (std::size_t h = 0; h < host.size(); ++h) {
