@@ -10,11 +10,17 @@
 # 8192 to 32768. Prints a table last and writes ${OUT:-overlap-out}/overlap.csv.
 #
 #   bash scripts/overlap-bench.sh [--build DIR] [--np N] [--sizes "8192 16384"] [--reps R]
-#                                 [--device cuda|host] [--kn K]
+#                                 [--device cuda|host] [--kn K] [--chunks C] [--programs "a b"]
+#
+# --chunks C: chunks of the programs that have a `chunks` param (the first
+# chunk's communication, or the last's, cannot overlap compute: with C
+# chunks at most (C - 1) / C of it is hidden). --programs: names of
+# bench/overlap/*.json to run (default all).
 #
 # hidden = 1 - (pipelined - compute) / comm: the share of the communication
-# time the pipeline hides (target >= 0.8). TFLOP/s = 2 m k n / time (each
-# rank computes the whole m x n output).
+# time the pipeline hides (target >= 0.8). TFLOP/s = 2 m k n / time per rank
+# (each rank computes the whole m x n output; in matmul + reduce_scatter
+# over k / np of the inner dimension, so 2 m (k / np) n).
 set -u -o pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=$root/build-gpu
@@ -23,6 +29,8 @@ sizes="8192 16384 32768"
 reps=2
 device=cuda
 k=8192
+chunks=""
+programs=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --build) shift; build=$1 ;;
@@ -31,7 +39,9 @@ while [ $# -gt 0 ]; do
     --reps) shift; reps=$1 ;;
     --device) shift; device=$1 ;;
     --kn) shift; k=$1 ;;
-    -h|--help) sed -n '2,18p' "$0"; exit 0 ;;
+    --chunks) shift; chunks=$1 ;;
+    --programs) shift; programs=$1 ;;
+    -h|--help) sed -n '2,24p' "$0"; exit 0 ;;
     *) echo "overlap-bench: unknown option $1" >&2; exit 2 ;;
   esac
   shift
@@ -44,19 +54,22 @@ hir=$build/bin/hir
 log=$out/overlap.log
 csv=$out/overlap.csv
 echo "program,m,k,n,np,mode,rep,ms" >"$csv"
+echo "# chunks=${chunks:-default} NCCL_MAX_NCHANNELS=${NCCL_MAX_NCHANNELS:-unset}" >"$out/overlap.txt"
 : >"$log"
 n=$k
 # ms per run of one mode, or "nan".
 measure() {  # program m mode
-  local text ms
+  local text ms extra=()
+  if [ -n "$chunks" ] && grep -q '"chunks"' "$1"; then extra=(--param chunks="$chunks"); fi
   text=$(timeout 300 "$hir" run "$1" --np "$np" --device "$device" --warmup 3 --iters 10 \
-         --param m="$2" --param k=$k --param n=$n --param mode="$3" 2>&1)
+         --param m="$2" --param k=$k --param n=$n --param mode="$3" "${extra[@]}" 2>&1)
   printf '== %s m=%s mode=%s\n%s\n' "$1" "$2" "$3" "$text" >>"$log"
   ms=$(printf '%s\n' "$text" | sed -n 's/.* \([0-9.]*\) ms per run.*/\1/p' | tail -1)
   echo "${ms:-nan}"
 }
 for prog in "$root"/bench/overlap/*.json; do
   name=$(basename "$prog" .json)
+  if [ -n "$programs" ] && [[ " $programs " != *" $name "* ]]; then continue; fi
   for m in $sizes; do
     for rep in $(seq 1 "$reps"); do
       for mode in 0 1 2 3; do
@@ -68,7 +81,7 @@ done
 # The table: medians over reps (with 2 reps, their mean).
 {
 printf "%-32s %6s %10s %10s %10s %10s %8s %9s %9s\n" program m "pipe ms" "seq ms" compute comm hidden TFLOP/s matmulTF
-awk -F, -v k=$k -v n=$n 'NR > 1 {
+awk -F, -v k=$k -v n=$n -v np=$np 'NR > 1 && !/^#/ {
     key = $1 "," $2; v[key, $6] = v[key, $6] " " $8; keys[key] = 1 }
   function med(s,   a, c, i, j, t) {
     c = split(s, a, " ");
@@ -78,8 +91,8 @@ awk -F, -v k=$k -v n=$n 'NR > 1 {
     for (key in keys) {
       split(key, p, ","); pipe = med(v[key, 0]); seq = med(v[key, 1]); cmp = med(v[key, 2]); com = med(v[key, 3])
       hidden = com > 0 ? 1 - (pipe - cmp) / com : 0
-      fl = 2 * p[2] * k * n
+      fl = 2 * p[2] * k * n / (p[1] ~ /reduce_scatter/ ? np : 1)
       printf "%-32s %6d %10.3f %10.3f %10.3f %10.3f %8.2f %9.0f %9.0f\n", p[1], p[2], pipe, seq, cmp, com, hidden, fl / (pipe * 1e9), fl / (cmp * 1e9)
     }
   }' "$csv" | sort -k1,1 -k2,2n
-} | tee "$out/overlap.txt"
+} | tee -a "$out/overlap.txt"

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Draws a hostir trace (`hir run --trace FILE`) as a PNG timeline.
 
-    scripts/trace_to_png.py TRACE.json OUT.png [--title TEXT] [--no-flows]
+    scripts/trace_to_png.py TRACE.json OUT.png [--title TEXT] [--no-flows] [--run K|last]
 
 One row per rank and track (host, stream k, a backend's lanes), in the
 trace's order; spans as bars coloured by kind (host time, compute,
@@ -70,6 +70,9 @@ def main():
     ap.add_argument("out")
     ap.add_argument("--title", default=None)
     ap.add_argument("--no-flows", action="store_true", help="leave out the post -> wait arrows")
+    ap.add_argument("--run", default=None,
+                    help="draw one run only: its index (args.run of the spans) or 'last' "
+                         "(the first run pays one-time set-up: communicators, cuBLAS)")
     a = ap.parse_args()
 
     try:
@@ -85,6 +88,26 @@ def main():
 
     events = load(a.trace)
     spans = [e for e in events if e.get("ph") == "X"]
+    if a.run is not None:
+        runs = [e.get("args", {}).get("run") for e in spans]
+        runs = [r for r in runs if isinstance(r, int)]
+        try:
+            want = max(runs) if a.run == "last" else int(a.run)
+        except ValueError:
+            print(f"trace_to_png: --run expects a run index or 'last', got {a.run}",
+                  file=sys.stderr)
+            return 2
+        if runs and want not in runs:
+            print(f"trace_to_png: no run {want} in {a.trace} (runs {min(runs)}..{max(runs)})",
+                  file=sys.stderr)
+            return 1
+        spans = [e for e in spans if e.get("args", {}).get("run") == want]
+        lo = min(float(e["ts"]) for e in spans)
+        hi = max(float(e["ts"]) + float(e.get("dur", 0)) for e in spans)
+        keep = {id(e) for e in spans}
+        events = [e for e in events
+                  if e.get("ph") == "M" or id(e) in keep
+                  or (e.get("ph") in ("s", "f") and lo <= float(e.get("ts", lo - 1)) <= hi)]
     if not spans:
         print(f"trace_to_png: {a.trace} has no spans", file=sys.stderr)
         return 1

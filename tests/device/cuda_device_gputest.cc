@@ -90,8 +90,12 @@ std::vector<std::byte> readBack(const void* p, std::size_t bytes) {
   return out;
 }
 
+// cudaMemcpy from pageable memory may return before the data reached the
+// device, and the devices' streams do not wait for the legacy default
+// stream: the upload is complete only after a device synchronization.
 void upload(void* dst, const void* src, std::size_t bytes) {
   cudaError_t err = cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice);
+  if (err == cudaSuccess) err = cudaDeviceSynchronize();
   if (err != cudaSuccess)
     throw BackendError(fmt::format("test upload: cudaMemcpy failed: {}", cudaGetErrorString(err)));
 }
