@@ -214,9 +214,11 @@ class RankRun {
   }
 
   // ----------------------------------------------------------------- data
-  // Their accesses were resolved and checked for hazards before they ran.
-  void operator()(const instr::Fill&, int) {}
-  void operator()(const instr::Check&, int) {}
+  // Their accesses were resolved and checked for hazards before they ran;
+  // the patterns are evaluated as the run evaluates them (a division by zero
+  // or a shift past 63 in them is found here, not on every rank at run time).
+  void operator()(const instr::Fill& f, int) { evaluate(f.value, f.step); }
+  void operator()(const instr::Check& c, int) { evaluate(c.value, c.step); }
   void operator()(const instr::Copy& c, int) {
     const DType from = plan_.allocs[c.src.alloc].dtype, to = plan_.allocs[c.dst.alloc].dtype;
     if (from != to)
@@ -246,9 +248,18 @@ class RankRun {
     if (!accessed_[0] || !accessed_[1] || !accessed_[2]) return;
     attempt("size", [&] { checkAddShapes(operand(a.a, 0), operand(a.b, 1), operand(a.out, 2)); });
   }
-  void operator()(const instr::Kernel&, int) {}
+  void operator()(const instr::Kernel& k, int) {
+    for (const auto& [name, e] : k.args) attempt("evaluate", [&] { e.eval(scalars_.data()); });
+  }
 
  private:
+  void evaluate(const CompiledExpr& value, const CompiledExpr& step) {
+    attempt("evaluate", [&] {
+      value.eval(scalars_.data());
+      step.eval(scalars_.data());
+    });
+  }
+
   // Access i of the current instruction, resolved to `ref`, as the core's
   // shape rules take it.
   Operand operand(const PlanRef& ref, int i) const {

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <climits>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -99,14 +100,22 @@ struct Args {
   std::vector<std::string> forwarded;  // the arguments after the command, without --np
 };
 
-int64_t parseInt(const std::string& flag, const std::string& text, int64_t min) {
+// A 64-bit integer in [min, max]: out of range is an error, never a
+// truncation (a flag stored in an int gets max = INT_MAX).
+int64_t parseInt(const std::string& flag, const std::string& text, int64_t min,
+                 int64_t max = INT64_MAX) {
   char* end = nullptr;
   errno = 0;
   long long v = std::strtoll(text.c_str(), &end, 10);
-  if (text.empty() || *end != '\0' || errno == ERANGE)
+  if (text.empty() || *end != '\0')
     throw UsageError(fmt::format("{} expects an integer, got '{}'", flag, text));
-  if (v < min) throw UsageError(fmt::format("{} must be at least {}, got {}", flag, min, v));
+  if (errno == ERANGE || v < min || v > max)
+    throw UsageError(fmt::format("{} must be in [{}, {}], got {}", flag, min, max, text));
   return v;
+}
+
+int parseCount(const std::string& flag, const std::string& text, int min) {
+  return static_cast<int>(parseInt(flag, text, min, INT_MAX));
 }
 
 // Fails before anything runs when --trace names a file in a folder that
@@ -142,9 +151,9 @@ Args parseArgs(int argc, char** argv) {
     if (arg == "--help" || arg == "-h") {
       a.help = true;
     } else if (arg == "--np" && a.command == "run") {
-      a.np = static_cast<int>(parseInt(arg, value(), 1));
+      a.np = parseCount(arg, value(), 1);
     } else if (arg == "--world" && a.command == "check") {
-      a.world = static_cast<int>(parseInt(arg, value(), 1));
+      a.world = parseCount(arg, value(), 1);
     } else if (arg == "--device" && a.command != "print") {
       a.device = value();
       if (a.device != "auto" && a.device != "cuda" && a.device != "host")
@@ -158,11 +167,11 @@ Args parseArgs(int argc, char** argv) {
                             parseInt("--param " + kv.substr(0, eq), kv.substr(eq + 1),
                                      INT64_MIN));
     } else if (arg == "--iters" && a.command == "run") {
-      a.iters = static_cast<int>(parseInt(arg, value(), 1));
+      a.iters = parseCount(arg, value(), 1);
     } else if (arg == "--warmup" && a.command == "run") {
-      a.warmup = static_cast<int>(parseInt(arg, value(), 0));
+      a.warmup = parseCount(arg, value(), 0);
     } else if (arg == "--timeout" && a.command == "run") {
-      a.timeout_s = static_cast<int>(parseInt(arg, value(), 1));
+      a.timeout_s = parseCount(arg, value(), 1);
     } else if (arg == "--no-schedule-check" && a.command == "run") {
       a.schedule_check = false;
     } else if (arg == "--plugin" && a.command != "print") {

@@ -409,6 +409,17 @@ TEST(ScheduleCheck, CopyOfUnequalSizesIsReported) {
   EXPECT_TRUE(hasIssue(issues, "/body/2", {"copies 8 elements of 'a' into 9 elements of 'b'"}));
 }
 
+// The check evaluates what the run evaluates: a fill's or check's pattern
+// that fails on some rank fails the check, with that rank.
+TEST(ScheduleCheck, PatternsThatCannotBeEvaluatedAreReported) {
+  const std::string body = alloc("a", R"(["n"])") +
+                           R"j(, {"op": "fill", "tensor": "a", "value": "10 / (rank - 1)"},
+                               {"op": "check", "tensor": "a", "value": "1 << (world * 32)"})j";
+  Issues issues = scheduleIssues(planOf(body, 2));
+  EXPECT_TRUE(hasIssue(issues, "/body/1", {"on rank 1: ", "division by zero"})) << show(issues);
+  EXPECT_TRUE(hasIssue(issues, "/body/2", {"on rank 0: ", "shift count 64"})) << show(issues);
+}
+
 TEST(ScheduleCheck, LoopStepThatIsNotPositiveStopsTheRank) {
   const std::string body =
       R"({"op": "for", "index": "i", "start": 0, "stop": 4, "step": "rank", "body": []})";

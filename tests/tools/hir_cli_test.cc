@@ -72,6 +72,18 @@ TEST(HirCli, PluginKernelsRunOnEveryRankAndAreNeededToLoad) {
       << missing.err;
 }
 
+// Counts are checked against their range, never truncated to 32 bits (a
+// 2^32 + 2 --np once ran 2 ranks, and --iters 2^32 ran none and said ok).
+TEST(HirCli, CountFlagsOutsideTheirRangeAreBadUsage) {
+  for (const auto& [flag, value] : std::vector<std::pair<std::string, std::string>>{
+           {"--iters", "4294967296"}, {"--np", "4294967298"}, {"--timeout", "2147483648"},
+           {"--warmup", "99999999999999999999"}}) {
+    CommandResult r = hir({"run", example("allreduce.json"), flag, value});
+    EXPECT_EQ(r.exit_code, 2) << flag << " " << value << ": " << r.out << r.err;
+    EXPECT_NE(r.err.find(flag + " must be in ["), std::string::npos) << r.err;
+  }
+}
+
 TEST(HirCli, MoreRanksThanCoresStillRun) {
   CommandResult r = hir({"run", example("allreduce.json"), "--np", "8", "--device", "host"});
   EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
