@@ -125,6 +125,36 @@ TEST(Builder, BadExpressionTextIsAParseError) {
 TEST(Builder, PipelinedMatmulExamplesEqualTheirJson) {
   const std::string chunk = "c * world * mc:(c + 1) * world * mc";
   {
+    ProgramBuilder b("allgather_matmul_ring_ipc");
+    b.param("m", 8).param("k", 16).param("n", 8);
+    b.allocate("xf", DType::Float32, {"world * m", "k"});
+    b.allocate("w", DType::Float32, {"k", "n"});
+    b.allocate("y", DType::Float32, {"world * m", "n"});
+    b.fill("xf[rank * m:(rank + 1) * m]", "rank * 3 + 1", 1).fill("w", 1, 1);
+    b.allocate("x", DType::Float32, {"m", "k"});
+    b.copy("xf[rank * m:(rank + 1) * m]", "x");
+    auto rows = [](const std::string& j) {
+      return "[" + j + " * m:(" + j + " + 1) * m]";
+    };
+    const std::string mine = "(rank - i + world) % world", left = "(rank - i - 1 + world) % world";
+    CommOptions ipc{.backend = "ipc"};
+    b.forLoop("i", 0, "world", [&](BodyBuilder& l) {
+      l.ifThen("i < world - 1", [&](BodyBuilder& t) {
+        t.send("s", "xf" + rows(mine), "(rank + 1) % world", ipc);
+        t.recv("r", "xf" + rows(left), "(rank - 1 + world) % world", ipc);
+      });
+      l.setStream(1).syncStream(0).matmul("xf" + rows(mine), "w", "y" + rows(mine)).setStream(0);
+      l.ifThen("i < world - 1", [](BodyBuilder& t) { t.wait("s").wait("r"); });
+    });
+    b.syncStream(1);
+    b.allocate("g", DType::Float32, {"world * m", "k"});
+    b.allocate("wneg", DType::Float32, {"k", "n"});
+    b.allocate("yneg", DType::Float32, {"world * m", "n"});
+    b.fill("wneg", -1, -1).allgather("ag", "x", "g").wait("ag");
+    b.matmul("g", "wneg", "yneg").addTensors("y", "yneg", "yneg").check("yneg", 0);
+    EXPECT_EQ(b.build(), loadProgram(test::examplesDir() + "/allgather_matmul_ring_ipc.json"));
+  }
+  {
     ProgramBuilder b("allgather_matmul_chunked");
     b.param("chunks", 4).param("mc", 2).param("k", 16).param("n", 8);
     b.allocate("x", DType::Float32, {"chunks", "mc", "k"});
