@@ -11,6 +11,7 @@
 #include <cerrno>
 #include <concepts>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -597,6 +598,9 @@ Json parseJson(std::string_view text, std::string_view source) {
     auto [line, column] = lineColumn(text, e.byte);
     throw ParseError("", fmt::format("{}: invalid JSON at line {}, column {}: {}", source, line,
                                      column, parseErrorDetail(e.what())));
+  } catch (const nlohmann::json::out_of_range& e) {
+    // A number JSON cannot hold (1e400): bad input, not a bug of hostir.
+    throw ParseError("", fmt::format("{}: invalid JSON: {}", source, parseErrorDetail(e.what())));
   }
 }
 
@@ -619,6 +623,10 @@ Program parseProgram(std::string_view text, std::string_view source) {
 }
 
 Program loadProgram(const std::string& path) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec))
+    throw ParseError("", fmt::format("cannot read '{}': it is a directory, not a program file",
+                                     path));
   std::ifstream in(path, std::ios::binary);
   if (!in) throw ParseError("", fmt::format("cannot read '{}': {}", path, std::strerror(errno)));
   std::ostringstream text;

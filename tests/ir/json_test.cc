@@ -1,4 +1,5 @@
 #include <hostir/json.h>
+#include "support/test_util.h"
 
 #include <gtest/gtest.h>
 
@@ -362,6 +363,26 @@ TEST(ApplyParamOverrides, UnknownParamListsTheDeclaredOnes) {
   } catch (const ParseError& e) {
     EXPECT_TRUE(contains(e.what(), "unknown param 'k' given on the command line; the program "
                                    "declares none"));
+  }
+}
+
+// Bad input, exit 2, never an internal error: a number JSON cannot hold,
+// and a directory given as the program.
+TEST(Json, ANumberTooLargeForJsonIsAParseError) {
+  try {
+    parseProgram(R"({"format": "hostir/1", "name": "x", "params": {"n": 1e400}, "body": []})");
+    FAIL() << "1e400 was accepted";
+  } catch (const ParseError& e) {
+    EXPECT_TRUE(contains(e.what(), "number overflow parsing '1e400'")) << e.what();
+  }
+}
+
+TEST(Json, ADirectoryIsNotAProgramFile) {
+  try {
+    loadProgram(test::examplesDir());
+    FAIL() << "a directory loaded";
+  } catch (const ParseError& e) {
+    EXPECT_TRUE(contains(e.what(), "it is a directory, not a program file")) << e.what();
   }
 }
 
