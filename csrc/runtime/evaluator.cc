@@ -505,6 +505,9 @@ struct Evaluator::Impl {
     } catch (const BackendError& e) {
       // The same, when a backend's own timeout or a device failure came first.
       throw BackendError(fmt::format("{}: {}\n{}", here(pc), e.what(), pending()));
+    } catch (const RuntimeError& e) {
+      // Another failure of a valid run (an exchange between ranks): where.
+      throw RuntimeError(fmt::format("{}: {}", here(pc), e.what()));
     }
     finishRun();
   }

@@ -13,8 +13,6 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
-#include <limits>
-#include <random>
 #include <string>
 #include <thread>
 #include <vector>
@@ -27,6 +25,7 @@
 #include "device/cuda_interop.h"
 #include "device/cuda/test_kernels.h"
 #include <hostir/device.h>
+#include "support/compute_reference.h"
 #include "support/gpu_test.h"
 
 namespace hir {
@@ -413,99 +412,18 @@ TEST(CudaDevice, AThrowingHostFunctionIsAStickyError) {
 
 // ------------------------------------------------------- compute, timing
 
-// One matmul: out[m, n] (+)= op(a) * op(b), each row `pad` elements longer
-// than it needs to be. (The host device's tests check the same way.)
-struct MatmulCase {
-  int64_t m, n, k;
-  bool transpose_a, transpose_b, accumulate;
-  int64_t pad;
-};
-
-std::string describe(DType t, const MatmulCase& c) {
-  return fmt::format("{} m={} n={} k={} ta={} tb={} acc={} pad={}", toString(t), c.m, c.n, c.k,
-                     c.transpose_a, c.transpose_b, c.accumulate, c.pad);
-}
-
-// The operands of a case as host images: values in [-1, 1] rounded to the
-// dtype, NaN in the rows' padding (a matmul that reads it gives NaN), and
-// `out` holding random values to accumulate onto, or NaN where it is
-// overwritten (out = a * b must not read it). args' pointers are null.
-struct MatmulData {
-  MatmulArgs args;
-  std::vector<std::byte> a, b, out;
-};
-
-MatmulData makeMatmulData(DType t, const MatmulCase& c, uint32_t seed) {
-  MatmulData d;
-  MatmulArgs& x = d.args;
-  x.dtype = t;
-  x.m = c.m, x.n = c.n, x.k = c.k;
-  x.transpose_a = c.transpose_a, x.transpose_b = c.transpose_b, x.accumulate = c.accumulate;
-  const int64_t a_rows = c.transpose_a ? c.k : c.m, a_cols = c.transpose_a ? c.m : c.k;
-  const int64_t b_rows = c.transpose_b ? c.n : c.k, b_cols = c.transpose_b ? c.k : c.n;
-  x.lda = a_cols + c.pad, x.ldb = b_cols + c.pad, x.ldo = c.n + c.pad;
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<double> uniform(-1.0, 1.0);
-  const double nan = std::numeric_limits<double>::quiet_NaN();
-  auto image = [&](int64_t rows, int64_t cols, int64_t ld, bool values) {
-    std::vector<std::byte> out(static_cast<std::size_t>(rows * ld) * dtypeSize(t));
-    for (int64_t r = 0; r < rows; ++r)
-      for (int64_t col = 0; col < ld; ++col)
-        storeElement(out.data(), t, static_cast<std::size_t>(r * ld + col),
-                     PatternElement{0, col < cols && values ? uniform(rng) : nan});
-    return out;
-  };
-  d.a = image(a_rows, a_cols, x.lda, true);
-  d.b = image(b_rows, b_cols, x.ldb, true);
-  d.out = image(c.m, c.n, x.ldo, c.accumulate);
-  return d;
-}
-
-// Compares `got` (out after the matmul) with the product computed in double
-// from the rounded inputs, element by element: relative to the result for
-// its rounding to the dtype (unit roundoff u: 2^-8 for bfloat16), plus
-// float32 accumulation over k terms relative to the sum of the terms'
-// magnitudes, with room for any summation order and tensor cores'
-// truncating adds. When accumulating, one more rounding, of the product
-// alone: cuBLAS's epilogue may round a * b to the dtype before it adds out
-// (seen with bfloat16 at 512^3 on an H100: an error of 0.93 ulp). The
-// padding must be untouched. Returns the first problem, or "".
-std::string compareWithReference(const MatmulData& d, const std::vector<std::byte>& got) {
-  const MatmulArgs& x = d.args;
-  const double u = x.dtype == DType::Float32 ? 0x1p-24 : x.dtype == DType::Float16 ? 0x1p-11
-                                                                                     : 0x1p-8;
-  const double accumulation = 4.0 * static_cast<double>(x.k + 2) * 0x1p-24;
-  auto elem = [&](const std::vector<std::byte>& img, int64_t ld, int64_t r, int64_t c) {
-    return loadAsDouble(img.data(), x.dtype, static_cast<std::size_t>(r * ld + c));
-  };
-  for (int64_t i = 0; i < x.m; ++i) {
-    for (int64_t j = 0; j < x.ldo; ++j) {
-      const double value = elem(got, x.ldo, i, j);
-      if (j >= x.n) {  // padding: still NaN
-        if (!std::isnan(value)) return fmt::format("padding out[{}][{}] became {}", i, j, value);
-        continue;
-      }
-      const double before = x.accumulate ? elem(d.out, x.ldo, i, j) : 0.0;
-      double product = 0.0;
-      double magnitude = std::abs(before);
-      for (int64_t p = 0; p < x.k; ++p) {
-        const double av = x.transpose_a ? elem(d.a, x.lda, p, i) : elem(d.a, x.lda, i, p);
-        const double bv = x.transpose_b ? elem(d.b, x.ldb, j, p) : elem(d.b, x.ldb, p, j);
-        product += av * bv;
-        magnitude += std::abs(av * bv);
-      }
-      const double ref = before + product;
-      const double tolerance = u * std::abs(ref) + (x.accumulate ? u * std::abs(product) : 0.0) +
-                               accumulation * magnitude;
-      if (!(std::abs(value - ref) <= tolerance))
-        return fmt::format("out[{}][{}] is {}, the double reference {} (tolerance {})", i, j,
-                           value, ref, tolerance);
-    }
-  }
-  return "";
-}
-
-constexpr DType kMatmulDTypes[] = {DType::Float32, DType::Float16, DType::BFloat16};
+// Cases, operands and references: support/compute_reference.h. The cuda
+// device may round an accumulated product to the dtype before adding out.
+using test::AddData;
+using test::compareWithReference;
+using test::describe;
+using test::kMatmulDTypes;
+using test::makeAddData;
+using test::makeMatmulData;
+using test::MatmulCase;
+using test::matmulCases;
+using test::MatmulData;
+using test::ProductRounding;
 
 // Runs a case on the cuda device, on stream `s`, and reads out back.
 std::vector<std::byte> runCudaMatmul(Device& device, Stream& s, const MatmulData& d) {
@@ -538,17 +456,13 @@ TEST(CudaDevice, MatmulMatchesADoubleReferenceForEveryTransposeAndDtype) {
   auto s = device->createStream();
   uint32_t seed = 1;
   for (DType t : kMatmulDTypes)
-    for (bool ta : {false, true})
-      for (bool tb : {false, true})
-        for (bool acc : {false, true})
-          for (MatmulCase c : {MatmulCase{5, 3, 7, ta, tb, acc, 0},
-                               MatmulCase{5, 3, 7, ta, tb, acc, 2},
-                               MatmulCase{1, 1, 1, ta, tb, acc, 0},
-                               MatmulCase{17, 33, 65, ta, tb, acc, 3}}) {
-            MatmulData d = makeMatmulData(t, c, seed++);
-            EXPECT_EQ(compareWithReference(d, runCudaMatmul(*device, *s, d)), "")
-                << describe(t, c);
-          }
+    for (const MatmulCase& c : matmulCases()) {
+      MatmulData d = makeMatmulData(t, c, seed++);
+      EXPECT_EQ(compareWithReference(d, runCudaMatmul(*device, *s, d),
+                                     ProductRounding::MayRoundProductFirst),
+                "")
+          << describe(t, c);
+    }
 }
 
 TEST(CudaDevice, Bfloat16MatmulOf512CubedMatchesADoubleReference) {
@@ -557,7 +471,9 @@ TEST(CudaDevice, Bfloat16MatmulOf512CubedMatchesADoubleReference) {
   for (bool acc : {false, true}) {
     MatmulCase c{512, 512, 512, false, true, acc, 0};
     MatmulData d = makeMatmulData(DType::BFloat16, c, 512);
-    EXPECT_EQ(compareWithReference(d, runCudaMatmul(*device, device->defaultStream(), d)), "")
+    EXPECT_EQ(compareWithReference(d, runCudaMatmul(*device, device->defaultStream(), d),
+                                   ProductRounding::MayRoundProductFirst),
+              "")
         << describe(DType::BFloat16, c);
   }
 }
@@ -571,7 +487,8 @@ TEST(CudaDevice, MatmulOverAnEmptySumStoresZerosOrKeepsOut) {
       MatmulData d = makeMatmulData(t, c, 7);
       if (acc) storeElement(d.out.data(), t, 6, PatternElement{0, 2.5});  // out[1][1]
       std::vector<std::byte> got = runCudaMatmul(*device, device->defaultStream(), d);
-      EXPECT_EQ(compareWithReference(d, got), "") << describe(t, c);
+      EXPECT_EQ(compareWithReference(d, got, ProductRounding::MayRoundProductFirst), "")
+          << describe(t, c);
       EXPECT_EQ(loadAsDouble(got.data(), t, 6), acc ? 2.5 : 0.0) << describe(t, c);
     }
 }
@@ -605,36 +522,6 @@ TEST(CudaDevice, MatmulAndAddRunOnTheStreamTheyAreGiven) {
   EXPECT_EQ(firstDifference(readBack(sum.data(), bytes),
                             hostPattern(DType::Float32, kN * kN, 2 * kN + 1, 0), DType::Float32),
             -1);
-}
-
-// Random operands for every dtype (floating ones in [-1000, 1000], rounded;
-// integers random bits, so that sums overflow) and the expected sum,
-// computed here: floating sums exactly in double, then rounded once to the
-// dtype; integers modulo 2^bits.
-struct AddData {
-  std::vector<std::byte> a, b, sum;
-};
-
-AddData makeAddData(DType t, std::size_t count, uint32_t seed) {
-  std::mt19937_64 rng(seed);
-  std::uniform_real_distribution<double> uniform(-1000.0, 1000.0);
-  AddData d;
-  for (auto* v : {&d.a, &d.b, &d.sum}) v->resize(count * dtypeSize(t));
-  for (std::size_t k = 0; k < count; ++k) {
-    if (isFloating(t)) {
-      storeElement(d.a.data(), t, k, PatternElement{0, uniform(rng)});
-      storeElement(d.b.data(), t, k, PatternElement{0, uniform(rng)});
-      const double sum = loadAsDouble(d.a.data(), t, k) + loadAsDouble(d.b.data(), t, k);
-      storeElement(d.sum.data(), t, k, PatternElement{0, sum});
-    } else {
-      storeElement(d.a.data(), t, k, PatternElement{static_cast<int64_t>(rng()), 0});
-      storeElement(d.b.data(), t, k, PatternElement{static_cast<int64_t>(rng()), 0});
-      const uint64_t sum = static_cast<uint64_t>(loadAsInt(d.a.data(), t, k)) +
-                           static_cast<uint64_t>(loadAsInt(d.b.data(), t, k));
-      storeElement(d.sum.data(), t, k, PatternElement{static_cast<int64_t>(sum), 0});
-    }
-  }
-  return d;
 }
 
 TEST(CudaDevice, AddGivesExactlyRoundedOrWrappedSumsForEveryDtypeAlsoInPlace) {
