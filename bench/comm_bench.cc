@@ -4,6 +4,8 @@
 //   mpirun -np N hir_comm_bench [--min 8] [--max 1G] [--factor 8] [--iters 100]
 //       [--warmup 5] [--reps 5] [--ops allreduce,allgather,...] [--dtype float32]
 //       [--csv PATH]
+// (`hir_comm_bench --help` lists them all; arguments are parsed by CLI11,
+// before MPI starts.)
 //
 // For each operation and size, alternating in every repetition:
 //   raw: its own communicator and stream, ncclXxx in a loop;
@@ -26,8 +28,15 @@
 #include <cuda_runtime_api.h>
 #include <nccl.h>
 
+#include <CLI/CLI.hpp>
+
 #include <algorithm>
+#include <cctype>
+#include <cerrno>
 #include <chrono>
+#include <climits>
+#include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -35,6 +44,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <hostir/backend.h>
@@ -70,17 +80,46 @@ struct Options {
                             // evaluator does for a wait that does not follow the post
 };
 
-std::size_t parseBytes(const std::string& text) {
-  std::size_t pos = 0;
-  double v = std::stod(text, &pos);
-  std::string suffix = text.substr(pos);
-  double scale = 1;
-  if (suffix == "K" || suffix == "k" || suffix == "KiB") scale = 1024.0;
-  else if (suffix == "M" || suffix == "MiB") scale = 1024.0 * 1024;
-  else if (suffix == "G" || suffix == "GiB") scale = 1024.0 * 1024 * 1024;
-  else if (!suffix.empty() && suffix != "B")
-    throw UsageError(fmt::format("bad size '{}': expected a number with K, M or G", text));
-  return static_cast<std::size_t>(v * scale);
+constexpr int64_t kMaxBytes = int64_t{1} << 40;  // 1 TiB: sizes times --factor never overflow
+
+// An integer in [min, max], parsed as 64 bits: out of range is an error that
+// names the flag, never a truncation.
+int64_t parseInteger(const std::string& flag, const std::string& text, int64_t min, int64_t max) {
+  char* end = nullptr;
+  errno = 0;
+  const long long v = std::strtoll(text.c_str(), &end, 10);
+  if (text.empty() || *end != '\0')
+    throw UsageError(fmt::format("{} expects an integer, got '{}'", flag, text));
+  if (errno == ERANGE || v < min || v > max)
+    throw UsageError(fmt::format("{} must be in [{}, {}], got {}", flag, min, max, text));
+  return v;
+}
+
+// Bytes: a number with an optional suffix K, M, G (or KiB, MiB, GiB; B), in
+// [1, kMaxBytes].
+std::size_t parseBytes(const std::string& flag, const std::string& text) {
+  char* end = nullptr;
+  const double v = std::strtod(text.c_str(), &end);
+  const std::string unit = end ? end : "";
+  const double mult = unit == "K" || unit == "k" || unit == "KiB" ? 1024.0
+                      : unit == "M" || unit == "MiB"               ? 1024.0 * 1024
+                      : unit == "G" || unit == "GiB"               ? 1024.0 * 1024 * 1024
+                      : unit.empty() || unit == "B"                ? 1.0
+                                                                   : 0.0;
+  if (text.empty() || end == text.c_str() || mult == 0 || !std::isfinite(v) ||
+      std::isspace(static_cast<unsigned char>(text[0])))
+    throw UsageError(fmt::format(
+        "{} expects a number of bytes with an optional K, M or G suffix, got '{}'", flag, text));
+  const double bytes = v * mult;
+  if (!(bytes >= 1 && bytes <= static_cast<double>(kMaxBytes)))
+    throw UsageError(fmt::format("{} must be in [1, {}] bytes, got {}", flag, kMaxBytes, text));
+  return static_cast<std::size_t>(bytes);
+}
+
+bool parseSwitch(const std::string& flag, const std::string& text) {
+  if (text != "0" && text != "1")
+    throw UsageError(fmt::format("{} expects 0 or 1, got '{}'", flag, text));
+  return text == "1";
 }
 
 std::vector<std::string> splitList(const std::string& text) {
@@ -95,48 +134,102 @@ std::vector<std::string> splitList(const std::string& text) {
   return out;
 }
 
-const char* kUsage =
-    "usage: mpirun -np N hir_comm_bench [--min BYTES] [--max BYTES] [--factor F] [--iters N]\n"
-    "         [--warmup N] [--reps N] [--ops LIST] [--dtype DTYPE] [--csv PATH]\n"
-    "         [--api-costs 0|1] [--raw-events 0|1] [--detached 0|1]\n"
-    "  sizes take K, M, G suffixes; ops: allreduce, allgather, reduce_scatter, broadcast,\n"
-    "  reduce, alltoall, sendrecv\n";
+// Errors before MPI starts are said once, by the process that will be rank 0
+// (or the only one), not by every rank of the job.
+bool firstRank() {
+  for (const char* var : {"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK"})
+    if (const char* v = std::getenv(var)) return std::string_view(v) == "0";
+  return true;
+}
 
-Options parseOptions(int argc, char** argv) {
-  Options o;
-  for (int i = 1; i < argc; ++i) {
-    std::string arg = argv[i];
-    if (arg == "--help" || arg == "-h") {
-      std::fputs(kUsage, stdout);
-      std::exit(0);
+// Parses the command line before MPI is initialized, on every rank alike, so
+// that --help and bad usage end every rank cleanly. Returns -1 to go on, or
+// the exit code: 0 after --help, 2 after bad usage (the message names the
+// flag).
+int parseOptions(int argc, char** argv, Options& o) {
+  CLI::App app{"Communication benchmark: hostir's NCCL backend against a raw NCCL loop, one MPI\n"
+               "rank per GPU:\n  mpirun -np N hir_comm_bench [options]\n",
+               "hir_comm_bench"};
+  app.set_help_flag("-h,--help", "print this help and exit");
+  app.allow_extras();  // reported below, naming the option
+  app.get_formatter()->column_width(24);
+  app.footer("Operations: allreduce, allgather, reduce_scatter, broadcast, reduce, alltoall,\n"
+             "sendrecv. Sizes take K, M, G suffixes (KiB, MiB, GiB). An option may be given\n"
+             "once; values as `--opt value` or `--opt=value`.");
+  std::string min, max, factor, iters, warmup, reps, ops, dtype, csv, api_costs, raw_events,
+      detached;
+  auto single = [&](const char* name, std::string& into, const char* type, const char* help) {
+    app.add_option(name, into, help)
+        ->type_name(type)
+        ->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+  };
+  single("--min", min, "BYTES", "smallest message (default 8)");
+  single("--max", max, "BYTES", "largest message (default 1G)");
+  single("--factor", factor, "F", "from one size to the next (default 8)");
+  single("--iters", iters, "N", "operations per timed loop (default 100; fewer above 32 MiB)");
+  single("--warmup", warmup, "N", "untimed operations first (default 5)");
+  single("--reps", reps, "N", "timed loops, median of them (default 5; x3 up to 64 KiB)");
+  single("--ops", ops, "LIST", "comma-separated operations (default: all of them)");
+  single("--dtype", dtype, "DTYPE", "element type (default float32)");
+  single("--csv", csv, "PATH", "also write the results to PATH (rank 0)");
+  single("--api-costs", api_costs, "0|1", "first time the host cost of CUDA calls (default 1)");
+  single("--raw-events", raw_events, "0|1",
+         "diagnosis: raw records an event after every op (default 0)");
+  single("--detached", detached, "0|1", "hir posts detached: post() + wait() (default 0)");
+  try {
+    try {
+      app.parse(argc, argv);
+    } catch (const CLI::Success& e) {  // --help
+      return firstRank() ? app.exit(e) : 0;
+    } catch (const CLI::ArgumentMismatch& e) {
+      const std::string what = e.what();  // "--min: 1 required BYTES missing"
+      throw UsageError(what.find("missing") != std::string::npos
+                           ? what.substr(0, what.find(':')) + " needs a value"
+                           : what);
+    } catch (const CLI::ParseError& e) {
+      throw UsageError(e.what());
     }
-    if (i + 1 >= argc) throw UsageError(fmt::format("{} needs a value\n{}", arg, kUsage));
-    std::string value = argv[++i];
-    if (arg == "--min") o.min_bytes = parseBytes(value);
-    else if (arg == "--max") o.max_bytes = parseBytes(value);
-    else if (arg == "--factor") o.factor = std::stoul(value);
-    else if (arg == "--iters") o.iters = std::stoi(value);
-    else if (arg == "--warmup") o.warmup = std::stoi(value);
-    else if (arg == "--reps") o.reps = std::stoi(value);
-    else if (arg == "--ops") o.ops = splitList(value);
-    else if (arg == "--dtype") o.dtype = parseEnum(kDTypeNames, value, "--dtype", "dtype");
-    else if (arg == "--csv") o.csv = value;
-    else if (arg == "--api-costs") o.api_costs = value != "0";
-    else if (arg == "--raw-events") o.raw_events = value != "0";
-    else if (arg == "--detached") o.detached = value != "0";
-    else throw UsageError(fmt::format("unknown option {}\n{}", arg, kUsage));
+    for (const std::string& extra : app.remaining())
+      throw UsageError(fmt::format("unknown {} '{}'",
+                                   extra.size() > 1 && extra[0] == '-' ? "option" : "argument",
+                                   extra));
+    for (const CLI::Option* opt : app.get_options())
+      if (opt->get_multi_option_policy() == CLI::MultiOptionPolicy::TakeLast && opt->count() > 1)
+        throw UsageError(fmt::format("{} given twice", opt->get_name()));
+    auto given = [&](const char* flag) { return app.get_option(flag)->count() > 0; };
+    if (given("--min")) o.min_bytes = parseBytes("--min", min);
+    if (given("--max")) o.max_bytes = parseBytes("--max", max);
+    if (given("--factor"))
+      o.factor = static_cast<std::size_t>(parseInteger("--factor", factor, 2, 1024));
+    if (given("--iters")) o.iters = static_cast<int>(parseInteger("--iters", iters, 1, INT_MAX));
+    if (given("--warmup"))
+      o.warmup = static_cast<int>(parseInteger("--warmup", warmup, 0, INT_MAX));
+    if (given("--reps")) o.reps = static_cast<int>(parseInteger("--reps", reps, 1, 1000000));
+    if (given("--ops")) o.ops = splitList(ops);
+    if (given("--dtype")) o.dtype = parseEnum(kDTypeNames, dtype, "--dtype", "dtype");
+    if (given("--csv")) o.csv = csv;
+    if (given("--api-costs")) o.api_costs = parseSwitch("--api-costs", api_costs);
+    if (given("--raw-events")) o.raw_events = parseSwitch("--raw-events", raw_events);
+    if (given("--detached")) o.detached = parseSwitch("--detached", detached);
+    HIR_CHECK_AS(UsageError, o.min_bytes <= o.max_bytes, "--min ({}) must not exceed --max ({})",
+                 o.min_bytes, o.max_bytes);
+    HIR_CHECK_AS(UsageError, !o.ops.empty(), "--ops names no operation");
+    for (const std::string& op : o.ops)
+      HIR_CHECK_AS(UsageError,
+                   op == "allreduce" || op == "allgather" || op == "reduce_scatter" ||
+                       op == "broadcast" || op == "reduce" || op == "alltoall" ||
+                       op == "sendrecv",
+                   "--ops: unknown op '{}'; expected allreduce, allgather, reduce_scatter, "
+                   "broadcast, reduce, alltoall or sendrecv",
+                   op);
+    return -1;
+  } catch (const Error& e) {
+    if (firstRank())
+      std::fprintf(stderr,
+                   "hir_comm_bench: error: %s\nhir_comm_bench: see `hir_comm_bench --help`\n",
+                   e.what());
+    return kExitBadInput;
   }
-  HIR_CHECK_AS(UsageError, o.min_bytes >= 1 && o.min_bytes <= o.max_bytes,
-               "--min must be >= 1 and <= --max");
-  HIR_CHECK_AS(UsageError, o.factor >= 2, "--factor must be >= 2");
-  HIR_CHECK_AS(UsageError, o.iters >= 1 && o.reps >= 1 && o.warmup >= 0,
-               "--iters and --reps must be >= 1, --warmup >= 0");
-  for (const std::string& op : o.ops)
-    HIR_CHECK_AS(UsageError,
-                 op == "allreduce" || op == "allgather" || op == "reduce_scatter" ||
-                     op == "broadcast" || op == "reduce" || op == "alltoall" || op == "sendrecv",
-                 "unknown op '{}'\n{}", op, kUsage);
-  return o;
 }
 
 // ---------------------------------------------------------------- checking
@@ -579,6 +672,8 @@ class Bench {
 }  // namespace hir
 
 int main(int argc, char** argv) {
+  hir::Options options;
+  if (int done = hir::parseOptions(argc, argv, options); done >= 0) return done;
   std::unique_ptr<hir::Bootstrap> boot;
   try {
     boot = hir::createMpiBootstrap(&argc, &argv);
@@ -588,7 +683,6 @@ int main(int argc, char** argv) {
   }
   int rc = 0;
   try {
-    hir::Options options = hir::parseOptions(argc, argv);
     hir::Bench bench(*boot, options);
     bench.run();
   } catch (const hir::Error& e) {

@@ -7,6 +7,8 @@
 //
 //   mpirun -np 2 hir_p2p_bench [--device cuda|host] [--min 1K] [--max 1G]
 //       [--factor 4] [--reps 5] [--run-bytes 4G] [--csv PATH]
+// (`hir_p2p_bench --help` lists them; arguments are parsed by CLI11, before
+// MPI starts.)
 //
 // bandwidth: even ranks send to rank + 1 in a loop (post + stream wait), odd
 //   ranks receive; messages per run: --run-bytes / size, within [4, 200];
@@ -18,9 +20,12 @@
 // raw: bandwidth = m device copies of `bytes` from rank 0's buffer into rank
 //   1's imported buffer on one stream, then synchronize, / m; latency = one
 //   8-byte copy + synchronize (averaged over the trips). Ranks 0 and 1 only.
+#include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cctype>
+#include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -30,6 +35,7 @@
 #include <limits>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "common/check.h"
@@ -51,33 +57,120 @@ struct Options {
   std::string csv;
 };
 
-int64_t parseSize(const std::string& s) {
+constexpr int64_t kMaxBytes = int64_t{1} << 40;  // 1 TiB: sizes times --factor never overflow
+
+// An integer in [min, max], parsed as 64 bits: out of range is an error that
+// names the flag, never a truncation.
+int64_t parseInteger(const std::string& flag, const std::string& text, int64_t min, int64_t max) {
   char* end = nullptr;
-  double v = std::strtod(s.c_str(), &end);
-  std::string unit = end ? end : "";
-  int64_t mult = unit == "K" ? 1024 : unit == "M" ? 1 << 20 : unit == "G" ? 1 << 30 : 1;
-  if (!unit.empty() && mult == 1) throw hir::UsageError("bad size '" + s + "'");
-  return static_cast<int64_t>(v * static_cast<double>(mult));
+  errno = 0;
+  const long long v = std::strtoll(text.c_str(), &end, 10);
+  if (text.empty() || *end != '\0')
+    throw hir::UsageError(fmt::format("{} expects an integer, got '{}'", flag, text));
+  if (errno == ERANGE || v < min || v > max)
+    throw hir::UsageError(fmt::format("{} must be in [{}, {}], got {}", flag, min, max, text));
+  return v;
 }
 
-Options parse(int argc, char** argv) {
-  Options o;
-  for (int i = 1; i < argc; ++i) {
-    std::string a = argv[i];
-    auto next = [&]() -> std::string {
-      if (i + 1 >= argc) throw hir::UsageError(a + " needs a value");
-      return argv[++i];
-    };
-    if (a == "--device") o.device = next();
-    else if (a == "--min") o.min = parseSize(next());
-    else if (a == "--max") o.max = parseSize(next());
-    else if (a == "--factor") o.factor = std::stoll(next());
-    else if (a == "--reps") o.reps = std::stoi(next());
-    else if (a == "--run-bytes") o.run_bytes = parseSize(next());
-    else if (a == "--csv") o.csv = next();
-    else throw hir::UsageError("unknown option " + a);
+// Bytes: a number with an optional suffix K, M, G (or KiB, MiB, GiB; B), in
+// [min, max].
+int64_t parseBytes(const std::string& flag, const std::string& text, int64_t min, int64_t max) {
+  char* end = nullptr;
+  const double v = std::strtod(text.c_str(), &end);
+  const std::string unit = end ? end : "";
+  const double mult = unit == "K" || unit == "k" || unit == "KiB" ? 1024.0
+                      : unit == "M" || unit == "MiB"               ? 1024.0 * 1024
+                      : unit == "G" || unit == "GiB"               ? 1024.0 * 1024 * 1024
+                      : unit.empty() || unit == "B"                ? 1.0
+                                                                   : 0.0;
+  if (text.empty() || end == text.c_str() || mult == 0 || !std::isfinite(v) ||
+      std::isspace(static_cast<unsigned char>(text[0])))
+    throw hir::UsageError(fmt::format(
+        "{} expects a number of bytes with an optional K, M or G suffix, got '{}'", flag, text));
+  const double bytes = v * mult;
+  if (!(bytes >= static_cast<double>(min) && bytes <= static_cast<double>(max)))
+    throw hir::UsageError(
+        fmt::format("{} must be in [{}, {}] bytes, got {}", flag, min, max, text));
+  return static_cast<int64_t>(bytes);
+}
+
+// Errors before MPI starts are said once, by the process that will be rank 0
+// (or the only one), not by every rank of the job.
+bool firstRank() {
+  for (const char* var : {"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK"})
+    if (const char* v = std::getenv(var)) return std::string_view(v) == "0";
+  return true;
+}
+
+// Parses the command line before MPI is initialized, on every rank alike, so
+// that --help and bad usage end every rank cleanly (no MPI_Abort). Returns
+// -1 to go on, or the exit code: 0 after --help, 2 after bad usage (the
+// message names the flag).
+int parse(int argc, char** argv, Options& o) {
+  CLI::App app{"Point-to-point benchmark through the evaluator: ipc (put, get) against nccl on\n"
+               "GPUs, against mpi on the host, plus a raw device copy. Needs 2 or more ranks:\n"
+               "  mpirun -np 2 hir_p2p_bench [options]\n",
+               "hir_p2p_bench"};
+  app.set_help_flag("-h,--help", "print this help and exit");
+  app.allow_extras();  // reported below, naming the option
+  app.get_formatter()->column_width(24);
+  app.footer("Sizes take K, M, G suffixes (KiB, MiB, GiB). An option may be given once; values "
+             "as\n`--opt value` or `--opt=value`.");
+  std::string device, min, max, factor, reps, run_bytes, csv;
+  auto single = [&](const char* name, std::string& into, const char* type, const char* help) {
+    app.add_option(name, into, help)
+        ->type_name(type)
+        ->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+  };
+  single("--device", device, "D", "cuda (default) or host");
+  single("--min", min, "BYTES", "smallest message of the bandwidth rows (default 1K)");
+  single("--max", max, "BYTES", "largest message (default 1G)");
+  single("--factor", factor, "F", "from one size to the next (default 4)");
+  single("--reps", reps, "N", "repetitions; each time is their median (default 5)");
+  single("--run-bytes", run_bytes, "BYTES", "bytes sent per bandwidth run (default 4G)");
+  single("--csv", csv, "PATH", "also write the results to PATH (rank 0)");
+  try {
+    try {
+      app.parse(argc, argv);
+    } catch (const CLI::Success& e) {  // --help
+      return firstRank() ? app.exit(e) : 0;
+    } catch (const CLI::ArgumentMismatch& e) {
+      const std::string what = e.what();  // "--min: 1 required BYTES missing"
+      throw hir::UsageError(what.find("missing") != std::string::npos
+                                ? what.substr(0, what.find(':')) + " needs a value"
+                                : what);
+    } catch (const CLI::ParseError& e) {
+      throw hir::UsageError(e.what());
+    }
+    for (const std::string& extra : app.remaining())
+      throw hir::UsageError(fmt::format("unknown {} '{}'",
+                                        extra.size() > 1 && extra[0] == '-' ? "option" : "argument",
+                                        extra));
+    for (const CLI::Option* opt : app.get_options())
+      if (opt->get_multi_option_policy() == CLI::MultiOptionPolicy::TakeLast && opt->count() > 1)
+        throw hir::UsageError(fmt::format("{} given twice", opt->get_name()));
+    auto given = [&](const char* flag) { return app.get_option(flag)->count() > 0; };
+    if (given("--device")) {
+      if (device != "cuda" && device != "host" && device != "auto")
+        throw hir::UsageError(fmt::format("--device expects cuda, host or auto, got '{}'", device));
+      o.device = device;
+    }
+    // 4 bytes at least: one float32 element.
+    if (given("--min")) o.min = parseBytes("--min", min, 4, kMaxBytes);
+    if (given("--max")) o.max = parseBytes("--max", max, 4, kMaxBytes);
+    if (given("--factor")) o.factor = parseInteger("--factor", factor, 2, 1024);
+    if (given("--reps")) o.reps = static_cast<int>(parseInteger("--reps", reps, 1, 1000000));
+    if (given("--run-bytes")) o.run_bytes = parseBytes("--run-bytes", run_bytes, 1, kMaxBytes);
+    if (given("--csv")) o.csv = csv;
+    if (o.min > o.max)
+      throw hir::UsageError(fmt::format("--min ({}) must not exceed --max ({})", o.min, o.max));
+    return -1;
+  } catch (const hir::Error& e) {
+    if (firstRank())
+      std::fprintf(stderr, "hir_p2p_bench: error: %s\nhir_p2p_bench: see `hir_p2p_bench --help`\n",
+                   e.what());
+    return hir::kExitBadInput;
   }
-  return o;
 }
 
 // Messages per run: enough to amortize the run's start, bounded in bytes.
@@ -320,10 +413,11 @@ std::vector<double> timePrograms(hir::Session& session, const std::vector<std::s
 }  // namespace
 
 int main(int argc, char** argv) {
+  Options o;
+  if (int done = parse(argc, argv, o); done >= 0) return done;
   std::unique_ptr<hir::Bootstrap> boot = hir::createMpiBootstrap(&argc, &argv);
   int rc = 0;
   try {
-    Options o = parse(argc, argv);
     if (boot->world() < 2) throw hir::UsageError("hir_p2p_bench needs at least 2 ranks");
     hir::Session session(*boot, hir::SessionOptions{o.device});
     std::string base = session.device().kind() == "cuda" ? "nccl" : "mpi";

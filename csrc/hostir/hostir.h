@@ -11,3 +11,4 @@
 #include <hostir/bootstrap.h>
 #include <hostir/evaluator.h>
 #include <hostir/session.h>
+#include <hostir/version.h>

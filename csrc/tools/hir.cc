@@ -1,18 +1,27 @@
 // The `hir` command: run, check and print hostir programs.
 // Exit codes (docs/cli.md): 0 ok, 1 a check failed, 2 bad usage or bad
 // program, 3 runtime failure (timeout, device or library error), 4 bug.
+#include <CLI/CLI.hpp>
 #include <fmt/format.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cctype>
+#include <cerrno>
 #include <chrono>
 #include <climits>
+#include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <exception>
 #include <iostream>
 #include <optional>
+#include <set>
+#include <sstream>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <hostir/bootstrap.h>
@@ -22,6 +31,7 @@
 #include <hostir/kernel.h>
 #include <hostir/printer.h>
 #include <hostir/session.h>
+#include <hostir/version.h>
 
 #include "common/check.h"
 #include "compile/compile.h"
@@ -30,74 +40,32 @@
 namespace hir {
 namespace {
 
-constexpr const char* kMainHelp = R"(usage: hir <command> [options]
+constexpr const char* kDescription =
+    "Runs hostir programs (JSON, format hostir/1) on GPUs or on the host.\n";
 
-Runs hostir programs (JSON, format hostir/1) on GPUs or on the host.
-
-commands:
-  run PROG     run a program on every rank and verify its checks
-  check PROG   load, validate, lower and check a program for a world size; no run
-  print PROG   print a program as a listing with node paths
-
-`hir <command> --help` describes each command.
+constexpr const char* kMainFooter =
+    R"(`hir <command> --help` describes each command (docs/cli.md: all of them).
 exit codes: 0 ok, 1 a check failed, 2 bad usage or bad program,
-            3 runtime failure (timeout, device or library error), 4 internal error
-)";
+            3 runtime failure (timeout, device or library error), 4 internal error)";
 
-constexpr const char* kRunHelp = R"(usage: hir run PROG [options]
-
-Runs PROG on every rank. With --np N outside an MPI job, starts N local ranks
-through mpirun itself (N may exceed the number of cores).
-
-options:
-  --np N              number of ranks (default: the MPI job's size, or 1)
-  --device D          auto (default: cuda when a GPU is present, else host), cuda, host
-  --param K=V         override a program param (repeatable)
-  --iters N           timed runs (default 1)
-  --warmup N          untimed runs before them (default 0)
-  --timeout S         seconds any host wait may take before the run fails (default 300)
-  --no-schedule-check skip the cross-rank check at load (large loops)
-  --trace FILE        write a timeline of the runs, every rank's, to FILE (Chrome trace
-                      JSON: open it in https://ui.perfetto.dev or chrome://tracing)
-  --plugin LIB        load a shared library of kernels first (its
-                      hostir_register_kernels() registers them; repeatable)
-)";
-
-constexpr const char* kCheckHelp = R"(usage: hir check PROG --world N [options]
-
-Loads PROG, validates it, lowers it and runs the cross-rank check for world
-size N: matched sends and receives, agreeing collectives, references inside
-their allocations, no buffer touched while a communication on it is pending.
-Nothing runs. Exit 0 if the program is valid, 2 with the problems otherwise.
-
-options:
-  --world N      world size to check for (required)
-  --device D     device kind to bind backends for: host (default) or cuda
-  --param K=V    override a program param (repeatable)
-  --plugin LIB   load a shared library of kernels first (repeatable)
-)";
-
-constexpr const char* kPrintHelp = R"(usage: hir print PROG [--param K=V]...
-
-Prints PROG as a listing, one node per line, each with its node path (the
-JSON pointer that error messages use).
-)";
+constexpr const char* kProgHelp = "the program: a JSON file, or - for standard input";
 
 struct Args {
   std::string command;
-  std::string program;
+  std::string program;  // a path, or "-": standard input
   std::optional<int> np;
   std::optional<int> world;
   std::string device = "auto";
   std::vector<std::pair<std::string, int64_t>> params;
   int iters = 1;
   int warmup = 0;
-  int timeout_s = 300;
+  int64_t timeout_ms = 300000;
   bool schedule_check = true;
   std::string trace;  // --trace FILE
   std::vector<std::string> plugins;  // --plugin LIB, in order
-  bool help = false;
-  std::vector<std::string> forwarded;  // the arguments after the command, without --np
+  // What each rank started by --np gets after `run`, in --flag=value form:
+  // every option given but --np; launchRanks adds `-- PROG`.
+  std::vector<std::string> forwarded;
 };
 
 // A 64-bit integer in [min, max]: out of range is an error, never a
@@ -118,6 +86,20 @@ int parseCount(const std::string& flag, const std::string& text, int min) {
   return static_cast<int>(parseInt(flag, text, min, INT_MAX));
 }
 
+// Seconds, fractional allowed, kept to the millisecond: in [0.001, 1e9].
+int64_t parseSecondsAsMs(const std::string& flag, const std::string& text) {
+  constexpr double kMin = 0.001, kMax = 1e9;
+  char* end = nullptr;
+  errno = 0;
+  const double v = std::strtod(text.c_str(), &end);
+  if (text.empty() || *end != '\0' || std::isnan(v) ||
+      std::isspace(static_cast<unsigned char>(text[0])))
+    throw UsageError(fmt::format("{} expects a number of seconds, got '{}'", flag, text));
+  if (errno == ERANGE || !(v >= kMin && v <= kMax))
+    throw UsageError(fmt::format("{} must be in [{}, {}] seconds, got {}", flag, kMin, kMax, text));
+  return std::llround(v * 1000.0);
+}
+
 // Fails before anything runs when --trace names a file in a folder that
 // cannot be written (writeTrace says so again if writing fails later).
 void checkTraceTarget(const std::string& path) {
@@ -129,84 +111,237 @@ void checkTraceTarget(const std::string& path) {
                                  std::strerror(errno)));
 }
 
-Args parseArgs(int argc, char** argv) {
-  Args a;
-  std::vector<std::string> args(argv + 1, argv + argc);
-  if (args.empty()) throw UsageError("missing command; try `hir --help`");
-  a.command = args[0];
-  if (a.command == "--help" || a.command == "-h" || a.command == "help") {
-    a.help = true;
-    a.command.clear();
-    return a;
-  }
-  if (a.command != "run" && a.command != "check" && a.command != "print")
-    throw UsageError(fmt::format("unknown command '{}'; expected run, check or print",
-                                 a.command));
-  for (std::size_t i = 1; i < args.size(); ++i) {
-    const std::string& arg = args[i];
-    auto value = [&]() -> std::string {
-      if (i + 1 >= args.size()) throw UsageError(fmt::format("{} needs a value", arg));
-      return args[++i];
-    };
-    if (arg == "--help" || arg == "-h") {
-      a.help = true;
-    } else if (arg == "--np" && a.command == "run") {
-      a.np = parseCount(arg, value(), 1);
-    } else if (arg == "--world" && a.command == "check") {
-      a.world = parseCount(arg, value(), 1);
-    } else if (arg == "--device" && a.command != "print") {
-      a.device = value();
-      if (a.device != "auto" && a.device != "cuda" && a.device != "host")
-        throw UsageError(fmt::format("--device expects auto, cuda or host, got '{}'", a.device));
-    } else if (arg == "--param") {
-      std::string kv = value();
-      auto eq = kv.find('=');
-      if (eq == std::string::npos || eq == 0)
-        throw UsageError(fmt::format("--param expects NAME=VALUE, got '{}'", kv));
-      a.params.emplace_back(kv.substr(0, eq),
-                            parseInt("--param " + kv.substr(0, eq), kv.substr(eq + 1),
-                                     INT64_MIN));
-    } else if (arg == "--iters" && a.command == "run") {
-      a.iters = parseCount(arg, value(), 1);
-    } else if (arg == "--warmup" && a.command == "run") {
-      a.warmup = parseCount(arg, value(), 0);
-    } else if (arg == "--timeout" && a.command == "run") {
-      a.timeout_s = parseCount(arg, value(), 1);
-    } else if (arg == "--no-schedule-check" && a.command == "run") {
-      a.schedule_check = false;
-    } else if (arg == "--plugin" && a.command != "print") {
-      a.plugins.push_back(value());
-    } else if (arg == "--trace" && a.command == "run") {
-      a.trace = value();
-      checkTraceTarget(a.trace);
-    } else if (!arg.empty() && arg[0] == '-') {
-      throw UsageError(fmt::format("unknown option '{}' for `hir {}`; see `hir {} --help`", arg,
-                                   a.command, a.command));
-    } else if (a.program.empty()) {
-      a.program = arg;
-    } else {
-      throw UsageError(fmt::format("unexpected argument '{}': one program at a time", arg));
-    }
-  }
-  // What each rank started by --np gets: the same arguments but --np.
-  for (std::size_t i = 1; i < args.size(); ++i) {
-    if (args[i] == "--np") {
-      ++i;
-      continue;
-    }
-    a.forwarded.push_back(args[i]);
-  }
-  if (a.help) return a;
-  if (a.program.empty()) throw UsageError(fmt::format("`hir {}` needs a program file", a.command));
-  if (a.command == "check" && !a.world)
-    throw UsageError("`hir check` needs --world N (the world size to check for)");
-  return a;
+// The command line as CLI11 leaves it: every value still text, converted
+// and range-checked by parseArgs. (CLI11's own integer conversion differs
+// between versions: 2.1 clamps an overflowing 64-bit value silently, reads
+// "010" as octal; 2.4 also takes "1_000".)
+struct RawArgs {
+  std::string program, np, world, device, iters, warmup, timeout, trace;
+  std::vector<std::string> params, plugins;
+  bool no_schedule_check = false;
+};
+
+// An option that takes one value: given twice, it is an error (parseArgs
+// checks the count; TakeLast only keeps CLI11 from failing first with its
+// own message).
+CLI::Option* addSingle(CLI::App* cmd, const std::string& name, std::string& into,
+                       const std::string& type, const std::string& help) {
+  return cmd->add_option(name, into, help)
+      ->type_name(type)
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
 }
 
-// Kernels first: validation checks kernel nodes against the registry.
-Program loadWithParams(const Args& a) {
+// A repeatable option: one value per occurrence (`--param a=1 prog.json`
+// leaves prog.json to the program).
+CLI::Option* addRepeated(CLI::App* cmd, const std::string& name, std::vector<std::string>& into,
+                         const std::string& type, const std::string& help) {
+  return cmd->add_option(name, into, help)->type_name(type)->allow_extra_args(false);
+}
+
+// The checks CLI11 leaves to us, with messages that name the flag: what was
+// left over (an unknown command or option, a second program) and an option
+// given twice.
+void checkLeftovers(CLI::App& app, CLI::App* cmd) {
+  for (const std::string& extra : app.remaining()) {
+    if (extra.size() > 1 && extra[0] == '-')
+      throw UsageError(fmt::format("unknown option '{}'; see `hir --help`", extra));
+    throw UsageError(fmt::format("unknown command '{}'; expected run, check or print", extra));
+  }
+  if (!cmd) throw UsageError("missing command; try `hir --help`");
+  const std::string name = cmd->get_name();
+  for (const std::string& extra : cmd->remaining()) {
+    if (extra == "--") continue;  // the end of the options, before PROG
+    if (extra.size() > 1 && extra[0] == '-')
+      throw UsageError(fmt::format("unknown option '{}' for `hir {}`; see `hir {} --help`", extra,
+                                   name, name));
+    throw UsageError(fmt::format("unexpected argument '{}': one program at a time", extra));
+  }
+  for (const CLI::Option* opt : cmd->get_options())
+    if (opt->get_multi_option_policy() == CLI::MultiOptionPolicy::TakeLast && opt->count() > 1)
+      throw UsageError(fmt::format("{} given twice", opt->get_name()));
+}
+
+void checkRequired(const Args& a) {
+  if (a.program.empty())
+    throw UsageError(fmt::format("`hir {}` needs a program file (or - for standard input)",
+                                 a.command));
+  if (a.command == "check" && !a.world)
+    throw UsageError("`hir check` needs --world N (the world size to check for)");
+}
+
+// Parses the command line into `a`. Returns -1 to go on, or the exit code
+// when there is nothing more to do (help, version: 0). Bad usage throws a
+// UsageError that names the flag or value.
+int parseArgs(int argc, char** argv, Args& a) {
+  CLI::App app{kDescription, "hir"};
+  app.set_help_flag("-h,--help", "print this help and exit");
+  app.set_version_flag("-V,--version", std::string("hir ") + version(),
+                       "print `hir <version>` and exit");
+  app.require_subcommand(0, 1);
+  app.allow_extras();  // checkLeftovers reports them, naming the command
+  app.footer(kMainFooter);
+  app.get_formatter()->column_width(28);
+  RawArgs raw;
+
+  CLI::App* run = app.add_subcommand("run", "run a program on every rank and verify its checks");
+  run->footer(
+      "With --np N outside an MPI job, hir checks PROG once for world size N, then starts N\n"
+      "local ranks of itself through mpirun (N may exceed the number of cores; HIR_MPIRUN\n"
+      "names another launcher). Inside an MPI job, --np must equal the job's size.\n"
+      "A trace (--trace) opens in https://ui.perfetto.dev or chrome://tracing; a plugin\n"
+      "(--plugin) registers its kernels in its hostir_register_kernels().\n"
+      "Options take their value as `--opt value` or `--opt=value`; one that takes a value may\n"
+      "be given once, --param (one per name) and --plugin many times.");
+  run->add_option("PROG", raw.program, kProgHelp)->type_name("")->required();
+  addSingle(run, "--np", raw.np, "N", "number of ranks (default: the MPI job's size, or 1)");
+  addSingle(run, "--device", raw.device, "D",
+            "auto (default: cuda if a GPU is present, else host), cuda, host");
+  addRepeated(run, "--param", raw.params, "K=V", "override a program param (repeatable)");
+  addSingle(run, "--iters", raw.iters, "N", "timed runs (default 1)");
+  addSingle(run, "--warmup", raw.warmup, "N", "untimed runs before them (default 0)");
+  addSingle(run, "--timeout", raw.timeout, "S",
+            "seconds any host wait may take (default 300; fractions: 0.5)");
+  run->add_flag("--no-schedule-check", raw.no_schedule_check,
+                "skip the cross-rank check at load (large loops)");
+  addSingle(run, "--trace", raw.trace, "FILE",
+            "write a timeline of the runs, every rank's, to FILE (Chrome trace JSON)");
+  addRepeated(run, "--plugin", raw.plugins, "LIB",
+              "load a shared library of kernels first (repeatable)");
+
+  CLI::App* check = app.add_subcommand(
+      "check", "validate and cross-rank check a program for a world size; no run");
+  check->footer(
+      "Checks for world size N: matched sends and receives, agreeing collectives, references\n"
+      "inside their allocations, no buffer touched while a communication on it is pending.\n"
+      "Exit 0 if the program is valid, 2 with the problems otherwise.");
+  check->add_option("PROG", raw.program, kProgHelp)->type_name("")->required();
+  addSingle(check, "--world", raw.world, "N", "the world size to check for")->required();
+  addSingle(check, "--device", raw.device, "D",
+            "device kind to bind backends for: host (default) or cuda");
+  addRepeated(check, "--param", raw.params, "K=V", "override a program param (repeatable)");
+  addRepeated(check, "--plugin", raw.plugins, "LIB",
+              "load a shared library of kernels first (repeatable)");
+
+  CLI::App* print = app.add_subcommand("print", "print a program as a listing with node paths");
+  print->footer(
+      "Prints PROG as a listing, one node per line, each with its node path (the JSON pointer\n"
+      "that error messages use).");
+  print->add_option("PROG", raw.program, kProgHelp)->type_name("")->required();
+  addRepeated(print, "--param", raw.params, "K=V", "override a program param (repeatable)");
+
+  // `hir help [COMMAND]` as well as `hir [COMMAND] --help`.
+  if (argc >= 2 && std::string_view(argv[1]) == "help") {
+    if (argc == 2) {
+      std::cout << app.help();
+      return kExitOk;
+    }
+    for (CLI::App* cmd : {run, check, print})
+      if (cmd->get_name() == argv[2]) {
+        std::cout << cmd->help("hir");
+        return kExitOk;
+      }
+    throw UsageError(fmt::format("unknown command '{}'; expected run, check or print", argv[2]));
+  }
+
+  CLI::App* cmd = nullptr;
+  try {
+    app.parse(argc, argv);
+    cmd = app.get_subcommands().empty() ? nullptr : app.get_subcommands().front();
+    checkLeftovers(app, cmd);
+  } catch (const CLI::Success& e) {  // --help, --version
+    return app.exit(e);
+  } catch (const CLI::RequiredError& e) {
+    // The program or --world missing: say which, for which command.
+    cmd = app.get_subcommands().empty() ? nullptr : app.get_subcommands().front();
+    if (cmd) {
+      a.command = cmd->get_name();
+      a.program = raw.program;
+      const CLI::Option* world = cmd->get_option_no_throw("--world");
+      if (world && world->count() > 0) a.world = 1;  // present: its value is checked later
+      checkRequired(a);
+    }
+    throw UsageError(e.what());
+  } catch (const CLI::ArgumentMismatch& e) {
+    // "--np: 1 required N missing": the flag without its value.
+    const std::string what = e.what();
+    const std::size_t colon = what.find(':');
+    if (what.rfind("--", 0) == 0 && colon != std::string::npos &&
+        what.find("missing") != std::string::npos)
+      throw UsageError(fmt::format("{} needs a value", what.substr(0, colon)));
+    throw UsageError(what);
+  } catch (const CLI::ParseError& e) {
+    throw UsageError(e.what());
+  }
+
+  a.command = cmd->get_name();
+  a.program = raw.program;
+  auto given = [&](const char* flag) {
+    const CLI::Option* opt = cmd->get_option_no_throw(flag);
+    return opt != nullptr && opt->count() > 0;
+  };
+  auto forward = [&](const char* flag, const std::string& value) {
+    if (given(flag) && a.command == "run") a.forwarded.push_back(fmt::format("{}={}", flag, value));
+  };
+  if (given("--np")) a.np = parseCount("--np", raw.np, 1);
+  if (given("--world")) a.world = parseCount("--world", raw.world, 1);
+  if (given("--device")) {
+    a.device = raw.device;
+    if (a.device != "auto" && a.device != "cuda" && a.device != "host")
+      throw UsageError(fmt::format("--device expects auto, cuda or host, got '{}'", a.device));
+    forward("--device", raw.device);
+  }
+  std::set<std::string> param_names;
+  for (const std::string& kv : raw.params) {
+    auto eq = kv.find('=');
+    if (eq == std::string::npos || eq == 0)
+      throw UsageError(fmt::format("--param expects NAME=VALUE, got '{}'", kv));
+    std::string name = kv.substr(0, eq);
+    if (!param_names.insert(name).second)
+      throw UsageError(fmt::format("--param {} given twice", name));
+    a.params.emplace_back(name, parseInt("--param " + name, kv.substr(eq + 1), INT64_MIN));
+    if (a.command == "run") a.forwarded.push_back("--param=" + kv);
+  }
+  if (given("--iters")) a.iters = parseCount("--iters", raw.iters, 1);
+  forward("--iters", raw.iters);
+  if (given("--warmup")) a.warmup = parseCount("--warmup", raw.warmup, 0);
+  forward("--warmup", raw.warmup);
+  if (given("--timeout")) a.timeout_ms = parseSecondsAsMs("--timeout", raw.timeout);
+  forward("--timeout", raw.timeout);
+  if (raw.no_schedule_check) {
+    a.schedule_check = false;
+    a.forwarded.push_back("--no-schedule-check");
+  }
+  if (given("--trace")) {
+    a.trace = raw.trace;
+    checkTraceTarget(a.trace);
+  }
+  forward("--trace", raw.trace);
+  a.plugins = raw.plugins;
+  for (const std::string& lib : raw.plugins)
+    if (a.command == "run") a.forwarded.push_back("--plugin=" + lib);
+  checkRequired(a);
+  return -1;
+}
+
+// PROG "-": the program's text from standard input, which can be read only
+// once (each command reads it at most once).
+std::string readStandardInput() {
+  if (isatty(STDIN_FILENO))
+    throw UsageError("PROG is - but standard input is a terminal; pipe the program in "
+                     "(hir check - --world 2 < prog.json)");
+  std::ostringstream text;
+  text << std::cin.rdbuf();
+  if (std::cin.bad()) throw UsageError("cannot read the program from standard input");
+  return text.str();
+}
+
+// Kernels first: validation checks kernel nodes against the registry. With
+// PROG "-", `text` is the program's text when it was read already, else it
+// is read from standard input here.
+Program loadWithParams(const Args& a, const std::optional<std::string>& text = std::nullopt) {
   for (const std::string& lib : a.plugins) loadKernelPlugin(lib);
-  Program p = loadProgram(a.program);
+  Program p = a.program != "-" ? loadProgram(a.program)
+                               : parseProgram(text ? *text : readStandardInput(), "<stdin>");
   applyParamOverrides(p, a.params);
   return p;
 }
@@ -248,8 +383,73 @@ std::string selfPath() {
   return buf;
 }
 
-// Starts N ranks of this same command through mpirun and returns its exit code.
-int launchRanks(const Args& a) {
+// PROG "-" with --np: the ranks cannot read the launcher's standard input,
+// so they read the text from a temporary file, removed when they are done.
+class TempProgramFile {
+ public:
+  explicit TempProgramFile(const std::string& text) {
+    const char* tmp = std::getenv("TMPDIR");
+    path_ = fmt::format("{}/hir-stdin-XXXXXX.json", tmp && *tmp ? tmp : "/tmp");
+    int fd = mkstemps(path_.data(), 5);
+    if (fd < 0)
+      throw RuntimeError(fmt::format("cannot create a temporary file for the program from "
+                                     "standard input ({}): {}", path_, std::strerror(errno)));
+    std::size_t done = 0;
+    while (done < text.size()) {
+      ssize_t n = write(fd, text.data() + done, text.size() - done);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) {
+        const int e = errno;
+        close(fd);
+        unlink(path_.c_str());
+        throw RuntimeError(fmt::format("cannot write the program from standard input to {}: {}",
+                                       path_, std::strerror(e)));
+      }
+      done += static_cast<std::size_t>(n);
+    }
+    close(fd);
+  }
+  ~TempProgramFile() { unlink(path_.c_str()); }
+  TempProgramFile(const TempProgramFile&) = delete;
+  TempProgramFile& operator=(const TempProgramFile&) = delete;
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+// PROG "-" in an MPI job: rank 0 reads standard input (mpirun gives it to
+// rank 0 alone) and broadcasts the text. Collective.
+std::string programTextOnEveryRank(Bootstrap& boot) {
+  constexpr uint64_t kUnreadable = UINT64_MAX;
+  std::string text;
+  uint64_t size = 0;
+  std::exception_ptr failure;
+  if (boot.rank() == 0) {
+    try {
+      text = readStandardInput();
+      size = text.size();
+    } catch (const Error&) {
+      failure = std::current_exception();
+      size = kUnreadable;
+    }
+  }
+  if (boot.world() > 1) {
+    boot.broadcast(&size, sizeof size, 0);
+    if (size != kUnreadable) {
+      text.resize(size);
+      if (size > 0) boot.broadcast(text.data(), size, 0);
+    }
+  }
+  if (failure) std::rethrow_exception(failure);
+  if (size == kUnreadable)
+    throw UsageError("rank 0 could not read the program from standard input");
+  return text;
+}
+
+// Starts N ranks of this same command through mpirun and returns its exit
+// code. `program` is the path the ranks load.
+int launchRanks(const Args& a, const std::string& program) {
   const char* mpirun = std::getenv("HIR_MPIRUN");
   std::string launcher = mpirun ? mpirun : "mpirun";
   std::vector<std::string> cmd = {launcher, "-np", std::to_string(*a.np), "--oversubscribe",
@@ -258,6 +458,8 @@ int launchRanks(const Args& a) {
   cmd.push_back(selfPath());
   cmd.push_back("run");
   cmd.insert(cmd.end(), a.forwarded.begin(), a.forwarded.end());
+  cmd.push_back("--");  // a program path that starts with '-' stays a path
+  cmd.push_back(program);
   // Shared memory between local ranks; no single-copy (ptrace) mechanism,
   // which containers often forbid.
   setenv("OMPI_MCA_btl_vader_single_copy_mechanism", "none", 0);
@@ -302,9 +504,13 @@ int cmdCheck(const Args& a) {
 int cmdRun(const Args& a) {
   if (a.np && !launchedByMpi()) {
     // Decide what every rank would decide, once, before starting them.
-    Program p = loadWithParams(a);
+    std::optional<std::string> text;
+    if (a.program == "-") text = readStandardInput();
+    Program p = loadWithParams(a, text);
     if (a.schedule_check) checkProgram(p, *a.np, deviceKindFor(a.device));
-    return launchRanks(a);
+    if (!text) return launchRanks(a, a.program);
+    TempProgramFile file(*text);
+    return launchRanks(a, file.path());
   }
   std::unique_ptr<Bootstrap> boot = createMpiBootstrap();
   int rank = boot->rank(), world = boot->world();
@@ -312,12 +518,14 @@ int cmdRun(const Args& a) {
   try {
     if (a.np && *a.np != world)
       throw UsageError(fmt::format("--np {} but the MPI job has {} ranks", *a.np, world));
-    Program p = loadWithParams(a);
+    std::optional<std::string> text;
+    if (a.program == "-") text = programTextOnEveryRank(*boot);
+    Program p = loadWithParams(a, text);
     SessionOptions so;
     so.device = a.device;
     Session session(*boot, so);
     EvaluatorOptions eo;
-    eo.timeout = std::chrono::seconds(a.timeout_s);
+    eo.timeout = std::chrono::milliseconds(a.timeout_ms);
     eo.check_schedule = a.schedule_check && !std::getenv("HIR_LAUNCHED_NP");
     eo.trace = !a.trace.empty();
     Evaluator ev(session, p, eo);
@@ -381,15 +589,8 @@ int cmdRun(const Args& a) {
 int main(int argc, char** argv) {
   using namespace hir;
   try {
-    Args a = parseArgs(argc, argv);
-    if (a.help) {
-      const char* text = a.command == "run"     ? kRunHelp
-                         : a.command == "check" ? kCheckHelp
-                         : a.command == "print" ? kPrintHelp
-                                                : kMainHelp;
-      std::cout << text;
-      return kExitOk;
-    }
+    Args a;
+    if (int done = parseArgs(argc, argv, a); done >= 0) return done;
     if (a.command == "print") return cmdPrint(a);
     if (a.command == "check") return cmdCheck(a);
     return cmdRun(a);

@@ -187,6 +187,7 @@ TEST(Builder, PipelinedMatmulExamplesEqualTheirJson) {
     b.allocate("p", DType::Float32, {"chunks * world * mc", "n"});
     b.allocate("out", DType::Float32, {"chunks * mc", "n"});
     b.fill("x", "rank + 1", 1).fill("w", 1, 1);
+    b.setStream(1).syncStream(0).setStream(0);  // stream 1's matmuls read what stream 0 filled
     b.forLoop("c", 0, "chunks", [&](BodyBuilder& l) {
       l.setStream(1).matmul("x[" + chunk + "]", "w", "p[" + chunk + "]").setStream(0);
       l.syncStream(1);

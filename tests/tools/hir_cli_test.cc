@@ -2,9 +2,14 @@
 // and every program in ir_examples/invalid/ failing with its documented error.
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <filesystem>
 #include <fstream>
+#include <regex>
 #include <sstream>
+
+#include <hostir/version.h>
 
 #include "support/test_util.h"
 
@@ -18,6 +23,25 @@ CommandResult hir(std::vector<std::string> args, int timeout_s = 180) {
 
 std::string example(const std::string& name) { return examplesDir() + "/" + name; }
 
+// `text` in single quotes for sh (runCommand feeds no standard input: the
+// tests that need one go through `sh -c '... < file'`).
+std::string shellQuoted(const std::string& text) {
+  std::string out = "'";
+  for (char c : text) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return out + "'";
+}
+
+CommandResult shell(const std::string& command, int timeout_s = 180) {
+  return runCommand({"sh", "-c", command}, timeout_s);
+}
+
+// A benchmark binary of this build (bench/ puts them beside hir), or "" when
+// this build has none of that name (no Google Benchmark, no CUDA).
+std::string benchBinary(const std::string& name) {
+  std::string path = std::string(HIR_BINARY_DIR) + "/bin/" + name;
+  return std::filesystem::exists(path) ? path : "";
+}
+
 TEST(HirCli, HelpListsCommandsAndExitCodes) {
   CommandResult r = hir({"--help"});
   EXPECT_EQ(r.exit_code, 0);
@@ -26,6 +50,192 @@ TEST(HirCli, HelpListsCommandsAndExitCodes) {
   CommandResult run = hir({"run", "--help"});
   EXPECT_EQ(run.exit_code, 0);
   EXPECT_NE(run.out.find("--np"), std::string::npos);
+}
+
+// Every command's help names each of its options.
+TEST(HirCli, EachCommandsHelpDescribesItsOptions) {
+  const std::vector<std::pair<std::string, std::vector<std::string>>> commands = {
+      {"run",
+       {"PROG", "standard input", "--np", "--device", "--param", "--iters", "--warmup",
+        "--timeout", "--no-schedule-check", "--trace", "--plugin", "--help"}},
+      {"check", {"PROG", "standard input", "--world", "--device", "--param", "--plugin"}},
+      {"print", {"PROG", "standard input", "--param"}}};
+  for (const auto& [command, words] : commands) {
+    CommandResult r = hir({command, "--help"});
+    EXPECT_EQ(r.exit_code, 0) << command << ": " << r.err;
+    for (const std::string& word : words)
+      EXPECT_NE(r.out.find(word), std::string::npos) << command << " --help lacks " << word;
+    CommandResult same = hir({"help", command});
+    EXPECT_EQ(same.exit_code, 0) << same.err;
+    EXPECT_EQ(same.out, r.out);
+  }
+  CommandResult main = hir({"-h"});
+  EXPECT_EQ(main.exit_code, 0);
+  EXPECT_NE(main.out.find("--version"), std::string::npos) << main.out;
+}
+
+// The version is the project's (CMake's PROJECT_VERSION, the same as the
+// installed package's hostirConfigVersion.cmake), from the library.
+TEST(HirCli, VersionPrintsTheProjectVersion) {
+  const std::string config = readFile(std::string(HIR_BINARY_DIR) + "/hostirConfigVersion.cmake");
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(config, m, std::regex(R"re(PACKAGE_VERSION "([0-9.]+)")re")))
+      << config;
+  const std::string project_version = m[1];
+  EXPECT_EQ(std::string(hir::version()), project_version);
+  EXPECT_TRUE(std::regex_match(project_version, std::regex(R"([0-9]+\.[0-9]+\.[0-9]+)")))
+      << project_version;
+  for (const char* flag : {"--version", "-V"}) {
+    CommandResult r = hir({flag});
+    EXPECT_EQ(r.exit_code, 0) << flag << ": " << r.err;
+    EXPECT_EQ(r.out, "hir " + project_version + "\n") << flag;
+  }
+}
+
+TEST(HirCli, OptionsTakeEqualsForm) {
+  CommandResult check = hir({"check", example("allgather.json"), "--world=3", "--param=n=5",
+                             "--device=host"});
+  EXPECT_EQ(check.exit_code, 0) << check.err;
+  EXPECT_NE(check.out.find("valid for world size 3"), std::string::npos) << check.out;
+  // Forwarded to the ranks --np starts, in both forms.
+  CommandResult run = hir({"run", example("allgather.json"), "--np=2", "--device=host",
+                           "--param=n=33", "--iters=2", "--warmup", "1", "--timeout=60"});
+  EXPECT_EQ(run.exit_code, 0) << run.out << run.err;
+  EXPECT_NE(run.out.find("on 2 ranks"), std::string::npos) << run.out;
+  EXPECT_NE(run.out.find("3 runs"), std::string::npos) << run.out;
+  CommandResult empty = hir({"run", example("allgather.json"), "--iters="});
+  EXPECT_EQ(empty.exit_code, 2);
+  EXPECT_NE(empty.err.find("--iters needs a value"), std::string::npos) << empty.err;
+}
+
+// `-` reads the program from standard input; with --np the launcher reads
+// it and hands the ranks a temporary file, which is gone afterwards.
+TEST(HirCli, ProgramFromStandardInput) {
+  const std::string bin = shellQuoted(hirBinary());
+  const std::string prog = shellQuoted(example("ring_allgather.json"));
+  CommandResult check = shell(bin + " check - --world 2 < " + prog);
+  EXPECT_EQ(check.exit_code, 0) << check.err;
+  EXPECT_NE(check.out.find("'ring_allgather' is valid for world size 2"), std::string::npos)
+      << check.out;
+  CommandResult print = shell(bin + " print - < " + prog);
+  EXPECT_EQ(print.exit_code, 0) << print.err;
+  EXPECT_NE(print.out.find("/body/0"), std::string::npos) << print.out;
+
+  const std::filesystem::path tmp =
+      std::filesystem::temp_directory_path() / ("hir_cli_stdin_" + std::to_string(getpid()));
+  std::filesystem::create_directories(tmp);
+  CommandResult run = shell("TMPDIR=" + shellQuoted(tmp.string()) + " " + bin +
+                            " run - --np 2 --device host --param n=64 < " + prog);
+  EXPECT_EQ(run.exit_code, 0) << run.out << run.err;
+  EXPECT_NE(run.out.find("'ring_allgather' on 2 ranks"), std::string::npos) << run.out;
+  EXPECT_TRUE(std::filesystem::is_empty(tmp)) << "the launcher left its temporary file in " << tmp;
+  std::filesystem::remove_all(tmp);
+
+  CommandResult single = shell(bin + " run - --device host < " + prog);
+  EXPECT_EQ(single.exit_code, 0) << single.out << single.err;
+
+  CommandResult empty = shell(bin + " check - --world 2 < /dev/null");
+  EXPECT_EQ(empty.exit_code, 2) << empty.out;
+  EXPECT_NE(empty.err.find("<stdin>"), std::string::npos) << empty.err;
+}
+
+TEST(HirCli, FractionalTimeoutIsAccepted) {
+  CommandResult ok =
+      hir({"run", example("allreduce.json"), "--device", "host", "--timeout", "0.5"});
+  EXPECT_EQ(ok.exit_code, 0) << ok.out << ok.err;
+  // Half a second, not rounded to zero or to a whole second: the stuck wait
+  // times out (exit 3).
+  CommandResult stuck = hir({"run", sourceDir() + "/tests/tools/data/unmatched_recv.json", "--np",
+                             "2", "--device", "host", "--timeout=0.5", "--no-schedule-check"},
+                            60);
+  EXPECT_EQ(stuck.exit_code, 3) << stuck.out << stuck.err;
+  EXPECT_NE(stuck.err.find("pending communications"), std::string::npos) << stuck.err;
+  for (const char* bad : {"0", "-1", "0.0001", "1e10", "nan", "inf"}) {
+    CommandResult r = hir({"run", example("allreduce.json"), "--timeout", bad});
+    EXPECT_EQ(r.exit_code, 2) << bad << ": " << r.out << r.err;
+    EXPECT_NE(r.err.find("--timeout"), std::string::npos) << r.err;
+  }
+  CommandResult text = hir({"run", example("allreduce.json"), "--timeout", "soon"});
+  EXPECT_EQ(text.exit_code, 2);
+  EXPECT_NE(text.err.find("--timeout expects a number of seconds, got 'soon'"), std::string::npos)
+      << text.err;
+}
+
+TEST(HirCli, AFlagGivenTwiceIsBadUsage) {
+  const std::vector<std::vector<std::string>> cases = {
+      {"run", example("allreduce.json"), "--np", "2", "--np", "3"},
+      {"run", example("allreduce.json"), "--iters=1", "--iters", "2"},
+      {"run", example("allreduce.json"), "--device", "host", "--device=host"},
+      {"check", example("allreduce.json"), "--world", "2", "--world", "2"}};
+  for (const std::vector<std::string>& args : cases) {
+    CommandResult r = hir(args);
+    EXPECT_EQ(r.exit_code, 2) << args[2] << ": " << r.out << r.err;
+    const std::string flag = args[2].substr(0, args[2].find('='));
+    EXPECT_NE(r.err.find(flag + " given twice"), std::string::npos) << r.err;
+  }
+  // Repeatable: --plugin and distinct params. (The same library twice
+  // registers its kernels twice, which the registry refuses: not a usage
+  // error of the command line.)
+  CommandResult plugins = hir({"check", sourceDir() + "/tests/plugin/rotate_rows.json", "--world",
+                               "2", "--plugin", HIR_EXAMPLE_PLUGIN, "--plugin",
+                               HIR_EXAMPLE_PLUGIN});
+  EXPECT_EQ(plugins.err.find("given twice"), std::string::npos) << plugins.err;
+  EXPECT_NE(plugins.err.find("already registered"), std::string::npos) << plugins.err;
+  CommandResult params = hir({"check", example("grouped_sendrecv.json"), "--world", "2", "--param",
+                              "n=4", "--param", "rounds=2"});
+  EXPECT_EQ(params.exit_code, 0) << params.err;
+}
+
+TEST(HirCli, SameParamTwiceIsBadUsage) {
+  CommandResult r = hir({"check", example("grouped_sendrecv.json"), "--world", "2", "--param",
+                         "rounds=2", "--param", "n=4", "--param=rounds=3"});
+  EXPECT_EQ(r.exit_code, 2) << r.out << r.err;
+  EXPECT_NE(r.err.find("--param rounds given twice"), std::string::npos) << r.err;
+}
+
+// The benchmarks parse their arguments before MPI starts: --help exits 0
+// without mpirun (hir_p2p_bench --help once ended in MPI_ABORT), and a bad
+// number names its flag (it once said "stoi").
+TEST(HirCli, BenchmarkHelpExitsZero) {
+  int found = 0;
+  for (const std::string& name : {"hir_p2p_bench", "hir_comm_bench"}) {
+    const std::string bin = benchBinary(name);
+    if (bin.empty()) continue;
+    ++found;
+    CommandResult r = runCommand({bin, "--help"}, 60);
+    EXPECT_EQ(r.exit_code, 0) << name << ": " << r.out << r.err;
+    EXPECT_NE(r.out.find("--reps"), std::string::npos) << name << ": " << r.out;
+    EXPECT_EQ(r.err.find("MPI_ABORT"), std::string::npos) << name << ": " << r.err;
+  }
+  if (found == 0) GTEST_SKIP() << "no benchmark binary in this build";
+}
+
+TEST(HirCli, BenchmarkBadNumbersNameTheFlag) {
+  const std::vector<std::pair<std::string, std::vector<std::string>>> cases = {
+      {"hir_p2p_bench", {"--reps", "x"}},       {"hir_p2p_bench", {"--min", "1X"}},
+      {"hir_p2p_bench", {"--factor=2.5"}},      {"hir_p2p_bench", {"--reps", "4294967297"}},
+      {"hir_comm_bench", {"--iters", "x"}},     {"hir_comm_bench", {"--warmup", "-1"}},
+      {"hir_comm_bench", {"--max", "lots"}},    {"hir_comm_bench", {"--iters", "4294967297"}}};
+  int found = 0;
+  for (const auto& [name, args] : cases) {
+    const std::string bin = benchBinary(name);
+    if (bin.empty()) continue;
+    ++found;
+    std::vector<std::string> argv = {bin};
+    argv.insert(argv.end(), args.begin(), args.end());
+    CommandResult r = runCommand(argv, 60);
+    EXPECT_EQ(r.exit_code, 2) << name << " " << args[0] << ": " << r.out << r.err;
+    const std::string flag = args[0].substr(0, args[0].find('='));
+    EXPECT_NE(r.err.find(flag), std::string::npos) << r.err;
+    EXPECT_EQ(r.err.find("stoi"), std::string::npos) << r.err;
+  }
+  if (found == 0) GTEST_SKIP() << "no benchmark binary in this build";
+  const std::string p2p = benchBinary("hir_p2p_bench");
+  if (!p2p.empty()) {
+    CommandResult twice = runCommand({p2p, "--reps", "2", "--reps=3"}, 60);
+    EXPECT_EQ(twice.exit_code, 2);
+    EXPECT_NE(twice.err.find("--reps given twice"), std::string::npos) << twice.err;
+  }
 }
 
 TEST(HirCli, UnknownCommandIsBadUsage) {
