@@ -49,6 +49,7 @@
 
 #include <hostir/backend.h>
 #include "backends/nccl/nccl_types.h"
+#include "bench_cli.h"
 #include <hostir/types.h>
 #include "common/check.h"
 #include "device/cuda_interop.h"
@@ -80,42 +81,6 @@ struct Options {
                             // evaluator does for a wait that does not follow the post
 };
 
-constexpr int64_t kMaxBytes = int64_t{1} << 40;  // 1 TiB: sizes times --factor never overflow
-
-// An integer in [min, max], parsed as 64 bits: out of range is an error that
-// names the flag, never a truncation.
-int64_t parseInteger(const std::string& flag, const std::string& text, int64_t min, int64_t max) {
-  char* end = nullptr;
-  errno = 0;
-  const long long v = std::strtoll(text.c_str(), &end, 10);
-  if (text.empty() || *end != '\0')
-    throw UsageError(fmt::format("{} expects an integer, got '{}'", flag, text));
-  if (errno == ERANGE || v < min || v > max)
-    throw UsageError(fmt::format("{} must be in [{}, {}], got {}", flag, min, max, text));
-  return v;
-}
-
-// Bytes: a number with an optional suffix K, M, G (or KiB, MiB, GiB; B), in
-// [1, kMaxBytes].
-std::size_t parseBytes(const std::string& flag, const std::string& text) {
-  char* end = nullptr;
-  const double v = std::strtod(text.c_str(), &end);
-  const std::string unit = end ? end : "";
-  const double mult = unit == "K" || unit == "k" || unit == "KiB" ? 1024.0
-                      : unit == "M" || unit == "MiB"               ? 1024.0 * 1024
-                      : unit == "G" || unit == "GiB"               ? 1024.0 * 1024 * 1024
-                      : unit.empty() || unit == "B"                ? 1.0
-                                                                   : 0.0;
-  if (text.empty() || end == text.c_str() || mult == 0 || !std::isfinite(v) ||
-      std::isspace(static_cast<unsigned char>(text[0])))
-    throw UsageError(fmt::format(
-        "{} expects a number of bytes with an optional K, M or G suffix, got '{}'", flag, text));
-  const double bytes = v * mult;
-  if (!(bytes >= 1 && bytes <= static_cast<double>(kMaxBytes)))
-    throw UsageError(fmt::format("{} must be in [1, {}] bytes, got {}", flag, kMaxBytes, text));
-  return static_cast<std::size_t>(bytes);
-}
-
 bool parseSwitch(const std::string& flag, const std::string& text) {
   if (text != "0" && text != "1")
     throw UsageError(fmt::format("{} expects 0 or 1, got '{}'", flag, text));
@@ -132,14 +97,6 @@ std::vector<std::string> splitList(const std::string& text) {
     start = end + 1;
   }
   return out;
-}
-
-// Errors before MPI starts are said once, by the process that will be rank 0
-// (or the only one), not by every rank of the job.
-bool firstRank() {
-  for (const char* var : {"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK"})
-    if (const char* v = std::getenv(var)) return std::string_view(v) == "0";
-  return true;
 }
 
 // Parses the command line before MPI is initialized, on every rank alike, so
@@ -159,9 +116,7 @@ int parseOptions(int argc, char** argv, Options& o) {
   std::string min, max, factor, iters, warmup, reps, ops, dtype, csv, api_costs, raw_events,
       detached;
   auto single = [&](const char* name, std::string& into, const char* type, const char* help) {
-    app.add_option(name, into, help)
-        ->type_name(type)
-        ->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+    bench::singleOption(app, name, into, type, help);
   };
   single("--min", min, "BYTES", "smallest message (default 8)");
   single("--max", max, "BYTES", "largest message (default 1G)");
@@ -176,29 +131,14 @@ int parseOptions(int argc, char** argv, Options& o) {
   single("--raw-events", raw_events, "0|1",
          "diagnosis: raw records an event after every op (default 0)");
   single("--detached", detached, "0|1", "hir posts detached: post() + wait() (default 0)");
-  try {
-    try {
-      app.parse(argc, argv);
-    } catch (const CLI::Success& e) {  // --help
-      return firstRank() ? app.exit(e) : 0;
-    } catch (const CLI::ArgumentMismatch& e) {
-      const std::string what = e.what();  // "--min: 1 required BYTES missing"
-      throw UsageError(what.find("missing") != std::string::npos
-                           ? what.substr(0, what.find(':')) + " needs a value"
-                           : what);
-    } catch (const CLI::ParseError& e) {
-      throw UsageError(e.what());
-    }
-    for (const std::string& extra : app.remaining())
-      throw UsageError(fmt::format("unknown {} '{}'",
-                                   extra.size() > 1 && extra[0] == '-' ? "option" : "argument",
-                                   extra));
-    for (const CLI::Option* opt : app.get_options())
-      if (opt->get_multi_option_policy() == CLI::MultiOptionPolicy::TakeLast && opt->count() > 1)
-        throw UsageError(fmt::format("{} given twice", opt->get_name()));
+  return bench::parse(app, argc, argv, "hir_comm_bench", [&] {
+    using bench::parseInteger;
+    auto bytes = [](const char* flag, const std::string& text) {
+      return static_cast<std::size_t>(bench::parseBytes(flag, text, 1));
+    };
     auto given = [&](const char* flag) { return app.get_option(flag)->count() > 0; };
-    if (given("--min")) o.min_bytes = parseBytes("--min", min);
-    if (given("--max")) o.max_bytes = parseBytes("--max", max);
+    if (given("--min")) o.min_bytes = bytes("--min", min);
+    if (given("--max")) o.max_bytes = bytes("--max", max);
     if (given("--factor"))
       o.factor = static_cast<std::size_t>(parseInteger("--factor", factor, 2, 1024));
     if (given("--iters")) o.iters = static_cast<int>(parseInteger("--iters", iters, 1, INT_MAX));
@@ -222,14 +162,7 @@ int parseOptions(int argc, char** argv, Options& o) {
                    "--ops: unknown op '{}'; expected allreduce, allgather, reduce_scatter, "
                    "broadcast, reduce, alltoall or sendrecv",
                    op);
-    return -1;
-  } catch (const Error& e) {
-    if (firstRank())
-      std::fprintf(stderr,
-                   "hir_comm_bench: error: %s\nhir_comm_bench: see `hir_comm_bench --help`\n",
-                   e.what());
-    return kExitBadInput;
-  }
+  });
 }
 
 // ---------------------------------------------------------------- checking

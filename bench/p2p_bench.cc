@@ -38,6 +38,7 @@
 #include <string_view>
 #include <vector>
 
+#include "bench_cli.h"
 #include "common/check.h"
 #include <hostir/device.h>
 #include <hostir/json.h>
@@ -57,51 +58,6 @@ struct Options {
   std::string csv;
 };
 
-constexpr int64_t kMaxBytes = int64_t{1} << 40;  // 1 TiB: sizes times --factor never overflow
-
-// An integer in [min, max], parsed as 64 bits: out of range is an error that
-// names the flag, never a truncation.
-int64_t parseInteger(const std::string& flag, const std::string& text, int64_t min, int64_t max) {
-  char* end = nullptr;
-  errno = 0;
-  const long long v = std::strtoll(text.c_str(), &end, 10);
-  if (text.empty() || *end != '\0')
-    throw hir::UsageError(fmt::format("{} expects an integer, got '{}'", flag, text));
-  if (errno == ERANGE || v < min || v > max)
-    throw hir::UsageError(fmt::format("{} must be in [{}, {}], got {}", flag, min, max, text));
-  return v;
-}
-
-// Bytes: a number with an optional suffix K, M, G (or KiB, MiB, GiB; B), in
-// [min, max].
-int64_t parseBytes(const std::string& flag, const std::string& text, int64_t min, int64_t max) {
-  char* end = nullptr;
-  const double v = std::strtod(text.c_str(), &end);
-  const std::string unit = end ? end : "";
-  const double mult = unit == "K" || unit == "k" || unit == "KiB" ? 1024.0
-                      : unit == "M" || unit == "MiB"               ? 1024.0 * 1024
-                      : unit == "G" || unit == "GiB"               ? 1024.0 * 1024 * 1024
-                      : unit.empty() || unit == "B"                ? 1.0
-                                                                   : 0.0;
-  if (text.empty() || end == text.c_str() || mult == 0 || !std::isfinite(v) ||
-      std::isspace(static_cast<unsigned char>(text[0])))
-    throw hir::UsageError(fmt::format(
-        "{} expects a number of bytes with an optional K, M or G suffix, got '{}'", flag, text));
-  const double bytes = v * mult;
-  if (!(bytes >= static_cast<double>(min) && bytes <= static_cast<double>(max)))
-    throw hir::UsageError(
-        fmt::format("{} must be in [{}, {}] bytes, got {}", flag, min, max, text));
-  return static_cast<int64_t>(bytes);
-}
-
-// Errors before MPI starts are said once, by the process that will be rank 0
-// (or the only one), not by every rank of the job.
-bool firstRank() {
-  for (const char* var : {"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK"})
-    if (const char* v = std::getenv(var)) return std::string_view(v) == "0";
-  return true;
-}
-
 // Parses the command line before MPI is initialized, on every rank alike, so
 // that --help and bad usage end every rank cleanly (no MPI_Abort). Returns
 // -1 to go on, or the exit code: 0 after --help, 2 after bad usage (the
@@ -117,38 +73,17 @@ int parse(int argc, char** argv, Options& o) {
   app.footer("Sizes take K, M, G suffixes (KiB, MiB, GiB). An option may be given once; values "
              "as\n`--opt value` or `--opt=value`.");
   std::string device, min, max, factor, reps, run_bytes, csv;
-  auto single = [&](const char* name, std::string& into, const char* type, const char* help) {
-    app.add_option(name, into, help)
-        ->type_name(type)
-        ->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
-  };
-  single("--device", device, "D", "cuda (default) or host");
-  single("--min", min, "BYTES", "smallest message of the bandwidth rows (default 1K)");
-  single("--max", max, "BYTES", "largest message (default 1G)");
-  single("--factor", factor, "F", "from one size to the next (default 4)");
-  single("--reps", reps, "N", "repetitions; each time is their median (default 5)");
-  single("--run-bytes", run_bytes, "BYTES", "bytes sent per bandwidth run (default 4G)");
-  single("--csv", csv, "PATH", "also write the results to PATH (rank 0)");
-  try {
-    try {
-      app.parse(argc, argv);
-    } catch (const CLI::Success& e) {  // --help
-      return firstRank() ? app.exit(e) : 0;
-    } catch (const CLI::ArgumentMismatch& e) {
-      const std::string what = e.what();  // "--min: 1 required BYTES missing"
-      throw hir::UsageError(what.find("missing") != std::string::npos
-                                ? what.substr(0, what.find(':')) + " needs a value"
-                                : what);
-    } catch (const CLI::ParseError& e) {
-      throw hir::UsageError(e.what());
-    }
-    for (const std::string& extra : app.remaining())
-      throw hir::UsageError(fmt::format("unknown {} '{}'",
-                                        extra.size() > 1 && extra[0] == '-' ? "option" : "argument",
-                                        extra));
-    for (const CLI::Option* opt : app.get_options())
-      if (opt->get_multi_option_policy() == CLI::MultiOptionPolicy::TakeLast && opt->count() > 1)
-        throw hir::UsageError(fmt::format("{} given twice", opt->get_name()));
+  using hir::bench::singleOption;
+  singleOption(app, "--device", device, "D", "cuda (default) or host");
+  singleOption(app, "--min", min, "BYTES", "smallest message of the bandwidth rows (default 1K)");
+  singleOption(app, "--max", max, "BYTES", "largest message (default 1G)");
+  singleOption(app, "--factor", factor, "F", "from one size to the next (default 4)");
+  singleOption(app, "--reps", reps, "N", "repetitions; each time is their median (default 5)");
+  singleOption(app, "--run-bytes", run_bytes, "BYTES", "bytes sent per bandwidth run (default 4G)");
+  singleOption(app, "--csv", csv, "PATH", "also write the results to PATH (rank 0)");
+  return hir::bench::parse(app, argc, argv, "hir_p2p_bench", [&] {
+    using hir::bench::parseBytes;
+    using hir::bench::parseInteger;
     auto given = [&](const char* flag) { return app.get_option(flag)->count() > 0; };
     if (given("--device")) {
       if (device != "cuda" && device != "host" && device != "auto")
@@ -156,21 +91,15 @@ int parse(int argc, char** argv, Options& o) {
       o.device = device;
     }
     // 4 bytes at least: one float32 element.
-    if (given("--min")) o.min = parseBytes("--min", min, 4, kMaxBytes);
-    if (given("--max")) o.max = parseBytes("--max", max, 4, kMaxBytes);
+    if (given("--min")) o.min = parseBytes("--min", min, 4);
+    if (given("--max")) o.max = parseBytes("--max", max, 4);
     if (given("--factor")) o.factor = parseInteger("--factor", factor, 2, 1024);
     if (given("--reps")) o.reps = static_cast<int>(parseInteger("--reps", reps, 1, 1000000));
-    if (given("--run-bytes")) o.run_bytes = parseBytes("--run-bytes", run_bytes, 1, kMaxBytes);
+    if (given("--run-bytes")) o.run_bytes = parseBytes("--run-bytes", run_bytes, 1);
     if (given("--csv")) o.csv = csv;
     if (o.min > o.max)
       throw hir::UsageError(fmt::format("--min ({}) must not exceed --max ({})", o.min, o.max));
-    return -1;
-  } catch (const hir::Error& e) {
-    if (firstRank())
-      std::fprintf(stderr, "hir_p2p_bench: error: %s\nhir_p2p_bench: see `hir_p2p_bench --help`\n",
-                   e.what());
-    return hir::kExitBadInput;
-  }
+  });
 }
 
 // Messages per run: enough to amortize the run's start, bounded in bytes.
