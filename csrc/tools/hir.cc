@@ -346,19 +346,33 @@ Program loadWithParams(const Args& a, const std::optional<std::string>& text = s
   return p;
 }
 
-// The device kind backends are bound for, without creating a device.
+// The device kind backends are bound for, without creating a device. A kind
+// asked for by name must be usable here: the launcher says so before any
+// rank starts (exit 2), instead of every rank failing after the launch.
 std::string deviceKindFor(const std::string& requested) {
-  if (requested != "auto") return requested;
-  for (const DeviceInfo& d : registeredDevices())
-    if (d.name == "cuda" && d.available(nullptr)) return "cuda";
-  return "host";
+  for (const DeviceInfo& d : registeredDevices()) {
+    if (requested == "auto") {
+      if (d.name == "cuda" && d.available(nullptr)) return "cuda";
+      continue;
+    }
+    if (d.name != requested) continue;
+    std::string why;
+    if (!d.available(&why))
+      throw UsageError(fmt::format("--device {}: {}", requested, why));
+    return requested;
+  }
+  return requested == "auto" ? "host" : requested;
 }
 
 // Everything that can be decided before running: the same on every rank.
-CompiledProgram checkProgram(const Program& p, int world, const std::string& device) {
+// Without the cross-rank check, still validation and lowering (a world below
+// the program's min_world_size, a backend that cannot run on the device).
+CompiledProgram checkProgram(const Program& p, int world, const std::string& device,
+                             bool check_schedule = true) {
   CompileOptions co;
   co.world = world;
   co.device = device;
+  co.check_schedule = check_schedule;
   return compile(p, co);
 }
 
@@ -507,7 +521,7 @@ int cmdRun(const Args& a) {
     std::optional<std::string> text;
     if (a.program == "-") text = readStandardInput();
     Program p = loadWithParams(a, text);
-    if (a.schedule_check) checkProgram(p, *a.np, deviceKindFor(a.device));
+    checkProgram(p, *a.np, deviceKindFor(a.device), a.schedule_check);
     if (!text) return launchRanks(a, a.program);
     TempProgramFile file(*text);
     return launchRanks(a, file.path());

@@ -294,6 +294,26 @@ TEST(HirCli, CountFlagsOutsideTheirRangeAreBadUsage) {
   }
 }
 
+// What can be decided before the ranks start is said once, by the launcher,
+// with exit 2 and none of mpirun's lines.
+TEST(HirCli, CudaWithoutAGpuIsRefusedBeforeAnyRankStarts) {
+  CommandResult r = hir({"run", example("allreduce.json"), "--np", "2", "--device", "cuda"});
+  if (r.exit_code == 0) GTEST_SKIP() << "a GPU is present";
+  EXPECT_EQ(r.exit_code, 2) << r.out << r.err;
+  EXPECT_NE(r.err.find("hir: error: --device cuda: "), std::string::npos) << r.err;
+  EXPECT_EQ(r.err.find("mpirun"), std::string::npos) << r.err;
+  EXPECT_EQ(r.err.find("Primary job"), std::string::npos) << r.err;
+}
+
+TEST(HirCli, AWorldBelowMinWorldSizeIsRefusedBeforeLaunchAlsoUnchecked) {
+  CommandResult r = hir({"run", example("team_allreduce.json"), "--np", "1", "--device", "host",
+                         "--no-schedule-check"});
+  EXPECT_EQ(r.exit_code, 2) << r.out << r.err;
+  EXPECT_NE(r.err.find("/min_world_size: the program needs at least 2 ranks"), std::string::npos)
+      << r.err;
+  EXPECT_EQ(r.err.find("Primary job"), std::string::npos) << r.err;
+}
+
 TEST(HirCli, MoreRanksThanCoresStillRun) {
   CommandResult r = hir({"run", example("allreduce.json"), "--np", "8", "--device", "host"});
   EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
