@@ -3,12 +3,14 @@
 // program, 3 runtime failure (timeout, device or library error), 4 bug.
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <cctype>
 #include <cerrno>
 #include <chrono>
+#include <csignal>
 #include <climits>
 #include <cmath>
 #include <cstdint>
@@ -463,6 +465,17 @@ std::string programTextOnEveryRank(Bootstrap& boot) {
 
 // Starts N ranks of this same command through mpirun and returns its exit
 // code. `program` is the path the ranks load.
+// The launcher's child (mpirun) and the signal that ended the launcher's
+// wait, for the handler below.
+volatile sig_atomic_t g_launched = 0;
+volatile sig_atomic_t g_signal = 0;
+
+// A TERM, INT or HUP to the launcher goes to mpirun, which ends the ranks.
+void forwardSignal(int sig) {
+  g_signal = sig;
+  if (g_launched > 0) kill(static_cast<pid_t>(g_launched), sig);
+}
+
 int launchRanks(const Args& a, const std::string& program) {
   const char* mpirun = std::getenv("HIR_MPIRUN");
   std::string launcher = mpirun ? mpirun : "mpirun";
@@ -480,9 +493,14 @@ int launchRanks(const Args& a, const std::string& program) {
   setenv("HIR_LAUNCHED_NP", std::to_string(*a.np).c_str(), 1);
   std::fflush(stdout);
   std::fflush(stderr);
+  const pid_t parent = getpid();
   pid_t pid = fork();
   if (pid < 0) throw Error(fmt::format("fork failed: {}", std::strerror(errno)), kExitRuntimeFailure);
   if (pid == 0) {
+    // A launcher that dies, even by KILL, takes mpirun (and so the ranks)
+    // with it.
+    prctl(PR_SET_PDEATHSIG, SIGTERM);
+    if (getppid() != parent) _exit(kExitRuntimeFailure);
     std::vector<char*> argv;
     for (std::string& s : cmd) argv.push_back(s.data());
     argv.push_back(nullptr);
@@ -492,10 +510,23 @@ int launchRanks(const Args& a, const std::string& program) {
                  *a.np, std::strerror(errno));
     _exit(kExitBadInput);
   }
+  g_launched = pid;
+  struct sigaction forward {};
+  forward.sa_handler = forwardSignal;
+  sigemptyset(&forward.sa_mask);
+  for (int sig : {SIGINT, SIGTERM, SIGHUP}) sigaction(sig, &forward, nullptr);
   int status = 0;
   while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
   }
+  g_launched = 0;
+  if (g_signal != 0) {
+    std::fprintf(stderr, "hir: error: interrupted by signal %d (%s); the ranks were ended\n",
+                 static_cast<int>(g_signal), strsignal(g_signal));
+    return kExitRuntimeFailure;
+  }
   if (WIFEXITED(status)) return WEXITSTATUS(status);
+  std::fprintf(stderr, "hir: error: the launcher %s ended by signal %d (%s)\n", cmd[0].c_str(),
+               WTERMSIG(status), strsignal(WTERMSIG(status)));
   return kExitRuntimeFailure;
 }
 

@@ -314,6 +314,35 @@ TEST(HirCli, AWorldBelowMinWorldSizeIsRefusedBeforeLaunchAlsoUnchecked) {
   EXPECT_EQ(r.err.find("Primary job"), std::string::npos) << r.err;
 }
 
+// A launcher that is terminated (TERM, or KILL, which it cannot catch)
+// leaves no rank behind; TERM ends it with exit 3 and a hir line.
+TEST(HirCli, KillingTheLauncherLeavesNoRankBehind) {
+  // A copy of a program under a name no other process has; "hir ru[n] .*NAME"
+  // matches the launcher, mpirun and the ranks, not the shell around them
+  // (whose command line holds the pattern, which the pattern does not match).
+  const std::string marker = "hir_cli_kill_" + std::to_string(getpid());
+  const std::filesystem::path prog = std::filesystem::temp_directory_path() / (marker + ".json");
+  std::filesystem::copy_file(example("allreduce.json"), prog,
+                             std::filesystem::copy_options::overwrite_existing);
+  const std::string count = "$(pgrep -f 'hir ru[n] .*" + marker + "' | wc -l)";
+  for (const char* sig : {"TERM", "KILL"}) {
+    CommandResult r = shell(shellQuoted(hirBinary()) + " run " + shellQuoted(prog.string()) +
+                            " --np 2 --device host --iters 100000000 2>&1 & pid=$!; "
+                            "for i in $(seq 200); do [ " + count +
+                            " -ge 4 ] && break; sleep 0.1; done; echo started=" + count + "; "
+                            "kill -" + sig + " $pid; wait $pid; echo rc=$?; "
+                            "for i in $(seq 100); do [ " + count +
+                            " -eq 0 ] && break; sleep 0.1; done; echo left=" + count);
+    EXPECT_NE(r.out.find("started=4"), std::string::npos) << sig << ": " << r.out << r.err;
+    EXPECT_NE(r.out.find("left=0"), std::string::npos) << sig << ": " << r.out << r.err;
+    if (std::string(sig) == "TERM") {
+      EXPECT_NE(r.out.find("rc=3"), std::string::npos) << r.out;
+      EXPECT_NE(r.out.find("hir: error: interrupted by signal 15"), std::string::npos) << r.out;
+    }
+  }
+  std::filesystem::remove(prog);
+}
+
 TEST(HirCli, MoreRanksThanCoresStillRun) {
   CommandResult r = hir({"run", example("allreduce.json"), "--np", "8", "--device", "host"});
   EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
