@@ -17,23 +17,13 @@
 
 #include <hostir/error.h>
 
+#include "common/parse_int.h"
+
 namespace hir::bench {
 
 inline constexpr int64_t kMaxBytes = int64_t{1} << 40;  // 1 TiB: sizes times a factor never overflow
 
-// An integer in [min, max], parsed as 64 bits: out of range is an error that
-// names the flag, never a truncation.
-inline int64_t parseInteger(const std::string& flag, const std::string& text, int64_t min,
-                            int64_t max) {
-  char* end = nullptr;
-  errno = 0;
-  const long long v = std::strtoll(text.c_str(), &end, 10);
-  if (text.empty() || *end != '\0')
-    throw UsageError(fmt::format("{} expects an integer, got '{}'", flag, text));
-  if (errno == ERANGE || v < min || v > max)
-    throw UsageError(fmt::format("{} must be in [{}, {}], got {}", flag, min, max, text));
-  return v;
-}
+using hir::parseInteger;  // common/parse_int.h
 
 // Bytes: a number with an optional suffix K, M, G (or KiB, MiB, GiB; B), in
 // [min, max].

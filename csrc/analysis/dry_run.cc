@@ -23,10 +23,6 @@ std::string listInts(const std::vector<int64_t>& v) {
   return out + "]";
 }
 
-std::string teamName(const PlanTeam& team) {
-  return "team " + listInts(std::vector<int64_t>(team.ranks.begin(), team.ranks.end()));
-}
-
 namespace {
 
 // A communication posted and not yet waited on, with what it reads and writes.
@@ -283,9 +279,10 @@ class RankRun {
     forEachAccess(plan_, in, [&](const PlanRef& ref, Access access) {
       HIR_INTERNAL_ASSERT(n < kMaxAccesses, "instruction with more than {} accesses",
                           kMaxAccesses);
-      std::optional<Range> r = resolve(ref);
-      spans_[n] = last_span_;
-      if (r) {
+      std::optional<Range> r;
+      if (std::optional<RefSpan> span = resolve(ref)) {
+        spans_[n] = *span;
+        r = Range{ref.alloc, span->offset, span->count};
         if (access == Access::Read)
           checkRead(*r, ref.text);
         else
@@ -326,7 +323,7 @@ class RankRun {
 
   const std::string& commName(const Pending& p) const { return plan_.comms[p.comm].name; }
 
-  std::optional<Range> resolve(const PlanRef& ref) {
+  std::optional<RefSpan> resolve(const PlanRef& ref) {
     if (bad_alloc_[ref.alloc]) return std::nullopt;
     const auto& layout = layouts_[ref.alloc];
     if (!layout) {
@@ -336,11 +333,8 @@ class RankRun {
       });
       return std::nullopt;
     }
-    std::optional<Range> out;
-    attempt("ref:" + ref.text, [&] {
-      last_span_ = resolveRef(ref, *layout, scalars_.data());
-      out = Range{ref.alloc, last_span_.offset, last_span_.count};
-    });
+    std::optional<RefSpan> out;
+    attempt("ref:" + ref.text, [&] { out = resolveRef(ref, *layout, scalars_.data()); });
     return out;
   }
 
@@ -431,7 +425,6 @@ class RankRun {
   std::vector<bool> comm_seen_, group_seen_;    // posted (or skipped) so far
   std::array<std::optional<Range>, kMaxAccesses> accessed_;  // of the current instruction
   std::array<RefSpan, kMaxAccesses> spans_;  // their spans, where accessed_ has a value
-  RefSpan last_span_;
   std::vector<Pending> pending_;
   int group_post_ = -1, next_group_post_ = 0;
   int pc_ = 0, node_ = 0;

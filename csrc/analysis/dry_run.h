@@ -128,6 +128,5 @@ Findings simulate(const Plan& plan, const ScheduleCheckOptions& options);
 
 bool overlaps(const Range& a, const Range& b);
 std::string listInts(const std::vector<int64_t>& v);
-std::string teamName(const PlanTeam& team);
 
 }  // namespace hir::dry

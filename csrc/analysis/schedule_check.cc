@@ -7,6 +7,7 @@
 #include <set>
 
 #include "analysis/dry_run.h"
+#include "plan/step.h"
 
 namespace hir {
 namespace {

@@ -180,16 +180,18 @@ int teamRankOf(const PlanTeam& team, int64_t rank) {
   return it == team.ranks.end() ? -1 : static_cast<int>(it - team.ranks.begin());
 }
 
+std::string teamName(const PlanTeam& team) {
+  std::string ranks;
+  for (int m : team.ranks) ranks += fmt::format("{}{}", ranks.empty() ? "" : ", ", m);
+  return fmt::format("team [{}]", ranks);
+}
+
 int rootTeamRank(const PlanComm& c, const PlanTeam& team, const int64_t* scalars) {
   HIR_INTERNAL_ASSERT(c.root.has_value(), "{} '{}' without a root", toString(c.type), c.name);
   const int64_t root = c.root->eval(scalars);
   const int r = teamRankOf(team, root);
-  if (r < 0) {
-    std::string ranks;
-    for (int m : team.ranks) ranks += fmt::format("{}{}", ranks.empty() ? "" : ", ", m);
-    throw ProgramError(fmt::format("root {} evaluates to {}, which is not a member of team [{}]",
-                                   c.root->text(), root, ranks));
-  }
+  HIR_CHECK(r >= 0, "root {} evaluates to {}, which is not a member of {}", c.root->text(), root,
+            teamName(team));
   return r;
 }
 

@@ -19,6 +19,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 #include <variant>
 #include <vector>
 
@@ -99,6 +100,9 @@ void checkAddShapes(const Operand& a, const Operand& b, const Operand& out);
 
 // A stream index in [0, kMaxStreams); throws ProgramError otherwise.
 int streamIndex(const CompiledExpr& e, const int64_t* scalars);
+
+// "team [0, 2, 3]", for messages.
+std::string teamName(const PlanTeam& team);
 
 // The team rank of world rank `rank`, or -1 when it is not a member.
 int teamRankOf(const PlanTeam& team, int64_t rank);

@@ -36,6 +36,7 @@
 #include <hostir/version.h>
 
 #include "common/check.h"
+#include "common/parse_int.h"
 #include "compile/compile.h"
 #include "runtime/trace.h"
 
@@ -70,22 +71,8 @@ struct Args {
   std::vector<std::string> forwarded;
 };
 
-// A 64-bit integer in [min, max]: out of range is an error, never a
-// truncation (a flag stored in an int gets max = INT_MAX).
-int64_t parseInt(const std::string& flag, const std::string& text, int64_t min,
-                 int64_t max = INT64_MAX) {
-  char* end = nullptr;
-  errno = 0;
-  long long v = std::strtoll(text.c_str(), &end, 10);
-  if (text.empty() || *end != '\0')
-    throw UsageError(fmt::format("{} expects an integer, got '{}'", flag, text));
-  if (errno == ERANGE || v < min || v > max)
-    throw UsageError(fmt::format("{} must be in [{}, {}], got {}", flag, min, max, text));
-  return v;
-}
-
 int parseCount(const std::string& flag, const std::string& text, int min) {
-  return static_cast<int>(parseInt(flag, text, min, INT_MAX));
+  return static_cast<int>(parseInteger(flag, text, min, INT_MAX));
 }
 
 // Seconds, fractional allowed, kept to the millisecond: in [0.001, 1e9].
@@ -300,7 +287,7 @@ int parseArgs(int argc, char** argv, Args& a) {
     std::string name = kv.substr(0, eq);
     if (!param_names.insert(name).second)
       throw UsageError(fmt::format("--param {} given twice", name));
-    a.params.emplace_back(name, parseInt("--param " + name, kv.substr(eq + 1), INT64_MIN));
+    a.params.emplace_back(name, parseInteger("--param " + name, kv.substr(eq + 1), INT64_MIN));
     if (a.command == "run") a.forwarded.push_back("--param=" + kv);
   }
   if (given("--iters")) a.iters = parseCount("--iters", raw.iters, 1);
