@@ -8,6 +8,8 @@
 #include <algorithm>
 #include <array>
 
+#include "analysis/hazards.h"
+#include "common/overloaded.h"
 #include "plan/step.h"
 
 namespace hir::dry {
@@ -25,14 +27,36 @@ std::string listInts(const std::vector<int64_t>& v) {
 
 namespace {
 
-// A communication posted and not yet waited on, with what it reads and writes.
-struct Pending {
-  int comm = -1;
-  int group = -1;       // plan group, or -1
-  int group_post = -1;  // which post of a group (a counter), or -1
-  std::vector<Range> reads, writes;
-  Site site;
-};
+// What an instruction is called in messages ("the fill at /body/2").
+std::string opName(const Plan& plan, const Instr& in) {
+  return std::visit(
+      Overloaded{
+          [](const instr::Allocate&) -> std::string { return "allocate"; },
+          [](const instr::Deallocate&) -> std::string { return "deallocate"; },
+          [&](const instr::Post& p) -> std::string {
+            return fmt::format("communication '{}'", plan.comms[p.comm].name);
+          },
+          [](const instr::GroupBegin&) -> std::string { return "group"; },
+          [](const instr::GroupEnd&) -> std::string { return "group"; },
+          [](const instr::Share&) -> std::string { return "share_mem_handles"; },
+          [](const instr::Wait&) -> std::string { return "wait"; },
+          [](const instr::LoopInit&) -> std::string { return "for"; },
+          [](const instr::LoopNext&) -> std::string { return "for"; },
+          [](const instr::JumpIfZero&) -> std::string { return "if"; },
+          [](const instr::Jump&) -> std::string { return "if"; },
+          [](const instr::SetStream&) -> std::string { return "set_stream"; },
+          [](const instr::SyncStream&) -> std::string { return "sync_stream"; },
+          [](const instr::Fill&) -> std::string { return "fill"; },
+          [](const instr::Copy&) -> std::string { return "copy"; },
+          [](const instr::Check&) -> std::string { return "check"; },
+          [](const instr::Matmul&) -> std::string { return "matmul"; },
+          [](const instr::Add&) -> std::string { return "add"; },
+          [&](const instr::Kernel& k) -> std::string {
+            return fmt::format("kernel '{}'", plan.kernels[k.kernel]);
+          },
+      },
+      in.op);
+}
 
 // Runs the plan for one rank.
 class RankRun {
@@ -46,7 +70,9 @@ class RankRun {
         layouts_(plan.allocs.size()),
         bad_alloc_(plan.allocs.size(), false),
         comm_seen_(plan.comms.size(), false),
-        group_seen_(plan.groups.size(), false) {
+        group_seen_(plan.groups.size(), false),
+        ord_(static_cast<int>(plan.comms.size() + plan.groups.size())),
+        shadow_(static_cast<int>(plan.allocs.size())) {
     scalars_[kRankSlot] = rank;
   }
 
@@ -93,6 +119,7 @@ class RankRun {
       findings_.ipc_events_[rank_].push_back({pc, a.alloc, layout.shape, site()});
     layouts_[a.alloc] = std::move(layout);
     bad_alloc_[a.alloc] = false;
+    shadow_.clear(a.alloc);  // new memory: nothing touched it yet
   }
 
   void operator()(const instr::Deallocate& d, int) {
@@ -104,20 +131,14 @@ class RankRun {
         });
       return;
     }
-    Range whole{d.alloc, 0, layouts_[d.alloc]->elements};
-    if (const Pending* p = findConflict(whole, /*against_reads=*/false))
-      problem("hazard:" + std::to_string(p->comm), [&] {
-        return fmt::format(
-            "deallocates '{}' while communication '{}' ({}) that writes it is "
-            "still pending; wait on '{}' first",
-            name, commName(*p), p->site.str(), commName(*p));
+    // The memory of an input is kept until its readers are done; an output
+    // still being written is lost.
+    if (std::optional<Conflict> c = shadow_.pendingPostWriter(d.alloc, stream_, ord_))
+      problem("hazard:" + priorKey(c->prior), [&] {
+        return fmt::format("deallocates '{}' while {} that writes it {}", name,
+                           priorText(c->prior), pendingText(c->prior));
       });
-    // The memory is gone: pending ranges on it can no longer conflict.
-    for (Pending& p : pending_) {
-      auto gone = [&](const Range& r) { return r.alloc == d.alloc; };
-      std::erase_if(p.reads, gone);
-      std::erase_if(p.writes, gone);
-    }
+    shadow_.clear(d.alloc);
     layouts_[d.alloc].reset();
   }
 
@@ -127,6 +148,8 @@ class RankRun {
     comm_seen_[p.comm] = true;
     if (skips(p)) return;
     ++findings_.posts_;
+    // A group's communications are one post of the group, made at its begin.
+    if (c.group < 0) ord_.post(unitOf(p.comm), stream_);
     const PlanTeam& team = plan_.teams[c.team];
     // The accesses, in the order Post declares them: input, then output.
     const std::optional<Range> in = c.input ? accessed_[0] : std::nullopt;
@@ -151,21 +174,13 @@ class RankRun {
       findings_.collectives_[c.team][rank_].push_back(std::move(rec));
     }
 
-    Pending pend;
-    pend.comm = p.comm;
-    pend.group = c.group;
-    pend.group_post = c.group >= 0 ? group_post_ : -1;
-    if (in) pend.reads.push_back(*in);
-    if (out) pend.writes.push_back(*out);
-    pend.site = site();
-    pending_.push_back(std::move(pend));
   }
 
   void operator()(const instr::GroupBegin& g, int) {
     group_seen_[g.group] = true;
-    group_post_ = next_group_post_++;
+    ord_.post(groupUnit(g.group), stream_);
   }
-  void operator()(const instr::GroupEnd&, int) { group_post_ = -1; }
+  void operator()(const instr::GroupEnd&, int) {}
 
   void operator()(const instr::Wait& w, int) {
     if (w.comm >= 0) {
@@ -176,24 +191,22 @@ class RankRun {
         });
         return;
       }
-      // A communication posted in a group completes with its group post.
-      std::set<int> posts;
-      for (const Pending& p : pending_)
-        if (p.comm == w.comm && p.group_post >= 0) posts.insert(p.group_post);
-      std::erase_if(pending_, [&](const Pending& p) {
-        return p.comm == w.comm || (p.group_post >= 0 && posts.count(p.group_post));
-      });
-      return;
+    } else {
+      HIR_INTERNAL_ASSERT(w.group >= 0, "wait on neither a communication nor a group");
+      if (!group_seen_[w.group]) {
+        problem("wait", [&] {
+          return fmt::format("waits on group '{}', which this rank has not posted yet",
+                             plan_.groups[w.group].name);
+        });
+        return;
+      }
     }
-    HIR_INTERNAL_ASSERT(w.group >= 0, "wait on neither a communication nor a group");
-    if (!group_seen_[w.group]) {
-      problem("wait", [&] {
-        return fmt::format("waits on group '{}', which this rank has not posted yet",
-                           plan_.groups[w.group].name);
-      });
-      return;
-    }
-    std::erase_if(pending_, [&](const Pending& p) { return p.group == w.group; });
+    // A communication posted in a group completes with its group post.
+    const int unit = w.comm >= 0 ? unitOf(w.comm) : groupUnit(w.group);
+    if (w.mode == WaitMode::Host)
+      ord_.waitHost(unit);
+    else
+      ord_.waitStream(unit, stream_);
   }
 
   // No data moves, but the exchange is collective.
@@ -203,10 +216,10 @@ class RankRun {
 
   // -------------------------------------------------------------- streams
   void operator()(const instr::SetStream& s, int) {
-    attempt("stream", [&] { streamIndex(s.stream, scalars_.data()); });
+    attempt("stream", [&] { stream_ = streamIndex(s.stream, scalars_.data()); });
   }
   void operator()(const instr::SyncStream& s, int) {
-    attempt("stream", [&] { streamIndex(s.stream, scalars_.data()); });
+    attempt("stream", [&] { ord_.syncStream(stream_, streamIndex(s.stream, scalars_.data())); });
   }
 
   // ----------------------------------------------------------------- data
@@ -274,7 +287,10 @@ class RankRun {
   // instruction's accesses are checked without code of its own.
   void resolveAccesses(const Instr& in) {
     accessed_.fill(std::nullopt);
-    if (const auto* p = std::get_if<instr::Post>(&in.op); p && skips(*p)) return;
+    const auto* post = std::get_if<instr::Post>(&in.op);
+    if (post && skips(*post)) return;
+    std::array<Access, kMaxAccesses> kinds;
+    std::array<const std::string*, kMaxAccesses> texts;
     int n = 0;
     forEachAccess(plan_, in, [&](const PlanRef& ref, Access access) {
       HIR_INTERNAL_ASSERT(n < kMaxAccesses, "instruction with more than {} accesses",
@@ -283,13 +299,32 @@ class RankRun {
       if (std::optional<RefSpan> span = resolve(ref)) {
         spans_[n] = *span;
         r = Range{ref.alloc, span->offset, span->count};
-        if (access == Access::Read)
-          checkRead(*r, ref.text);
-        else
-          checkWrite(*r, ref.text);
       }
+      kinds[n] = access;
+      texts[n] = &ref.text;
       accessed_[n++] = r;
     });
+    if (n == 0) return;
+    // Who accesses: the post (its number in its unit; a group's was taken
+    // at its begin) or an operation on the current stream.
+    Accessor who;
+    who.stream = stream_;
+    who.pc = pc_;
+    who.site = site();
+    if (post) {
+      const PlanComm& c = plan_.comms[post->comm];
+      who.unit = c.group >= 0 ? groupUnit(c.group) : unitOf(post->comm);
+      who.epoch = ord_.posts(who.unit) + (c.group >= 0 ? 0 : 1);
+    } else {
+      who.epoch = ord_.tick(stream_);
+    }
+    // Every access is checked against what came before the instruction,
+    // then recorded: an instruction does not conflict with itself.
+    for (int k = 0; k < n; ++k)
+      if (accessed_[k]) checkAccess(*accessed_[k], kinds[k], *texts[k], who);
+    for (int k = 0; k < n; ++k)
+      if (const std::optional<Range>& r = accessed_[k])
+        shadow_.record(r->alloc, r->offset, r->offset + r->count, kinds[k], who, stream_, ord_);
   }
 
   Site site() const {
@@ -321,7 +356,6 @@ class RankRun {
     }
   }
 
-  const std::string& commName(const Pending& p) const { return plan_.comms[p.comm].name; }
 
   std::optional<RefSpan> resolve(const PlanRef& ref) {
     if (bad_alloc_[ref.alloc]) return std::nullopt;
@@ -339,45 +373,71 @@ class RankRun {
   }
 
   // ------------------------------------------------------------- hazards
-  // The first pending communication whose writes (and reads, if
-  // `against_reads`) overlap `r`.
-  const Pending* findConflict(const Range& r, bool against_reads) const {
-    for (const Pending& p : pending_) {
-      for (const Range& w : p.writes)
-        if (overlaps(r, w)) return &p;
-      if (against_reads)
-        for (const Range& rd : p.reads)
-          if (overlaps(r, rd)) return &p;
-    }
-    return nullptr;
+  int unitOf(int comm) const {
+    const int g = plan_.comms[comm].group;
+    return g >= 0 ? groupUnit(g) : comm;
+  }
+  int groupUnit(int group) const { return static_cast<int>(plan_.comms.size()) + group; }
+
+  // Reports the first earlier access that `who`'s access of `r` conflicts
+  // with and is not ordered after.
+  void checkAccess(const Range& r, Access kind, const std::string& text, const Accessor& who) {
+    std::optional<Conflict> c =
+        shadow_.check(r.alloc, r.offset, r.offset + r.count, kind, who, stream_, ord_);
+    if (!c) return;
+    problem("hazard:" + priorKey(c->prior), [&] {
+      const char* verb = kind == Access::Read ? "reads" : "writes";
+      const char* its = c->prior_writes ? "writes" : "reads";
+      if (c->prior.isPost())
+        return fmt::format("{} {}{} while {} that {} it {}", verb, spanText(r, text),
+                           onStream(), priorText(c->prior), its, pendingText(c->prior));
+      return fmt::format(
+          "{} {} on stream {} while the {} at {} on stream {} {} it, and nothing orders stream "
+          "{} after that: sync_stream {} first",
+          verb, spanText(r, text), stream_, opName(plan_, plan_.code[c->prior.pc]),
+          c->prior.site.str(), c->prior.stream, its, stream_, c->prior.stream);
+    });
+  }
+
+  // " on stream k" when the rank uses another stream than 0.
+  std::string onStream() const {
+    return stream_ == 0 ? std::string() : fmt::format(" on stream {}", stream_);
+  }
+
+  // Reported once per instruction and earlier access.
+  std::string priorKey(const Accessor& a) const {
+    return a.isPost() ? fmt::format("u{}", a.unit) : fmt::format("n{}", a.site.node);
+  }
+
+  // "communication 'r' (/body/3, i=0)".
+  std::string priorText(const Accessor& a) const {
+    return fmt::format("{} ({}{})", opName(plan_, plan_.code[a.pc]), a.site.str(),
+                       a.stream == 0 ? std::string() : fmt::format(", posted on stream {}", a.stream));
+  }
+
+  // Why the post `a` is still pending for the current stream.
+  std::string pendingText(const Accessor& a) const {
+    const std::string& name = waitName(a);
+    const std::vector<int> on = ord_.knownOn(a.unit, a.epoch);
+    if (on.empty()) return fmt::format("is still pending; wait on '{}' first", name);
+    std::string streams;
+    for (std::size_t k = 0; k < on.size(); ++k)
+      streams += fmt::format("{}{}", k ? (k + 1 == on.size() ? " and " : ", ") : "", on[k]);
+    return fmt::format(
+        "was waited on stream{} {} only, and nothing orders stream {} after that wait: wait on "
+        "'{}' on stream {} too, or sync_stream {} first",
+        on.size() == 1 ? "" : "s", streams, stream_, name, stream_, on.front());
+  }
+
+  // The name a wait for post `a` uses: its communication's (in a group,
+  // waiting on it waits for the group).
+  const std::string& waitName(const Accessor& a) const {
+    return plan_.comms[std::get<instr::Post>(plan_.code[a.pc].op).comm].name;
   }
 
   std::string spanText(const Range& r, const std::string& text) const {
     return fmt::format("'{}' (elements [{}, {}) of '{}')", text, r.offset, r.offset + r.count,
                        plan_.allocs[r.alloc].name);
-  }
-
-  void checkRead(const Range& r, const std::string& text) {
-    if (const Pending* p = findConflict(r, /*against_reads=*/false))
-      problem("hazard:" + std::to_string(p->comm), [&] {
-        return fmt::format(
-            "reads {} while communication '{}' ({}) that writes it is still "
-            "pending; wait on '{}' first",
-            spanText(r, text), commName(*p), p->site.str(), commName(*p));
-      });
-  }
-
-  void checkWrite(const Range& r, const std::string& text) {
-    const Pending* p = findConflict(r, /*against_reads=*/true);
-    if (!p) return;
-    const bool writes = std::any_of(p->writes.begin(), p->writes.end(),
-                                    [&](const Range& w) { return overlaps(r, w); });
-    problem("hazard:" + std::to_string(p->comm), [&] {
-      return fmt::format(
-          "writes {} while communication '{}' ({}) that {} it is still pending; wait on '{}' first",
-          spanText(r, text), commName(*p), p->site.str(), writes ? "writes" : "reads",
-          commName(*p));
-    });
   }
 
   // ------------------------------------------------------ communications
@@ -425,8 +485,9 @@ class RankRun {
   std::vector<bool> comm_seen_, group_seen_;    // posted (or skipped) so far
   std::array<std::optional<Range>, kMaxAccesses> accessed_;  // of the current instruction
   std::array<RefSpan, kMaxAccesses> spans_;  // their spans, where accessed_ has a value
-  std::vector<Pending> pending_;
-  int group_post_ = -1, next_group_post_ = 0;
+  Ordering ord_;
+  Shadow shadow_;
+  int stream_ = 0;  // the current stream
   int pc_ = 0, node_ = 0;
   bool stopped_ = false;
 };

@@ -519,6 +519,88 @@ TEST(ScheduleCheck, HazardInALoopNamesTheIterations) {
                        {"on rank 0 (i=1): writes 'a'", "'r' (/body/1/body/0, i=0)"}));
 }
 
+// ---------------------------------------------------------------- streams
+
+// The issue's race: a reduce_scatter waited on stream 1, an allgather posted
+// from stream 2 reading its output. `order` goes between the two.
+std::string rsThenAg(const std::string& order, const std::string& rs_wait_mode = "stream") {
+  return alloc("x", R"(["world * n"])") + "," + alloc("y", R"(["n"])") + "," +
+         alloc("z", R"(["world * n"])") + R"(,
+    {"op": "fill", "tensor": "x", "value": 1},
+    {"op": "set_stream", "stream": 1},
+    {"op": "sync_stream", "stream": 0},)" +
+         comm(R"("name": "rs", "type": "reduce_scatter", "input": "x", "output": "y", "reduce": "sum")") +
+         R"(, {"op": "wait", "communication": "rs", "mode": ")" + rs_wait_mode + R"("},
+    {"op": "set_stream", "stream": 2},)" +
+         order + comm(R"("name": "ag", "type": "allgather", "input": "y", "output": "z")") +
+         "," + wait("ag");
+}
+
+TEST(ScheduleCheck, AnOutputWaitedOnAnotherStreamIsAHazardUntilTheStreamsAreOrdered) {
+  Issues issues = scheduleIssues(planOf(rsThenAg(""), 2));
+  EXPECT_TRUE(hasIssue(issues, "/body/9",
+                       {"on rank 0: reads 'y' (elements [0, 8) of 'y') on stream 2 while "
+                        "communication 'rs' (/body/6, posted on stream 1) that writes it was "
+                        "waited on stream 1 only, and nothing orders stream 2 after that wait",
+                        "sync_stream 1 first"}))
+      << show(issues);
+  // Ordered by a sync_stream, a wait on stream 2 itself, or a host wait.
+  EXPECT_NO_THROW(checkSchedule(planOf(rsThenAg(R"({"op": "sync_stream", "stream": 1},)"), 2)));
+  EXPECT_NO_THROW(checkSchedule(planOf(rsThenAg(wait("rs") + ","), 2)));
+  EXPECT_NO_THROW(checkSchedule(planOf(rsThenAg("", "host"), 2)));
+}
+
+TEST(ScheduleCheck, OperationsOnTwoStreamsRaceUnlessSynced) {
+  auto body = [](const std::string& order) {
+    return alloc("a", R"(["n"])") + R"(,
+      {"op": "set_stream", "stream": 3},
+      {"op": "fill", "tensor": "a", "value": 1},
+      {"op": "set_stream", "stream": 0},)" +
+           order + R"({"op": "check", "tensor": "a", "value": 1}, {"op": "sync_stream", "stream": 3})";
+  };
+  Issues issues = scheduleIssues(planOf(body(""), 1));
+  EXPECT_TRUE(hasIssue(issues, "/body/4",
+                       {"reads 'a' (elements [0, 8) of 'a') on stream 0 while the fill at /body/2 "
+                        "on stream 3 writes it, and nothing orders stream 0 after that: "
+                        "sync_stream 3 first"}))
+      << show(issues);
+  EXPECT_NO_THROW(checkSchedule(planOf(body(R"({"op": "sync_stream", "stream": 3},)"), 1)));
+}
+
+TEST(ScheduleCheck, OrderIsTransitiveThroughWaitsAndPosts) {
+  // Stream 1 waits on rs, then posts ag reading rs's output; stream 0 waits
+  // on ag only: it is ordered after rs too (ag started after rs completed).
+  const std::string body = alloc("x", R"(["world * n"])") + "," + alloc("y", R"(["n"])") + "," +
+                           alloc("z", R"(["world * n"])") + R"(,
+    {"op": "set_stream", "stream": 1},)" +
+                           comm(R"("name": "rs", "type": "reduce_scatter", "input": "x", "output": "y", "reduce": "sum")") +
+                           "," + wait("rs") + "," +
+                           comm(R"("name": "ag", "type": "allgather", "input": "y", "output": "z")") +
+                           R"(, {"op": "set_stream", "stream": 0},)" + wait("ag") + R"(,
+    {"op": "check", "tensor": "y", "value": 0}, {"op": "fill", "tensor": "x", "value": 0})";
+  EXPECT_NO_THROW(checkSchedule(planOf(body, 2)));
+}
+
+TEST(ScheduleCheck, ThousandsOfPendingPostsOnDisjointRowsAreCheckedInLinearTime) {
+  // 20,000 sends and recvs of distinct rows left pending, then the waits:
+  // the old check compared each access with every pending post (quadratic).
+  auto body = [](const std::string& waits) {
+    return alloc("m", R"(["20000", "2"])") + "," + alloc("o", R"(["20000", "2"])") + R"(,
+    {"op": "for", "index": "i", "start": 0, "stop": 20000, "body": [)" +
+           comm(R"("name": "s", "type": "send", "tensor": "m[i]", "peer": "rank")") + R"(]},
+    {"op": "for", "index": "j", "start": 0, "stop": 20000, "body": [)" +
+           comm(R"("name": "r", "type": "recv", "tensor": "o[j]", "peer": "rank")") + "]}," +
+           waits + R"({"op": "fill", "tensor": "m", "value": 0}, {"op": "fill", "tensor": "o", "value": 0})";
+  };
+  // A wait covers the earlier posts of its communication.
+  EXPECT_NO_THROW(checkSchedule(planOf(body(wait("s") + "," + wait("r") + ","), 1)));
+  Issues issues = scheduleIssues(planOf(body(wait("s") + ","), 1));
+  ASSERT_EQ(issues.size(), 1u) << show(issues);
+  EXPECT_TRUE(hasIssue(issues, "/body/6",
+                       {"writes 'o' (elements [0, 40000) of 'o') while communication 'r' "
+                        "(/body/3/body/0, j=0) that writes it is still pending"}));
+}
+
 // ------------------------------------------------------------- truncation
 
 TEST(ScheduleCheck, TinyStepBudgetTruncatesWithoutFalseMismatches) {

@@ -28,6 +28,7 @@ constexpr const char* kEveryKind = R"json({
     {"op": "allocate", "name": "y", "dtype": "float32", "shape": ["n"]},
     {"op": "fill", "tensor": "x", "value": "rank", "step": 1},
     {"op": "set_stream", "stream": 1},
+    {"op": "sync_stream", "stream": 0},
     {"op": "group", "name": "g", "body": [
       {"op": "communication", "name": "ar", "type": "allreduce", "input": "x", "output": "y",
        "reduce": "sum"}]},
