@@ -72,7 +72,8 @@ class RankRun {
         comm_seen_(plan.comms.size(), false),
         group_seen_(plan.groups.size(), false),
         ord_(static_cast<int>(plan.comms.size() + plan.groups.size())),
-        shadow_(static_cast<int>(plan.allocs.size())) {
+        shadow_(static_cast<int>(plan.allocs.size())),
+        graph_(findings.graph_, plan, rank) {
     scalars_[kRankSlot] = rank;
   }
 
@@ -143,13 +144,18 @@ class RankRun {
   }
 
   // ------------------------------------------------------ communications
-  void operator()(const instr::Post& p, int) {
+  void operator()(const instr::Post& p, int pc) {
     const PlanComm& c = plan_.comms[p.comm];
     comm_seen_[p.comm] = true;
     if (skips(p)) return;
     ++findings_.posts_;
     // A group's communications are one post of the group, made at its begin.
     if (c.group < 0) ord_.post(unitOf(p.comm), stream_);
+    int peer = -1;
+    if (isPointToPoint(c.type) &&
+        !attempt("peer", [&] { peer = peerRank(c, plan_.world, scalars_.data()); }))
+      peer = -2;  // reported; no record
+    const int part = graph_.post(p.comm, unitOf(p.comm), stream_, pc, site(), peer < 0 ? -1 : peer);
     const PlanTeam& team = plan_.teams[c.team];
     // The accesses, in the order Post declares them: input, then output.
     const std::optional<Range> in = c.input ? accessed_[0] : std::nullopt;
@@ -163,26 +169,28 @@ class RankRun {
       });
 
     if (isPointToPoint(c.type)) {
-      postMessage(p.comm, c, in ? in : out, dtype);
+      if (peer >= 0) postMessage(p.comm, c, in ? in : out, dtype, peer, part);
     } else {
       if (in && out) attempt("size", [&] { chunkCount(c, team.ranks.size(), in->count, out->count); });
       CollectiveRecord rec{c.type,       in ? std::optional<int64_t>(in->count) : std::nullopt,
                            dtype,        c.reduce,
-                           std::nullopt, site()};
+                           std::nullopt, site(), part};
       if (hasRoot(c.type))
         attempt("root", [&] { rec.root = team.ranks[rootTeamRank(c, team, scalars_.data())]; });
-      findings_.collectives_[c.team][rank_].push_back(std::move(rec));
+      findings_.collectives_[c.team][teamRankOf(team, rank_)].push_back(std::move(rec));
     }
-
   }
 
-  void operator()(const instr::GroupBegin& g, int) {
+  void operator()(const instr::GroupBegin& g, int pc) {
     group_seen_[g.group] = true;
     ord_.post(groupUnit(g.group), stream_);
+    graph_.groupBegin(g.group, stream_, pc, site());
   }
-  void operator()(const instr::GroupEnd&, int) {}
+  void operator()(const instr::GroupEnd& g, int pc) {
+    graph_.groupEnd(g.group, groupUnit(g.group), pc, site());
+  }
 
-  void operator()(const instr::Wait& w, int) {
+  void operator()(const instr::Wait& w, int pc) {
     if (w.comm >= 0) {
       if (!comm_seen_[w.comm]) {
         problem("wait", [&] {
@@ -203,23 +211,30 @@ class RankRun {
     }
     // A communication posted in a group completes with its group post.
     const int unit = w.comm >= 0 ? unitOf(w.comm) : groupUnit(w.group);
-    if (w.mode == WaitMode::Host)
+    if (w.mode == WaitMode::Host) {
       ord_.waitHost(unit);
-    else
+      graph_.waitHost(unit, pc, site());
+    } else {
       ord_.waitStream(unit, stream_);
+      graph_.waitStream(unit, stream_, pc, site());
+    }
   }
 
   // No data moves, but the exchange is collective.
   void operator()(const instr::Share&, int pc) {
-    findings_.ipc_events_[rank_].push_back({pc, -1, {}, site()});
+    findings_.ipc_events_[rank_].push_back({pc, -1, {}, site(), graph_.share(pc, site())});
   }
 
   // -------------------------------------------------------------- streams
   void operator()(const instr::SetStream& s, int) {
     attempt("stream", [&] { stream_ = streamIndex(s.stream, scalars_.data()); });
   }
-  void operator()(const instr::SyncStream& s, int) {
-    attempt("stream", [&] { ord_.syncStream(stream_, streamIndex(s.stream, scalars_.data())); });
+  void operator()(const instr::SyncStream& s, int pc) {
+    attempt("stream", [&] {
+      const int from = streamIndex(s.stream, scalars_.data());
+      ord_.syncStream(stream_, from);
+      graph_.sync(stream_, from, pc, site());
+    });
   }
 
   // ----------------------------------------------------------------- data
@@ -441,9 +456,8 @@ class RankRun {
   }
 
   // ------------------------------------------------------ communications
-  void postMessage(int slot, const PlanComm& c, const std::optional<Range>& tensor, DType dtype) {
-    int peer = -1;
-    if (!attempt("peer", [&] { peer = peerRank(c, plan_.world, scalars_.data()); })) return;
+  void postMessage(int slot, const PlanComm& c, const std::optional<Range>& tensor, DType dtype,
+                   int peer, int part) {
     checkPeerNode(c, peer);
     MessageRecord rec;
     rec.count = tensor ? std::optional<int64_t>(tensor->count) : std::nullopt;
@@ -453,6 +467,7 @@ class RankRun {
     rec.range = tensor;
     rec.backend = c.backend;
     rec.protocol = c.protocol == Protocol::Auto ? Protocol::Put : c.protocol;
+    rec.part = part;
     if (c.type == CommType::Send)
       findings_.sends_[{rank_, peer}].push_back(std::move(rec));
     else
@@ -487,6 +502,7 @@ class RankRun {
   std::array<RefSpan, kMaxAccesses> spans_;  // their spans, where accessed_ has a value
   Ordering ord_;
   Shadow shadow_;
+  RankGraph graph_;
   int stream_ = 0;  // the current stream
   int pc_ = 0, node_ = 0;
   bool stopped_ = false;

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "analysis/schedule_check.h"
+#include "analysis/progress.h"
 #include "analysis/site.h"
 #include "common/check.h"
 #include "plan/plan.h"
@@ -42,6 +43,7 @@ struct CollectiveRecord {
   ReduceOp reduce;
   std::optional<int64_t> root;  // absolute rank
   Site site;
+  int part = -1;  // participation node in the wait-for graph
 };
 
 struct MessageRecord {  // one send or recv
@@ -52,6 +54,7 @@ struct MessageRecord {  // one send or recv
   std::optional<Range> range;  // unknown when the tensor did not resolve
   int backend = -1;
   Protocol protocol = Protocol::Put;  // auto is put
+  int part = -1;  // participation node in the wait-for graph
 };
 
 // What must happen in the same order on every rank for peer-mapped memory:
@@ -62,14 +65,16 @@ struct IpcEvent {
   int alloc = -1;  // -1: a share_mem_handles
   std::vector<int64_t> shape;
   Site site;
+  int part = -1;  // a share_mem_handles: participation node in the wait-for graph
 };
 
 // What all ranks recorded, and the issues so far.
 class Findings {
  public:
-  explicit Findings(const Plan& plan)
-      : collectives_(plan.teams.size(), std::vector<std::vector<CollectiveRecord>>(plan.world)),
-        ipc_events_(plan.world) {}
+  explicit Findings(const Plan& plan) : collectives_(plan.teams.size()), ipc_events_(plan.world) {
+    for (std::size_t t = 0; t < plan.teams.size(); ++t)
+      collectives_[t].resize(plan.teams[t].ranks.size());
+  }
 
   // Whether this is the first problem of `kind` at instruction `pc`
   // (problems of one kind at one instruction are reported once).
@@ -88,10 +93,11 @@ class Findings {
                     dropped_ + 1, kMaxIssues);
   }
 
-  std::vector<std::vector<std::vector<CollectiveRecord>>> collectives_;       // [team][rank]
+  std::vector<std::vector<std::vector<CollectiveRecord>>> collectives_;  // [team][team rank]
   std::map<std::pair<int, int>, std::vector<MessageRecord>> sends_;           // (from, to)
   std::map<std::pair<int, int>, std::vector<MessageRecord>> recvs_;           // (from, to): on `to`
-  std::vector<std::vector<IpcEvent>> ipc_events_;                            // [rank]
+  std::vector<std::vector<IpcEvent>> ipc_events_;                       // [rank]
+  WaitGraph graph_;
   std::vector<Issue> issues_;
   bool truncated_ = false;
   int64_t posts_ = 0;

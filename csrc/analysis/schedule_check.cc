@@ -49,37 +49,38 @@ void matchCollectives(const Plan& plan, Findings& f) {
   for (std::size_t t = 0; t < plan.teams.size(); ++t) {
     const PlanTeam& team = plan.teams[t];
     if (team.ranks.empty()) continue;
-    const auto& seqs = f.collectives_[t];
-    const int ref = team.ranks[0];
-    std::size_t common = seqs[ref].size();
-    for (int r : team.ranks) common = std::min(common, seqs[r].size());
+    const auto& seqs = f.collectives_[t];  // by team rank
+    const int members = static_cast<int>(team.ranks.size());
+    std::size_t common = seqs[0].size();
+    for (const auto& seq : seqs) common = std::min(common, seq.size());
 
     bool reported = false;
     for (std::size_t k = 0; k < common && !reported; ++k) {
-      for (int r : team.ranks) {
-        const CollectiveRecord &a = seqs[ref][k], &b = seqs[r][k];
+      for (int i = 1; i < members; ++i) {
+        const CollectiveRecord &a = seqs[0][k], &b = seqs[i][k];
         if (sameCollective(a, b)) continue;
         f.add(a.site.path(),
               fmt::format("{}: collective #{} differs: rank {} posts {} ({}) but rank {} posts {} "
                           "({})",
-                          teamName(team), k + 1, ref, describe(a), a.site.str(), r, describe(b),
-                          b.site.str()));
+                          teamName(team), k + 1, team.ranks[0], describe(a), a.site.str(),
+                          team.ranks[i], describe(b), b.site.str()));
         reported = true;
         break;
       }
     }
     // A truncated rank ran only a prefix: counts cannot be compared.
     if (reported || f.truncated_) continue;
-    auto [lo, hi] = std::minmax_element(team.ranks.begin(), team.ranks.end(), [&](int a, int b) {
-      return seqs[a].size() < seqs[b].size();
+    auto [lo, hi] = std::minmax_element(seqs.begin(), seqs.end(), [](const auto& a, const auto& b) {
+      return a.size() < b.size();
     });
-    if (seqs[*lo].size() == seqs[*hi].size()) continue;
-    const CollectiveRecord& first = seqs[*hi][seqs[*lo].size()];
+    if (lo->size() == hi->size()) continue;
+    const int lo_rank = team.ranks[lo - seqs.begin()], hi_rank = team.ranks[hi - seqs.begin()];
+    const CollectiveRecord& first = (*hi)[lo->size()];
     f.add(first.site.path(),
           fmt::format("rank {} posts {} on {}, rank {} posts {}; the first unmatched is {} on "
                       "rank {} ({})",
-                      *lo, plural(seqs[*lo].size(), "collective"), teamName(team), *hi,
-                      seqs[*hi].size(), describe(first), *hi, first.site.str()));
+                      lo_rank, plural(lo->size(), "collective"), teamName(team), hi_rank,
+                      hi->size(), describe(first), hi_rank, first.site.str()));
   }
 }
 
@@ -179,6 +180,47 @@ void matchIpcEvents(const Plan& plan, Findings& f) {
   }
 }
 
+// Every matched operation becomes a meeting of its participations in the
+// wait-for graph; a cycle there is a deadlock (progress.h).
+void findDeadlock(const Plan& plan, Findings& f) {
+  using Meeting = WaitGraph::Meeting;
+  WaitGraph& g = f.graph_;
+  std::vector<int> parts;
+  for (std::size_t t = 0; t < plan.teams.size(); ++t) {
+    const auto& seqs = f.collectives_[t];
+    if (seqs.empty()) continue;
+    std::size_t common = seqs[0].size();
+    for (const auto& seq : seqs) common = std::min(common, seq.size());
+    for (std::size_t k = 0; k < common; ++k) {
+      parts.clear();
+      for (const auto& seq : seqs) parts.push_back(seq[k].part);
+      g.meet(Meeting{Meeting::What::Collective, static_cast<int>(t), -1, -1,
+                     static_cast<int64_t>(k), parts[0]},
+             parts);
+    }
+  }
+  for (const auto& [pair, sends] : f.sends_) {
+    auto r = f.recvs_.find(pair);
+    if (r == f.recvs_.end()) continue;
+    for (std::size_t k = 0; k < std::min(sends.size(), r->second.size()); ++k)
+      g.meet(Meeting{Meeting::What::Message, -1, pair.first, pair.second, static_cast<int64_t>(k),
+                     sends[k].part},
+             {sends[k].part, r->second[k].part});
+  }
+  std::vector<std::vector<int>> shares(plan.world);
+  for (int rank = 0; rank < plan.world; ++rank)
+    for (const IpcEvent& e : f.ipc_events_[rank])
+      if (e.alloc < 0) shares[rank].push_back(e.part);
+  std::size_t common = shares[0].size();
+  for (const auto& s : shares) common = std::min(common, s.size());
+  for (std::size_t k = 0; k < common; ++k) {
+    parts.clear();
+    for (const auto& s : shares) parts.push_back(s[k]);
+    g.meet(Meeting{Meeting::What::Share, -1, -1, -1, static_cast<int64_t>(k), parts[0]}, parts);
+  }
+  if (auto cycle = g.findCycle(plan)) f.add(cycle->first, cycle->second);
+}
+
 // The matched messages, for backends that need the peer's address.
 P2pTrace buildTrace(const Plan& plan, const Findings& f) {
   P2pTrace trace;
@@ -212,6 +254,9 @@ ScheduleCheckResult checkSchedule(const Plan& plan, const ScheduleCheckOptions& 
   matchCollectives(plan, findings);
   matchMessages(plan, findings);
   matchIpcEvents(plan, findings);
+  // Mismatched sequences are reported already; a deadlock search over them
+  // would only repeat them.
+  if (findings.issues_.empty()) findDeadlock(plan, findings);
   if (!findings.issues_.empty()) throw ValidationError(std::move(findings.issues_));
   return {findings.truncated_, findings.posts_, buildTrace(plan, findings)};
 }

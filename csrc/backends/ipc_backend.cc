@@ -458,6 +458,7 @@ BackendCaps IpcBackend::caps() {
   c.protocols = {Protocol::Put, Protocol::Get};
   c.maps_peer_memory = true;
   c.same_node_only = true;
+  c.post_order = PostOrder::kPerPeer;  // one lane per ordered pair of ranks
   c.auto_priority = 0;
   return c;
 }

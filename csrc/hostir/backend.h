@@ -98,6 +98,16 @@ class EnumSet {
   uint32_t bits_ = 0;
 };
 
+// How a rank's posts on a backend wait for each other. kFree: a post starts
+// once the work enqueued before it on its stream is done, and never waits
+// for other posts (mpi: starts never block). kPerPeer: besides, the messages
+// of one ordered pair of ranks run one after another (ipc's lanes).
+// kPerRank: every operation of a rank runs only after the rank's previous
+// one on the backend completed, whatever its team, and waits there for its
+// peers (nccl: one stream per rank), so ranks must post them in orders that
+// agree.
+enum class PostOrder : uint8_t { kFree, kPerPeer, kPerRank };
+
 // What a backend is and handles, said once. Validation and lowering bind
 // communications by these answers alone.
 struct BackendCaps {
@@ -116,6 +126,9 @@ struct BackendCaps {
   // Reaches only peers on its own node (a send/recv to another node is an
   // error of the cross-rank check).
   bool same_node_only = false;
+  // How a rank's posts on it wait for each other (the deadlock search of the
+  // cross-rank check follows it).
+  PostOrder post_order = PostOrder::kFree;
   // Preference of "auto" (higher first) among those that support a query;
   // below 1, "auto" never picks it.
   int auto_priority = 0;

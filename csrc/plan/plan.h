@@ -17,6 +17,7 @@
 #include <variant>
 #include <vector>
 
+#include <hostir/backend.h>
 #include <hostir/expr.h>
 #include <hostir/program.h>
 #include <hostir/types.h>
@@ -74,6 +75,7 @@ struct PlanComm {
 struct PlanBackend {
   std::string name;
   bool maps_peer_memory = false;  // BackendCaps::maps_peer_memory
+  PostOrder post_order = PostOrder::kFree;  // BackendCaps::post_order
 };
 
 struct PlanGroup {

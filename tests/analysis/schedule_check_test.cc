@@ -601,6 +601,124 @@ TEST(ScheduleCheck, ThousandsOfPendingPostsOnDisjointRowsAreCheckedInLinearTime)
                         "(/body/3/body/0, j=0) that writes it is still pending"}));
 }
 
+// -------------------------------------------------------------- deadlocks
+
+// The backends of a run, and "inorder": mpi's caps, but a rank's operations
+// run one after another (nccl's order, without needing a GPU build).
+std::vector<BackendCaps> catalogWithInOrder() {
+  std::vector<BackendCaps> catalog = backendCatalog();
+  for (const BackendCaps& c : backendCatalog())
+    if (c.name == "mpi") {
+      BackendCaps in_order = c;
+      in_order.name = "inorder";
+      in_order.auto_priority = 0;
+      in_order.post_order = PostOrder::kPerRank;
+      catalog.push_back(in_order);
+    }
+  return catalog;
+}
+
+Plan planWith(const std::string& body, int world) {
+  Program program = parseProgram(doc(body));
+  validate(program, ValidateOptions{world, catalogWithInOrder()});
+  LowerOptions options;
+  options.world = world;
+  options.backends = catalogWithInOrder();
+  return lower(program, options);
+}
+
+TEST(ScheduleCheck, AHostWaitBeforeTheSendThatFeedsItIsADeadlock) {
+  // Every rank receives, waits on the host, then sends: nobody sends first.
+  auto body = [](const std::string& mode) {
+    return alloc("a", R"(["n"])") + "," + alloc("b", R"(["n"])") + "," +
+           comm(R"("name": "r", "type": "recv", "tensor": "b", "peer": "(rank + world - 1) % world")") +
+           R"(, {"op": "wait", "communication": "r", "mode": ")" + mode + R"("},)" +
+           comm(R"("name": "s", "type": "send", "tensor": "a", "peer": "(rank + 1) % world")") +
+           "," + wait("s");
+  };
+  for (int world : {2, 3}) {
+    Issues issues = scheduleIssues(planOf(body("host"), world));
+    ASSERT_EQ(issues.size(), 1u) << show(issues);
+    EXPECT_TRUE(hasIssue(issues, "/body/3",
+                         {"deadlock: these waits form a cycle, so no rank can go on",
+                          "rank 0's host wait on 'r' (/body/3) waits for message #1 from rank " +
+                              std::to_string(world - 1) +
+                              " to rank 0 (send 's'), and rank 0's send 's' (/body/4) comes "
+                              "after it",
+                          "rank 1's host wait on 'r' (/body/3) waits for message #1 from rank 0 "
+                          "to rank 1"}))
+        << show(issues);
+  }
+  // A stream-mode wait blocks the stream the send is posted from: the same.
+  EXPECT_TRUE(hasIssue(scheduleIssues(planOf(body("stream"), 2)), "/body/3",
+                       {"rank 0's wait on 'r' on stream 0 (/body/3) waits for message #1"}));
+}
+
+TEST(ScheduleCheck, TheSendPostedFromAnotherStreamIsNoDeadlock) {
+  // The recv is waited on stream 0; the send goes from stream 1.
+  const std::string body =
+      alloc("a", R"(["n"])") + "," + alloc("b", R"(["n"])") + "," +
+      comm(R"("name": "r", "type": "recv", "tensor": "b", "peer": "1 - rank")") + "," + wait("r") +
+      R"(, {"op": "set_stream", "stream": 1},)" +
+      comm(R"("name": "s", "type": "send", "tensor": "a", "peer": "1 - rank")") + "," + wait("s");
+  EXPECT_NO_THROW(checkSchedule(planOf(body, 2)));
+}
+
+TEST(ScheduleCheck, CollectivesOfTwoTeamsInOpposingOrdersDeadlockOnAnInOrderBackend) {
+  // Ranks 0 and 1 are in teams A and B; rank 0 posts A then B, rank 1 B
+  // then A. Fine where posts never wait for each other (mpi); a deadlock
+  // where a rank's operations run in post order (nccl).
+  auto body = [](const std::string& backend) {
+    const std::string team_a = R"("team": [0, 1], "backend": ")" + backend + R"(")";
+    const std::string team_b = R"("team": [1, 0], "backend": ")" + backend + R"(")";
+    auto ar = [&](const std::string& name, const std::string& team) {
+      const std::string buf = name.substr(0, 1);  // a or b
+      return comm(R"("name": ")" + name + R"(", "type": "allreduce", "input": ")" + buf +
+                  R"(", "output": ")" + buf + R"(", "reduce": "sum", )" + team);
+    };
+    return alloc("a", R"(["n"])") + "," + alloc("b", R"(["n"])") + R"(, {"op": "if", "cond": "rank == 0", "then": [)" +
+           ar("a0", team_a) + "," + ar("b0", team_b) + R"(], "else": [)" + ar("b1", team_b) + "," +
+           ar("a1", team_a) + "]}";
+  };
+  EXPECT_NO_THROW(checkSchedule(planWith(body("mpi"), 2)));
+  Issues issues = scheduleIssues(planWith(body("inorder"), 2));
+  EXPECT_TRUE(hasIssue(issues, "/body/2/else/1",
+                       {"deadlock", "rank 0's allreduce 'b0' (/body/2/then/1) starts only after "
+                                    "allreduce #1 of team [0, 1] ('a0') completes (inorder runs "
+                                    "them in order)",
+                        "rank 1's allreduce 'a1' (/body/2/else/1) starts only after allreduce #1 "
+                        "of team [1, 0] ('b1') completes"}))
+      << show(issues);
+}
+
+TEST(ScheduleCheck, SendAndRecvInOpposingOrdersDeadlockOnlyWhereTheBackendSerializes) {
+  // Both ranks send, then receive, with a fill between so they are not
+  // grouped: fine on mpi (starts never block), a deadlock on an in-order
+  // backend; a group fixes it.
+  auto body = [](const std::string& backend, bool group) {
+    const std::string b = R"(, "backend": ")" + backend + R"(")";
+    std::string posts =
+        comm(R"("name": "s", "type": "send", "tensor": "a", "peer": "1 - rank")" + b) +
+        (group ? "," : R"(, {"op": "fill", "tensor": "c", "value": 0},)") +
+        comm(R"("name": "r", "type": "recv", "tensor": "b", "peer": "1 - rank")" + b);
+    if (group) posts = R"({"op": "group", "name": "g", "body": [)" + posts + "]}";
+    return alloc("a", R"(["n"])") + "," + alloc("b", R"(["n"])") + "," + alloc("c", R"(["n"])") +
+           "," + posts + "," + wait("r") + "," + wait("s");
+  };
+  EXPECT_NO_THROW(checkSchedule(planWith(body("mpi", false), 2)));
+  EXPECT_NO_THROW(checkSchedule(planWith(body("inorder", true), 2)));
+  Issues issues = scheduleIssues(planWith(body("inorder", false), 2));
+  EXPECT_TRUE(hasIssue(issues, "/body/5", {"deadlock", "rank 0's recv 'r' (/body/5) starts only after message #1 from rank 0 to rank 1 (send 's') completes"}))
+      << show(issues);
+}
+
+TEST(ScheduleCheck, DeadlockSearchOfALongRingIsLinear) {
+  // The ring allgather at world 64 (4,032 messages per direction pair
+  // group) passes: the search adds a few nodes per post.
+  ScheduleCheckResult result = checkSchedule(planOf(kRing, 64));
+  EXPECT_EQ(result.communications, int64_t{2} * 63 * 64);
+}
+
 // ------------------------------------------------------------- truncation
 
 TEST(ScheduleCheck, TinyStepBudgetTruncatesWithoutFalseMismatches) {

@@ -715,6 +715,7 @@ BackendCaps NcclBackend::caps() {
   c.dtypes = EnumSet<DType>::all(kDTypeNames);
   c.reduce_ops = EnumSet<ReduceOp>::all(kReduceOpNames);
   c.auto_priority = kAutoPriority;
+  c.post_order = PostOrder::kPerRank;  // one backend stream per rank
   return c;
 }
 
