@@ -69,6 +69,7 @@ class RankRun {
         scalars_(plan.scalar_init),
         layouts_(plan.allocs.size()),
         bad_alloc_(plan.allocs.size(), false),
+        threw_(plan.code.size(), false),
         comm_seen_(plan.comms.size(), false),
         group_seen_(plan.groups.size(), false),
         ord_(static_cast<int>(plan.comms.size() + plan.groups.size())),
@@ -81,7 +82,7 @@ class RankRun {
     int64_t steps = 0;
     const int size = static_cast<int>(plan_.code.size());
     while (pc_ >= 0 && pc_ < size && !stopped_) {
-      if (steps >= options_.max_steps_per_rank) {
+      if (steps >= findings_.steps_per_rank_) {
         findings_.truncated_ = true;
         return;
       }
@@ -360,13 +361,20 @@ class RankRun {
   }
 
   // Runs a rule of the core; its ProgramError becomes a problem of `kind`.
+  // Once a rule threw at an instruction, this rank skips the instruction's
+  // rules from then on (reported once anyway; an exception per loop
+  // iteration made the check of a failing program take minutes), except the
+  // peer and root, which decide what is recorded for matching.
   template <class Rule>
-  bool attempt(const std::string& kind, Rule&& rule) {
+  bool attempt(std::string_view kind, Rule&& rule) {
+    const bool matching = kind == "peer" || kind == "root";
+    if (threw_[pc_] && !matching) return false;
     try {
       rule();
       return true;
     } catch (const ProgramError& e) {
-      problem(kind, [&] { return std::string(e.what()); });
+      threw_[pc_] = true;
+      problem(std::string(kind), [&] { return std::string(e.what()); });
       return false;
     }
   }
@@ -383,7 +391,7 @@ class RankRun {
       return std::nullopt;
     }
     std::optional<RefSpan> out;
-    attempt("ref:" + ref.text, [&] { out = resolveRef(ref, *layout, scalars_.data()); });
+    attempt("ref", [&] { out = resolveRef(ref, *layout, scalars_.data()); });
     return out;
   }
 
@@ -497,6 +505,7 @@ class RankRun {
   std::vector<int64_t> scalars_;
   std::vector<std::optional<Layout>> layouts_;  // per alloc, while allocated
   std::vector<bool> bad_alloc_;                 // allocate failed: uses stay quiet
+  std::vector<bool> threw_;                     // per instruction: a rule threw here
   std::vector<bool> comm_seen_, group_seen_;    // posted (or skipped) so far
   std::array<std::optional<Range>, kMaxAccesses> accessed_;  // of the current instruction
   std::array<RefSpan, kMaxAccesses> spans_;  // their spans, where accessed_ has a value
@@ -516,6 +525,9 @@ Findings simulate(const Plan& plan, const ScheduleCheckOptions& options) {
   HIR_INTERNAL_ASSERT(options.nodes.empty() || static_cast<int>(options.nodes.size()) == plan.world,
                       "{} node names for a world of {}", options.nodes.size(), plan.world);
   Findings findings(plan);
+  findings.steps_per_rank_ =
+      std::min(options.max_steps_per_rank,
+               std::max<int64_t>(options.max_steps_total / plan.world, 2'000));
   for (int rank = 0; rank < plan.world; ++rank) RankRun(plan, options, findings, rank).run();
   return findings;
 }

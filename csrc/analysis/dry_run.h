@@ -100,6 +100,7 @@ class Findings {
   WaitGraph graph_;
   std::vector<Issue> issues_;
   bool truncated_ = false;
+  int64_t steps_per_rank_ = 0;  // the bound each rank ran under
   int64_t posts_ = 0;
   int64_t dropped_ = 0;
 

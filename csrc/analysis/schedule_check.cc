@@ -258,7 +258,8 @@ ScheduleCheckResult checkSchedule(const Plan& plan, const ScheduleCheckOptions& 
   // would only repeat them.
   if (findings.issues_.empty()) findDeadlock(plan, findings);
   if (!findings.issues_.empty()) throw ValidationError(std::move(findings.issues_));
-  return {findings.truncated_, findings.posts_, buildTrace(plan, findings)};
+  return {findings.truncated_, findings.steps_per_rank_, findings.posts_,
+          options.want_trace ? buildTrace(plan, findings) : P2pTrace{}};
 }
 
 P2pTrace traceP2p(const Plan& plan, const ScheduleCheckOptions& options) {

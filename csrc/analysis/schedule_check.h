@@ -35,12 +35,20 @@ struct ScheduleCheckOptions {
   // Stop simulating a rank after this many executed instructions; the check
   // then covers only the prefix (and says so through `truncated`).
   int64_t max_steps_per_rank = 4'000'000;
+  // And after this many over all ranks: each rank then gets an equal share
+  // (at least 2,000 steps), so that time and memory stay bounded at any
+  // world size (docs/ir.md gives the figures).
+  int64_t max_steps_total = 16'000'000;
+  // Make the p2p trace of the result (only backends that map peer memory
+  // need it; it costs a record per message).
+  bool want_trace = true;
   // Node identity of each rank (Bootstrap::nodes()); empty: one node.
   std::vector<std::string> nodes;
 };
 
 struct ScheduleCheckResult {
   bool truncated = false;
+  int64_t steps_per_rank = 0;  // the bound each rank ran under
   int64_t communications = 0;  // posts over all ranks
   P2pTrace p2p;
 };

@@ -27,10 +27,12 @@ CompiledProgram compile(const Program& program, const CompileOptions& options) {
   if (node_bound && options.nodes) check.nodes = options.nodes();
   const bool peer_mapped = std::any_of(plan.backends.begin(), plan.backends.end(),
                                        [](const PlanBackend& b) { return b.maps_peer_memory; });
+  check.want_trace = peer_mapped;
   if (options.check_schedule) {
     ScheduleCheckResult r = checkSchedule(plan, check);
     out.checked = true;
     out.truncated = r.truncated;
+    out.steps_per_rank = r.steps_per_rank;
     out.communications = r.communications;
     if (peer_mapped) out.trace = std::move(r.p2p);
   } else if (peer_mapped) {

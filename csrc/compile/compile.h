@@ -40,7 +40,8 @@ struct CompileOptions {
 struct CompiledProgram {
   Plan plan;
   bool checked = false;        // the cross-rank check ran and passed
-  bool truncated = false;      // it covered only a prefix of a long run
+  bool truncated = false;      // it covered only a prefix of a long run ...
+  int64_t steps_per_rank = 0;  // ... of this many steps per rank
   int64_t communications = 0;  // posts over all ranks in one run (when checked)
   // Matched send/recv of one run, when a bound backend maps peer memory.
   P2pTrace trace;
