@@ -1,4 +1,4 @@
-// The ipc backend (see ipc_backend.h and docs/ipc.md). One file of about 670
+// The ipc backend (see ipc_backend.h and docs/ipc.md). One file of about 690
 // lines: the protocol of a message and the exchange that maps the memory it
 // moves share the backend's state; the work on ipc collectives is where it
 // splits into protocol and exchange.
@@ -24,6 +24,7 @@
 #include "backends/ipc_backend.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <limits>
 #include <map>
@@ -42,6 +43,10 @@ enum Signal : int { kPutFree = 0, kPutDone = 1, kGetReady = 2, kGetConsumed = 3,
 
 // The signal page's own slot in an exchange table (allocation slots are >= 0).
 constexpr int64_t kPageSlot = -1;
+
+// How long teardown lets the streams run once unblock() released their
+// waits (after a failure).
+constexpr Duration kReleaseDrain{1000};
 
 bool isGet(Protocol p) { return p == Protocol::Get; }
 
@@ -216,6 +221,7 @@ struct IpcBackend::State {
   std::unique_ptr<Stream> control;  // page fills (setup, abort)
   std::unique_ptr<Event> ready, joined;
   std::mutex post_mutex;  // see post()
+  std::atomic<bool> aborted{false};  // abort(): later posts throw, teardown does not wait
   int64_t exchanges = 0;
 
   Lane& laneFor(CommType type, int peer) {
@@ -241,6 +247,11 @@ struct IpcBackend::State {
   void importBlock(int peer, int slot, const std::vector<uint8_t>& handle);
   std::string exportError(const ShareItem& item, const std::string& what) const;
   void unblock();
+  void checkNotAborted(std::span<const PostArgs> ops) const {
+    HIR_CHECK_AS(BackendError, !aborted.load(),
+                 "ipc: cannot post at {} on rank {}: the backend was aborted",
+                 ops.empty() ? "" : ops[0].path, rank);
+  }
   void shutdown() noexcept;
 };
 
@@ -397,7 +408,7 @@ void IpcBackend::State::shutdown() noexcept {
   all.push_back(control.get());
   // All streams share one deadline: a stuck lane must not cost a timeout
   // per stream.
-  auto drain = [&] {
+  auto drain = [&](Duration limit) {
     const auto start = std::chrono::steady_clock::now();
     bool ok = true;
     auto quietly = [&](auto&& fn) {
@@ -408,20 +419,23 @@ void IpcBackend::State::shutdown() noexcept {
       }
     };
     for (Stream* s : all)
-      if (s != nullptr) quietly([&] { dev->synchronize(*s, remainingOf(ctx.timeout, start)); });
-    for (Event* e : tails)
-      quietly([&] { dev->synchronize(*e, remainingOf(ctx.timeout, start)); });
+      if (s != nullptr) quietly([&] { dev->synchronize(*s, remainingOf(limit, start)); });
+    for (Event* e : tails) quietly([&] { dev->synchronize(*e, remainingOf(limit, start)); });
     return ok;
   };
   // Our communications completed: by the protocol, no peer touches our page
-  // or our exported blocks any more, and we touch none of theirs.
-  const bool clean = drain();
+  // or our exported blocks any more, and we touch none of theirs. After an
+  // abort nothing is waited for: the run failed, and abort() released our
+  // waits already.
+  const bool clean = !aborted.load() && drain(ctx.timeout);
   if (!clean) {
     try {
       unblock();
     } catch (...) {
     }
-    drain();
+    // Our own waits are released: the streams only finish what they are
+    // doing (a failed device skips the rest).
+    drain(kReleaseDrain);
   }
   send_lanes.clear();
   recv_lanes.clear();
@@ -501,6 +515,7 @@ void IpcBackend::post(std::span<const PostArgs> ops, Stream& current, Event& don
   State& st = *state_;
   HIR_INTERNAL_ASSERT(st.dev != nullptr, "ipc backend posted to before setup()");
   HIR_INTERNAL_ASSERT(!ops.empty(), "ipc: empty post");
+  st.checkNotAborted(ops);
   Device& d = *st.dev;
   // Posts re-record the shared events and may create a pair's stream.
   std::lock_guard lock(st.post_mutex);
@@ -538,6 +553,7 @@ bool IpcBackend::postJoined(std::span<const PostArgs> ops, Stream& current, Even
   State& st = *state_;
   HIR_INTERNAL_ASSERT(st.dev != nullptr, "ipc backend posted to before setup()");
   HIR_INTERNAL_ASSERT(!ops.empty(), "ipc: empty post");
+  st.checkNotAborted(ops);
   Device& d = *st.dev;
   std::lock_guard lock(st.post_mutex);
   std::vector<Step> steps;
@@ -652,7 +668,10 @@ void IpcBackend::shareMemHandles(std::span<const ShareItem> items) {
   throwIfAnyFailed(allgatherStatus(boot, import_error), "mapping peer memory");
 }
 
+// From any thread (the evaluator's watchdog): touches only the page, through
+// the device, which is thread-safe.
 void IpcBackend::abort() {
+  state_->aborted.store(true);
   try {
     state_->unblock();
   } catch (...) {

@@ -27,7 +27,8 @@
 //   remaining waits, so a ring posted as one group cannot deadlock either.
 //   Lanes stay in order across streams (an event per lane).
 // - Teardown needs no peer: once this rank's communications completed, the
-//   protocol guarantees that no peer touches its memory any more.
+//   protocol guarantees that no peer touches its memory any more. After an
+//   abort (a failed run), nothing is waited for and nothing is freed.
 #pragma once
 
 #include <memory>
@@ -51,7 +52,11 @@ class IpcBackend final : public Backend {
   bool postJoined(std::span<const PostArgs> ops, Stream& current, Event& done) override;
   // Collective over the world, on every rank even with no items.
   void shareMemHandles(std::span<const ShareItem> items) override;
-  // Releases this rank's own semaphore waits (a failed job is being ended).
+  // Releases this rank's own semaphore waits (every counter of its signal
+  // page to 2^31 - 1, on the host and cuda devices alike: a GPU stream
+  // blocked in cuStreamWaitValue32 or in the fused copy kernel drains);
+  // later posts throw, and teardown waits for nothing and leaks the page
+  // and the mappings (peers may still write into them). Any thread.
   void abort() override;
 
   // host or cuda device; send and recv; any dtype; peers on this node only.

@@ -1,4 +1,4 @@
-// The MPI backend (one file of about 620 lines: one backend's state, its two
+// The MPI backend (one file of about 650 lines: one backend's state, its two
 // streams and the MPI call of every communication type belong together).
 // A post never blocks the host:
 //
@@ -21,6 +21,7 @@
 #include "backends/mpi_backend.h"
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <climits>
 #include <cstring>
@@ -44,6 +45,11 @@ constexpr int kPointToPointTag = 0;
 // share few cores, so the poller sleeps rather than spins.
 constexpr std::chrono::microseconds kFirstPause{2};
 constexpr std::chrono::microseconds kLongestPause{1000};
+// A post's polling gives up this long after the backend timeout: the
+// evaluator's own host waits (the timeout) and its watchdog (the timeout and
+// 1 s), which report what is pending, end first. The polling is the
+// backstop.
+constexpr Duration kPollGrace{2000};
 
 // ------------------------------------------------------------- datatypes
 
@@ -185,13 +191,15 @@ struct PostRecord {
   std::string what;  // "PATH (allreduce)", for messages
   int rank = -1;     // world rank, for messages
   Duration timeout{0};
+  // The backend's abort(): a start not yet run is skipped, a poll gives up.
+  std::shared_ptr<const std::atomic<bool>> aborted;
   bool start_failed = false;
   bool completed = false;
 
-  // A post that never completed (a timeout, or its completion task skipped
-  // after an earlier failure) may still have MPI writing into its
-  // temporaries: leave them allocated for the rest of the process (the run
-  // has failed, and the watchdog aborts the job).
+  // A post that never completed (a timeout, an abort, or its completion
+  // task skipped after an earlier failure) may still have MPI writing into
+  // its temporaries: leave them allocated for the rest of the process (the
+  // run has failed).
   ~PostRecord() {
     if (!completed)
       for (auto& temp : temps) static_cast<void>(temp.release());
@@ -257,6 +265,11 @@ MPI_Request startCall(const Call& c) {
 
 // The start task: never waits for a peer.
 void startPost(PostRecord& record) {
+  if (record.aborted->load()) {
+    record.start_failed = true;
+    throw BackendError(fmt::format("mpi: {} was not started on rank {}: the backend was aborted",
+                                   record.what, record.rank));
+  }
   try {
     record.requests.reserve(record.calls.size());
     for (Call& c : record.calls) {
@@ -270,10 +283,12 @@ void startPost(PostRecord& record) {
 }
 
 // Polls until every request of the post completed, or throws after the
-// timeout (this becomes the device's sticky error).
+// timeout and its grace, or once the backend is aborted (this becomes the
+// device's sticky error). An abandoned request stays with MPI.
 void awaitPost(PostRecord& record) {
   using Clock = std::chrono::steady_clock;
-  const Clock::time_point deadline = Clock::now() + record.timeout;
+  const Duration limit = record.timeout + kPollGrace;
+  const Clock::time_point deadline = Clock::now() + limit;
   std::chrono::microseconds pause = kFirstPause;
   for (;;) {
     int complete = 0;
@@ -281,9 +296,13 @@ void awaitPost(PostRecord& record) {
                            &complete, MPI_STATUSES_IGNORE),
                "MPI_Testall");
     if (complete) return;
+    if (record.aborted->load())
+      throw BackendError(fmt::format("mpi: {} was abandoned on rank {}: the backend was aborted",
+                                     record.what, record.rank));
     if (Clock::now() >= deadline)
-      throw BackendError(fmt::format("mpi: {} did not complete within {} ms on rank {}",
-                                     record.what, record.timeout.count(), record.rank));
+      throw BackendError(fmt::format(
+          "mpi: {} did not complete within {} ms on rank {} (the timeout, {} ms, and {} ms)",
+          record.what, limit.count(), record.rank, record.timeout.count(), kPollGrace.count()));
     std::this_thread::sleep_for(pause);
     pause = std::min(pause * 2, kLongestPause);
   }
@@ -345,6 +364,8 @@ struct MpiBackend::State {
                                {MPI_OP_NULL, MPI_OP_NULL, MPI_OP_NULL, MPI_OP_NULL}};
   std::unique_ptr<Stream> start_stream, completion_stream;
   std::unique_ptr<Event> ready, started;
+  // Set by abort(); shared with the posts' tasks.
+  std::shared_ptr<std::atomic<bool>> aborted = std::make_shared<std::atomic<bool>>(false);
   // post() re-records the two shared events: keep each post's sequence whole.
   std::mutex post_mutex;
 
@@ -518,11 +539,13 @@ void MpiBackend::State::resolveCollective(const PostArgs& a, Call& c) const {
 
 void MpiBackend::State::shutdown() noexcept {
   Device* device = ctx.device;
-  // Let posted work finish (or time out) before its communicators go.
+  // Let posted work finish (or time out) before its communicators go, with
+  // one deadline for both streams. After abort() the tasks end at once.
+  const auto start = std::chrono::steady_clock::now();
   for (Stream* s : {start_stream.get(), completion_stream.get()}) {
     if (device == nullptr || s == nullptr) continue;
     try {
-      device->synchronize(*s, ctx.timeout);
+      device->synchronize(*s, remainingOf(ctx.timeout, start));
     } catch (...) {
       // A failed or timed-out run: the error was reported where it happened.
     }
@@ -533,7 +556,9 @@ void MpiBackend::State::shutdown() noexcept {
   ready.reset();
   int finalized = 0;
   MPI_Finalized(&finalized);
-  if (finalized) return;
+  // After an abort, requests may still be pending on the communicators:
+  // they are left to MPI, with the communicators and ops.
+  if (finalized || aborted->load()) return;
   for (MPI_Comm& comm : comms)
     if (comm != MPI_COMM_NULL) MPI_Comm_free(&comm);
   for (auto& row : ops16)
@@ -587,9 +612,13 @@ void MpiBackend::setup(const BackendContext& ctx) {
 void MpiBackend::post(std::span<const PostArgs> ops, Stream& current, Event& done) {
   State& st = *state_;
   HIR_INTERNAL_ASSERT(st.start_stream != nullptr, "mpi backend posted to before setup()");
+  HIR_CHECK_AS(BackendError, !st.aborted->load(),
+               "mpi: cannot post at {} on rank {}: the backend was aborted",
+               ops.empty() ? "" : ops[0].path, st.rank);
   auto record = std::make_shared<PostRecord>();
   record->rank = st.rank;
   record->timeout = st.ctx.timeout;
+  record->aborted = st.aborted;
   record->calls.reserve(ops.size());
   for (const PostArgs& a : ops) {
     record->calls.push_back(st.resolve(a));
@@ -607,12 +636,7 @@ void MpiBackend::post(std::span<const PostArgs> ops, Stream& current, Event& don
   d.record(done, *st.completion_stream);
 }
 
-void MpiBackend::abort() {
-  int initialized = 0, finalized = 0;
-  MPI_Initialized(&initialized);
-  MPI_Finalized(&finalized);
-  if (initialized && !finalized) MPI_Abort(MPI_COMM_WORLD, kExitRuntimeFailure);
-}
+void MpiBackend::abort() { state_->aborted->store(true); }
 
 void registerMpiBackend() {
   registerBackend({MpiBackend::caps(), [] { return std::make_unique<MpiBackend>(); }});

@@ -4,7 +4,8 @@
 // How a post stays asynchronous (see mpi_backend.cc): a host function on the
 // backend's "start" stream starts the MPI calls once the inputs are ready on
 // the caller's stream; a host function on its "completion" stream polls them
-// (with the backend timeout) and records `done`. Starts run in post order on
+// (with the backend timeout and a grace, so that the evaluator's own waits
+// report first) and records `done`. Starts run in post order on
 // every rank and never wait, so send/recv posted in any order cannot deadlock.
 //
 // Needs MPI initialized with MPI_THREAD_MULTIPLE (the MPI bootstrap does it,
@@ -26,7 +27,11 @@ class MpiBackend final : public Backend {
   std::string_view name() const override { return "mpi"; }
   void setup(const BackendContext& ctx) override;
   void post(std::span<const PostArgs> ops, Stream& current, Event& done) override;
-  // MPI_Abort(MPI_COMM_WORLD, 3): ends every rank of the job.
+  // This rank gives up its posts: starts not yet run are skipped, polls
+  // end at once (the device's sticky error), later posts throw. Requests
+  // already started stay with MPI (a collective cannot be cancelled), and
+  // so do the communicators. Local: the job goes on (the evaluator calls
+  // it when a run fails; `hir run` then ends the job).
   void abort() override;
 
   // Host device only; every communication type, dtype and reduce op.

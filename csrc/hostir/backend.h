@@ -13,7 +13,7 @@
 // the caller's stream without a completion event; default: post()), wait()
 // (stream/host wait on the done event), shareMemHandles() (only for a
 // backend whose caps say maps_peer_memory; default: none to exchange),
-// abort().
+// abort() (what a failed run calls).
 #pragma once
 
 #include <cstddef>
@@ -208,9 +208,14 @@ class Backend {
   // every rank, never inside a post. The default accepts no items.
   virtual void shareMemHandles(std::span<const ShareItem> items);
 
-  // Optional: makes pending operations fail instead of hanging
-  // (ncclCommAbort, MPI_Abort); later posts fail. For an embedder (or a
-  // test) that gives up on a run; the evaluator does not call it.
+  // Optional: makes pending operations fail or end instead of hanging
+  // (ncclCommAbort; ipc releases its own semaphore waits; mpi abandons its
+  // requests), and later posts fail; this rank only, the job goes on. The
+  // evaluator calls it once a run failed (a timeout, an error), before its
+  // teardown, and from its watchdog thread when the host made no progress
+  // for the timeout, possibly while another call of the backend is blocked:
+  // it must be callable from any thread, more than once. Teardown after it
+  // must not wait for what it abandoned.
   virtual void abort();
 
  protected:

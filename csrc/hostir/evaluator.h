@@ -29,7 +29,11 @@ class Session;
 struct Plan;
 
 struct EvaluatorOptions {
-  std::chrono::milliseconds timeout{300000};  // every host wait
+  // Every host wait; and the longest the host may go without progress
+  // inside run(), synchronize() or setup (a watchdog thread: timeout + 1 s,
+  // then the run fails; if still stuck 1.5 s later, the job is ended
+  // through Bootstrap::abort). See "Failure" below.
+  std::chrono::milliseconds timeout{300000};
   bool check_schedule = true;                 // run the cross-rank check at load
   // Records a timeline of every run (host time per instruction, GPU spans
   // timed by events on their streams); see Evaluator::traceEvents(). Needs a
@@ -58,6 +62,14 @@ struct RunReport {
   std::string format() const;          // one failure per line
 };
 
+// Failure: the first error of run() or synchronize() (TimeoutError,
+// BackendError, RuntimeError, ProgramError) fails the evaluator for good:
+// the error carries this rank's pending communications and its flight
+// recorder (the last 16 posts, each with its state); every backend is
+// aborted (Backend::abort) and the device abandons its queued work
+// (Device::cancel), so destroying the evaluator waits for nothing; later
+// run() and synchronize() throw RuntimeError. docs/cli.md, "Timeouts and the
+// flight recorder".
 class Evaluator {
  public:
   Evaluator(Session& session, const Program& program, const EvaluatorOptions& options = {});

@@ -1,5 +1,6 @@
 #include "runtime/diagnostics.h"
 
+#include <algorithm>
 #include <array>
 
 #include "common/check.h"
@@ -21,7 +22,7 @@ Diagnostics::Diagnostics(const Plan& plan, Device& dev, int rank)
 }
 
 Diagnostics::~Diagnostics() {
-  if (!records_) return;
+  if (!records_ || leak_) return;
   try {
     dev_.freeCheckRecords(records_);
   } catch (const std::exception&) {
@@ -29,10 +30,12 @@ Diagnostics::~Diagnostics() {
   }
 }
 
-std::string Diagnostics::loopContext(int node, const int64_t* values) const {
+std::string Diagnostics::loopContext(int node, const int64_t* values, int count) const {
   const PlanNode& n = plan_.nodes[node];
   std::string out;
-  for (std::size_t i = 0; i < n.loop_slots.size(); ++i)
+  const std::size_t shown =
+      count < 0 ? n.loop_slots.size() : std::min(n.loop_slots.size(), std::size_t(count));
+  for (std::size_t i = 0; i < shown; ++i)
     out += fmt::format("{}{}={}", out.empty() ? "" : ", ", plan_.scalar_names[n.loop_slots[i]],
                        values[i]);
   return out;
@@ -52,49 +55,134 @@ std::string Diagnostics::where(int node, const int64_t* scalars) const {
                      ctx.empty() ? "" : fmt::format(" ({})", ctx));
 }
 
-std::string Diagnostics::pendingReport(const std::vector<CommState>& comms,
-                                       Streams& streams) const {
-  std::string out = fmt::format("rank {}: pending communications:", rank_);
-  std::array<int, kMaxStreams> stream_busy;
-  stream_busy.fill(-1);  // -1: not asked yet, 0: finished, 1: busy
-  auto busy = [&](int k) {
-    if (stream_busy[k] < 0) {
-      stream_busy[k] = 0;
+namespace {
+
+// Whether a program stream still has work, asked once per report (record
+// its event, query it; a stream that cannot be asked counts as busy), or
+// never (`ask` false: recording may block where the host is stuck), which
+// answers "unknown".
+class StreamProbe {
+ public:
+  enum Answer { kFinished = 0, kBusy = 1, kUnknown = 2 };
+  StreamProbe(Device& dev, Streams& streams, bool ask) : dev_(dev), streams_(streams), ask_(ask) {
+    busy_.fill(-1);
+  }
+  Answer state(int k) {
+    if (k < 0 || k >= kMaxStreams) return kFinished;
+    if (!ask_) return kUnknown;
+    if (busy_[k] < 0) {
+      busy_[k] = 0;
       try {
-        if (streams[k].stream && streams[k].event) {
-          dev_.record(*streams[k].event, *streams[k].stream);
-          stream_busy[k] = dev_.query(*streams[k].event) ? 0 : 1;
+        if (streams_[k].stream && streams_[k].event) {
+          dev_.record(*streams_[k].event, *streams_[k].stream);
+          busy_[k] = dev_.query(*streams_[k].event) ? 0 : 1;
         }
       } catch (const std::exception&) {
-        stream_busy[k] = 1;
+        busy_[k] = 1;
       }
     }
-    return stream_busy[k] == 1;
-  };
+    return busy_[k] == 1 ? kBusy : kFinished;
+  }
+
+ private:
+  Device& dev_;
+  Streams& streams_;
+  bool ask_;
+  std::array<int, kMaxStreams> busy_;  // -1: not asked yet, 0: finished, 1: busy
+};
+
+// "team 0 (the world)", "team 2 (ranks 0, 2, 4)", "team 3 (ranks 0, 1, 2, ... 15: 16 ranks)".
+std::string teamText(const Plan& plan, int team) {
+  if (team == 0) return "team 0 (the world)";
+  const std::vector<int>& ranks = plan.teams[team].ranks;
+  constexpr std::size_t kShown = 6;
+  std::string list;
+  for (std::size_t i = 0; i < ranks.size() && i < kShown; ++i)
+    list += fmt::format("{}{}", i ? ", " : "", ranks[i]);
+  if (ranks.size() > kShown) list += fmt::format(", ... {}: {} ranks", ranks.back(), ranks.size());
+  return fmt::format("team {} (rank{} {})", team, ranks.size() == 1 ? "" : "s", list);
+}
+
+}  // namespace
+
+std::string Diagnostics::pendingReport(const std::vector<CommState>& comms, Streams& streams,
+                                       bool ask_streams) const {
+  std::string out = fmt::format("rank {}: pending communications:", rank_);
+  StreamProbe probe(dev_, streams, ask_streams);
   int n = 0;
   for (std::size_t i = 0; i < comms.size(); ++i) {
     const CommState& c = comms[i];
     if (c.state != PostState::Posted) continue;
     bool done = false;
+    StreamProbe::Answer stream = StreamProbe::kFinished;
     if (c.last_done) {
       try {
         done = dev_.query(*c.last_done);
       } catch (const std::exception&) {
       }
     } else {
-      done = c.joined_on < 0 || !busy(c.joined_on);
+      stream = probe.state(c.joined_on);
+      done = c.joined_on < 0 || stream == StreamProbe::kFinished;
     }
     if (done) continue;
     const PlanComm& pc = plan_.comms[i];
     std::string ctx = loopContext(pc.node, c.loop_values.data());
     out += fmt::format("\n  '{}' ({}) at {}{}{}", pc.name, toString(pc.type),
                        plan_.nodes[pc.node].path, ctx.empty() ? "" : " (" + ctx + ")",
-                       c.last_done ? ""
-                                   : fmt::format(", on stream {}, which has not finished",
-                                                 c.joined_on));
+                       c.last_done                         ? ""
+                       : stream == StreamProbe::kUnknown ? fmt::format(", on stream {}", c.joined_on)
+                           : fmt::format(", on stream {}, which has not finished", c.joined_on));
     ++n;
   }
   if (n == 0) out += " none (a stream is stuck on other work)";
+  return out;
+}
+
+std::string Diagnostics::flightReport(const FlightRecorder& recorder, EventPool& events,
+                                      Streams& streams, bool ask_streams) const {
+  const uint64_t posts = recorder.posts();
+  if (posts == 0) return fmt::format("rank {}: flight recorder: no communication posted", rank_);
+  const uint64_t shown = std::min<uint64_t>(posts, FlightRecorder::kEntries);
+  std::string out = fmt::format(
+      "rank {}: flight recorder, the last {} of {} communication{} posted (oldest first):", rank_,
+      shown, posts, posts == 1 ? "" : "s");
+  StreamProbe probe(dev_, streams, ask_streams);
+  const int width = static_cast<int>(fmt::formatted_size("{}", posts));
+  recorder.forEach([&](const FlightRecorder::Entry& e) {
+    const PlanComm& pc = plan_.comms[e.comm];
+    // done / PENDING: its own done event says so; queued: a joined post on
+    // a stream that has not finished (it, or later work there, holds the
+    // stream); unknown: the device failed, or the stream was not asked.
+    const char* state = "unknown";
+    if (e.event >= 0) {
+      try {
+        state = dev_.query(events[e.event]) ? "done" : "PENDING";
+      } catch (const std::exception&) {
+      }
+    } else {
+      const StreamProbe::Answer a = probe.state(e.joined);
+      if (a != StreamProbe::kUnknown) state = a == StreamProbe::kBusy ? "queued" : "done";
+    }
+    std::string what;
+    switch (pc.type) {
+      case CommType::Send:
+        what = fmt::format("send #{} to rank {}", e.match, e.peer);
+        break;
+      case CommType::Recv:
+        what = fmt::format("recv #{} from rank {}", e.match, e.peer);
+        break;
+      default:
+        what = fmt::format("{} #{} of {}{}", toString(pc.type), e.match, teamText(plan_, pc.team),
+                           e.root >= 0 ? fmt::format(", root {}", e.root) : "");
+    }
+    std::string ctx = loopContext(pc.node, e.loop_values.data(), e.loops);
+    if (e.more_loops) ctx += ", ...";
+    out += fmt::format("\n  #{:<{}} {:<7} '{}' {} at {}{} on {}, run {}, stream {}{}", e.seq, width,
+                       state, pc.name, what, plan_.nodes[pc.node].path,
+                       ctx.empty() ? "" : " (" + ctx + ")", plan_.backends[pc.backend].name,
+                       e.run, e.stream,
+                       e.joined >= 0 ? " (joined: in the stream's order)" : "");
+  });
   return out;
 }
 

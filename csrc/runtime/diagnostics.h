@@ -1,6 +1,7 @@
 // What the evaluator says about a run (internal to runtime/): where an
 // instruction is (node path, rank, loop indices), what is still pending when
-// a run times out, and the results of the check nodes.
+// a run times out, the flight recorder's last communications, and the
+// results of the check nodes.
 #pragma once
 
 #include <cstdint>
@@ -11,6 +12,7 @@
 #include <hostir/evaluator.h>
 
 #include "plan/plan.h"
+#include "runtime/flight_recorder.h"
 #include "runtime/run_state.h"
 
 namespace hir {
@@ -23,8 +25,8 @@ class Diagnostics {
   Diagnostics& operator=(const Diagnostics&) = delete;
 
   // "i=2, j=0": the loop indices around `node`, from `values` (one per loop
-  // slot of the node), or empty outside loops.
-  std::string loopContext(int node, const int64_t* values) const;
+  // slot of the node, or the first `count` of them), or empty outside loops.
+  std::string loopContext(int node, const int64_t* values, int count = -1) const;
   // "PATH: on rank R (i=2)", with the loop indices now in `scalars`.
   std::string where(int node, const int64_t* scalars) const;
   // The loop indices around `node` now, into `out` (one per loop slot).
@@ -32,8 +34,23 @@ class Diagnostics {
 
   // What this rank still waits for, with node paths and loop indices. A
   // joined post has no done event: it is listed while its stream has not
-  // finished.
-  std::string pendingReport(const std::vector<CommState>& comms, Streams& streams) const;
+  // finished (`ask_streams`: record an event on the stream and query it;
+  // without, it is listed as it is).
+  std::string pendingReport(const std::vector<CommState>& comms, Streams& streams,
+                            bool ask_streams = true) const;
+  // The flight recorder's entries, oldest first, one line each: post number,
+  // state, name, type, peer or team with the operation's number there, node
+  // path, loop indices, backend, run, stream. The state: "done" or
+  // "PENDING" by the post's own done event; a joined post (no event):
+  // "done" once its stream finished, else "queued"; "unknown" when the
+  // device failed (it cannot be asked) or, without `ask_streams`, for a
+  // joined post. Asks the device; never throws.
+  std::string flightReport(const FlightRecorder& recorder, EventPool& events, Streams& streams,
+                           bool ask_streams = true) const;
+
+  // After a failure: the check records may still be written by stuck work;
+  // they are left to the process instead of freed.
+  void leak() { leak_ = true; }
 
   // Check nodes: the record each writes to, and the execution number of a
   // new execution of check `check` with the loop indices in `scalars`.
@@ -46,6 +63,7 @@ class Diagnostics {
   Device& dev_;
   int rank_;
   CheckRecord* records_ = nullptr;
+  bool leak_ = false;
   std::vector<int64_t> check_executions_;
   std::vector<std::vector<int64_t>> check_contexts_;  // per check: flat loop values
 };

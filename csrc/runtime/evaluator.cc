@@ -6,11 +6,19 @@
 //   cross-rank check, which therefore checks what runs here);
 // - alloc_cache.h: the memory of allocations and who used it;
 // - peer_routes.h: the peer's address of each message, and exchanges;
-// - diagnostics.h: node paths, pending reports, check results.
+// - diagnostics.h: node paths, pending reports, check results;
+// - flight_recorder.h: the last communications posted, for those reports;
+// - failure.h: a failure aborts the backends and the queued work, once;
+// - watchdog.h: the bound on time spent without progress.
 //
 // Per-node work is integer arithmetic on the scalar slots, a few device
 // calls (enqueue, record, wait) and no allocation in steady state, except the
 // host device's task closures.
+//
+// About 760 lines, over the usual 600: one executor per instruction and
+// the run's failure paths (where each error surfaces, what the watchdog
+// reports) all act on the one Impl state; what could leave it has (the
+// failure itself, the watchdog, the flight recorder, the diagnostics).
 #include <hostir/evaluator.h>
 
 #include <algorithm>
@@ -28,12 +36,23 @@
 #include "plan/step.h"
 #include "runtime/alloc_cache.h"
 #include "runtime/diagnostics.h"
+#include "runtime/failure.h"
+#include "runtime/flight_recorder.h"
 #include "runtime/peer_routes.h"
 #include "runtime/run_state.h"
 #include "runtime/trace.h"
+#include "runtime/watchdog.h"
 
 namespace hir {
 namespace {
+
+using Section = Watchdog::Section;
+
+// The watchdog's limit inside run() and synchronize() beyond the timeout,
+// whose own waits therefore report first; and the limit of a teardown
+// after a failure, whose waits are all cut short.
+constexpr Duration kProgressSlack{1000};
+constexpr Duration kTeardownLimit{2000};
 
 CompiledProgram compileFor(Session& session, const Program& program,
                            const EvaluatorOptions& opts) {
@@ -53,13 +72,20 @@ struct Evaluator::Impl {
   Device& dev;
   Bootstrap& boot;
   EvaluatorOptions opts;
+  int rank = 0;
+  Failure failure;  // shared with the watchdog's thread
+  // Before everything it may have to report on or abort, and destroyed
+  // after it: it guards teardown to the end.
+  Watchdog watchdog;
   CompiledProgram compiled;
   const Plan& plan;
-  int rank = 0;
   std::vector<int> team_rank;  // per team: this rank's team rank, or -1
   std::vector<int64_t> scalars;
   std::vector<CommState> comms;
   std::vector<GroupState> groups;
+  EventPool events;  // done events of posts (run_state.h)
+  FlightRecorder flight;  // the last posts
+  uint64_t runs = 0;
   Streams streams;
   std::map<void*, std::unique_ptr<Stream>> wrapped;  // caller streams
   std::unique_ptr<Event> run_start;
@@ -71,10 +97,14 @@ struct Evaluator::Impl {
   PeerRoutes routes;
   std::vector<std::unique_ptr<Backend>> backends;
   // The buffers the current instruction accesses, in the order it declares
-  // them (instr::*::accesses), and how many each instruction has (0: none
-  // to resolve, as for control flow), counted once at load.
+  // them (instr::*::accesses); and per instruction, how many it has (0: none
+  // to resolve, as for control flow) and kWatched, for those the watchdog
+  // sees go by (all that may block the host, and loops' back edges; not
+  // the other jumps), counted once at load.
+  static constexpr uint8_t kWatched = 0x80, kAccessMask = 0x7f;
+  static_assert(kMaxAccesses <= kAccessMask);
   std::array<AllocCache::Span, kMaxAccesses> spans{};
-  std::vector<uint8_t> access_counts;
+  std::vector<uint8_t> pc_info;
   // Per kernel instruction: the kernel and the storage of its launches
   // (sized at load, so a launch allocates nothing).
   struct KernelCall {
@@ -91,35 +121,53 @@ struct Evaluator::Impl {
         dev(s.device()),
         boot(s.bootstrap()),
         opts(o),
+        rank(boot.rank()),
+        failure(dev, boot, rank),
+        watchdog(Watchdog::Actions{[this](Section sec, Duration d) { onStuck(sec, d); },
+                                   [this](Section sec, Duration d) { endJob(sec, d); }}),
         compiled(compileFor(s, program, o)),
         plan(compiled.plan),
-        rank(boot.rank()),
+        flight(plan),
         diag(plan, dev, rank),
         allocs(plan, dev,
                AllocCache::UserWaits{[this](const AllocCache::Block& b) { orderAfterUsers(b); },
                                      [this](const AllocCache::Block& b) { drainUsers(b); }}),
         routes(plan, compiled.trace, rank) {
     for (const PlanTeam& t : plan.teams) team_rank.push_back(teamRankOf(t, rank));
+    // The report before anything is aborted; from the watchdog's thread
+    // (the host is stuck somewhere) without recording on streams.
+    failure.setActions(Failure::Actions{
+        [this](bool ask_streams) {
+          return diag.pendingReport(comms, streams, ask_streams) + "\n" +
+                 diag.flightReport(flight, events, streams, ask_streams);
+        },
+        [this] {
+          for (auto& b : backends) b->abort();
+        }});
     BackendContext ctx;
     ctx.device = &dev;
     ctx.bootstrap = &boot;
     ctx.timeout = opts.timeout;
     for (const PlanTeam& t : plan.teams) ctx.teams.push_back(t.ranks);
-    for (const PlanBackend& b : plan.backends) {
-      const BackendInfo* info = findBackend(b.name);
-      HIR_INTERNAL_ASSERT(info, "lowering bound unknown backend '{}'", b.name);
-      backends.push_back(info->create());
-      backends.back()->setup(ctx);
+    {
+      // Setup is collective (communicators, node names): a peer that never
+      // comes must not hold this rank for ever.
+      Watchdog::Scope load(watchdog, Section::Load, opts.timeout + kProgressSlack);
+      for (const PlanBackend& b : plan.backends) {
+        const BackendInfo* info = findBackend(b.name);
+        HIR_INTERNAL_ASSERT(info, "lowering bound unknown backend '{}'", b.name);
+        backends.push_back(info->create());
+        backends.back()->setup(ctx);
+        watchdog.tick(-1);
+      }
     }
     scalars = plan.scalar_init;
     scalars[kRankSlot] = rank;
     comms.resize(plan.comms.size());
-    for (std::size_t c = 0; c < comms.size(); ++c) {
-      comms[c].done = dev.createEvent();
+    for (std::size_t c = 0; c < comms.size(); ++c)
       comms[c].loop_values.resize(plan.nodes[plan.comms[c].node].loop_slots.size());
-    }
     groups.resize(plan.groups.size());
-    for (GroupState& g : groups) g.done = dev.createEvent();
+    events.init(dev, comms.size() + groups.size() + FlightRecorder::kEntries + 1);
     run_start = dev.createEvent();
     bindKernels();
     for (const Instr& in : plan.code) {
@@ -127,7 +175,10 @@ struct Evaluator::Impl {
       forEachAccess(plan, in, [&](const PlanRef&, Access) { ++n; });
       HIR_INTERNAL_ASSERT(n <= kMaxAccesses, "an instruction with {} accesses (at most {})", n,
                           kMaxAccesses);
-      access_counts.push_back(static_cast<uint8_t>(n));
+      const bool jump = std::holds_alternative<instr::LoopInit>(in.op) ||
+                        std::holds_alternative<instr::JumpIfZero>(in.op) ||
+                        std::holds_alternative<instr::Jump>(in.op);
+      pc_info.push_back(static_cast<uint8_t>(n | (jump ? 0 : kWatched)));
     }
     if (opts.trace) tracer = std::make_unique<Tracer>(dev, plan, rank, opts.timeout);
   }
@@ -155,12 +206,26 @@ struct Evaluator::Impl {
     }
   }
 
+  // Bounded: after a failure nothing is waited for (the backends were
+  // aborted and the device's queued work failed); otherwise the run's work
+  // gets the timeout, and a timeout is a failure. The watchdog guards the
+  // rest, members included.
   ~Impl() {
-    try {
-      synchronize();
-    } catch (const std::exception&) {
-      allocs.leak();
+    watchdog.enter(Section::Teardown,
+                   failure.failed() ? kTeardownLimit : opts.timeout + kTeardownLimit);
+    failure.beginTeardown();  // after a fail() of the watchdog's under way, if any
+    if (!failure.failed()) {
+      try {
+        synchronizeAll();
+      } catch (const std::exception& e) {
+        failure.fail(e.what());
+      }
     }
+    if (failure.failed()) {
+      allocs.leak();  // a stuck transfer may still use it
+      diag.leak();
+    }
+    watchdog.tick(-1);
     // Backends first: they finish with the memory (ipc: peers are done with
     // our blocks once our own communications completed), and the streams
     // given to postJoined outlive them.
@@ -168,6 +233,42 @@ struct Evaluator::Impl {
       backends.clear();
     } catch (const std::exception&) {
     }
+    watchdog.tick(-1);
+    tracer.reset();
+  }
+
+  // ------------------------------------------------------------ failure
+  // Where the host is stuck, as the other messages say where: "PATH: on
+  // rank R (i=2)", "synchronize after run 3: on rank R", ...
+  std::string stuckWhere(Section s) {
+    switch (s) {
+      case Section::Run: {
+        const int pc = watchdog.pc();
+        return pc >= 0 ? here(pc) : fmt::format("run {}: on rank {}", runs, rank);
+      }
+      case Section::Synchronize: return synchronizing();
+      case Section::Load: return fmt::format("setting up the backends: on rank {}", rank);
+      case Section::Teardown: return fmt::format("the evaluator's teardown: on rank {}", rank);
+      case Section::None: break;
+    }
+    return fmt::format("rank {}", rank);
+  }
+
+  // Watchdog, stage 1: the host made no progress for the timeout (plus the
+  // slack) in something without a timeout of its own.
+  void onStuck(Section s, Duration stuck) {
+    if (s == Section::Teardown) return;  // teardown aborted already, or has nothing to abort
+    failure.fail(fmt::format("{}: no progress for {} ms (the timeout is {} ms): the watchdog "
+                             "aborted the communications",
+                             stuckWhere(s), stuck.count(), opts.timeout.count()),
+                 /*from_watchdog=*/true);
+  }
+
+  // Watchdog, stage 2: the abort did not release the host. Only ending the
+  // job does (a bootstrap collective a peer never joins, a call that ignores
+  // the abort).
+  [[noreturn]] void endJob(Section s, Duration stuck) {
+    failure.endJob(fmt::format("{}: no progress for {} ms", stuckWhere(s), stuck.count()));
   }
 
   // ------------------------------------------------------------- streams
@@ -201,12 +302,15 @@ struct Evaluator::Impl {
   }
 
   // A block about to be freed: the host waits until its users finished.
+  // One deadline for all of them.
   void drainUsers(const AllocCache::Block& b) {
+    const auto start = std::chrono::steady_clock::now();
     for (int c : b.comm_users)
-      if (comms[c].last_done) dev.synchronize(*comms[c].last_done, opts.timeout);
+      if (comms[c].last_done)
+        dev.synchronize(*comms[c].last_done, remainingOf(opts.timeout, start));
     for (int k = 0; k < kMaxStreams; ++k)
       if ((b.stream_mask >> k & 1) && streams[k].stream)
-        dev.synchronize(*streams[k].stream, opts.timeout);
+        dev.synchronize(*streams[k].stream, remainingOf(opts.timeout, start));
   }
 
   // ------------------------------------------------------ instructions
@@ -258,6 +362,21 @@ struct Evaluator::Impl {
     return p;
   }
 
+  // The latest post of `cs` has done event `event` (-1: joined, none).
+  void setLastDone(CommState& cs, int event) {
+    if (event >= 0) events.ref(event);
+    events.unref(cs.last_event);
+    cs.last_event = event;
+    cs.last_done = event >= 0 ? &events[event] : nullptr;
+  }
+
+  // The flight recorder's entry of a post of communication `slot` with
+  // arguments `p` and done event `event` (-1: joined to stream `joined`).
+  void recordPost(int slot, const PostArgs& p, int event, int joined) {
+    if (event >= 0) events.ref(event);
+    events.unref(flight.record(slot, p, {&comms[slot].loop_values, runs, current, joined, event}));
+  }
+
   void markPosted(int slot) {
     if (comms[slot].posted_this_run) return;
     comms[slot].posted_this_run = true;
@@ -288,13 +407,16 @@ struct Evaluator::Impl {
       GroupState& g = groups[c.group];
       g.ops.push_back(p);
       g.comms.push_back(in.comm);
-      cs.last_done = g.done.get();
     } else {
       const int span = tracer ? tracer->postBegin(pc, current, stream(current)) : -1;
+      const int ev = events.take();
       cs.joined_on =
-          postUnit(*backends[c.backend], std::span<const PostArgs>(&p, 1), *cs.done, in.joined);
-      if (tracer) tracer->postEnd(span, cs.joined_on >= 0 ? nullptr : cs.done.get());
-      cs.last_done = cs.joined_on >= 0 ? nullptr : cs.done.get();
+          postUnit(*backends[c.backend], std::span<const PostArgs>(&p, 1), events[ev], in.joined);
+      const int kept = cs.joined_on >= 0 ? -1 : ev;  // a joined post recorded no event
+      if (tracer) tracer->postEnd(span, kept >= 0 ? &events[kept] : nullptr);
+      setLastDone(cs, kept);
+      recordPost(in.comm, p, kept, cs.joined_on);
+      events.unref(ev);  // take()'s reference
       markPosted(in.comm);
     }
     cs.state = PostState::Posted;
@@ -317,14 +439,23 @@ struct Evaluator::Impl {
     }
     const int backend = plan.groups[in.group].backend;
     const int span = tracer ? tracer->postBegin(pc, current, stream(current)) : -1;
-    g.joined_on = postUnit(*backends[backend], g.ops, *g.done, in.joined);
-    if (tracer) tracer->postEnd(span, g.joined_on >= 0 ? nullptr : g.done.get());
+    const int ev = events.take();
+    g.joined_on = postUnit(*backends[backend], g.ops, events[ev], in.joined);
+    const int kept = g.joined_on >= 0 ? -1 : ev;
+    if (tracer) tracer->postEnd(span, kept >= 0 ? &events[kept] : nullptr);
+    if (kept >= 0) events.ref(kept);
+    events.unref(g.event);
+    g.event = kept;
+    g.done = kept >= 0 ? &events[kept] : nullptr;
     g.state = PostState::Posted;
-    for (int c : g.comms) {
+    for (std::size_t i = 0; i < g.comms.size(); ++i) {
+      const int c = g.comms[i];
       markPosted(c);
       comms[c].joined_on = g.joined_on;
-      if (g.joined_on >= 0) comms[c].last_done = nullptr;
+      setLastDone(comms[c], kept);
+      recordPost(c, g.ops[i], kept, g.joined_on);
     }
+    events.unref(ev);
   }
 
   void operator()(const instr::Wait& in, int) {
@@ -468,6 +599,9 @@ struct Evaluator::Impl {
 
   // ------------------------------------------------------------------ run
   void run(void* native) {
+    failure.throwIfFailed();
+    Watchdog::Scope scope(watchdog, Section::Run, opts.timeout + kProgressSlack);
+    ++runs;
     Stream* s0;
     if (native == nullptr) {
       s0 = &dev.defaultStream();
@@ -488,35 +622,51 @@ struct Evaluator::Impl {
 
     const int end = static_cast<int>(plan.code.size());
     int pc = 0;
+    // Every failure fails the evaluator (failure.h): the other ranks may
+    // wait on this one's next posts, so nothing it posted is waited for.
     try {
       while (pc < end) {
+        const uint8_t info = pc_info[pc];
+        if (info & kWatched) watchdog.tick(pc);
         if (tracer) {
           pc = tracedStep(pc);
           continue;
         }
-        if (access_counts[pc] != 0) resolveAccesses(plan.code[pc]);
+        if (info & kAccessMask) resolveAccesses(plan.code[pc]);
         pc = step(plan, pc, scalars.data(), *this);
       }
+      // The watchdog failed the run while this thread was blocked, and the
+      // call that blocked returned normally (what came after was abandoned,
+      // and a post to an aborted backend throws).
+      if (failure.failed()) throw RuntimeError("the run was aborted");
+      finishRun();
     } catch (const ProgramError& e) {
-      throw ProgramError(fmt::format("{}: {}", here(pc), e.what()));
+      failure.fail(e.what());
+      throw ProgramError(fmt::format("{}: {}", at(pc), e.what()));
     } catch (const TimeoutError& e) {
-      // A host-mode wait ran out of time: say where, and what is pending.
-      throw TimeoutError(fmt::format("{}: {}\n{}", here(pc), e.what(), pending()));
-    } catch (const BackendError& e) {
-      // The same, when a backend's own timeout or a device failure came first.
-      throw BackendError(fmt::format("{}: {}\n{}", here(pc), e.what(), pending()));
+      // A host-mode wait ran out of time: say where, what is pending and
+      // what was posted last.
+      throw TimeoutError(failure.messageAt(at(pc), e.what()));
     } catch (const RuntimeError& e) {
-      // Another failure of a valid run (an exchange between ranks): where.
-      throw RuntimeError(fmt::format("{}: {}", here(pc), e.what()));
+      // A backend's own timeout or a device failure came first, an exchange
+      // between ranks failed, or the watchdog aborted a call that had no
+      // timeout (then it is a timeout).
+      bool watchdog_fired = false;
+      std::string message = failure.messageAt(at(pc), e.what(), &watchdog_fired);
+      if (watchdog_fired) throw TimeoutError(message);
+      if (dynamic_cast<const BackendError*>(&e)) throw BackendError(message);
+      throw RuntimeError(message);
+    } catch (const std::exception& e) {
+      failure.fail(e.what());
+      throw;
     }
-    finishRun();
   }
 
   // One instruction with its host span, and a span on its stream for
   // compute and stream-mode waits (posts trace themselves).
   int tracedStep(int pc) {
     const auto begin = std::chrono::steady_clock::now();
-    if (access_counts[pc] != 0) resolveAccesses(plan.code[pc]);
+    if (pc_info[pc] & kAccessMask) resolveAccesses(plan.code[pc]);
     const int span = tracer->onStream(pc) ? tracer->gpuBegin(pc, current, stream(current)) : -1;
     const int next = step(plan, pc, scalars.data(), *this);
     if (span >= 0) tracer->gpuEnd(span, stream(current));
@@ -525,7 +675,12 @@ struct Evaluator::Impl {
   }
 
   std::string here(int pc) const { return diag.where(plan.code[pc].node, scalars.data()); }
-  std::string pending() { return diag.pendingReport(comms, streams); }
+  // here(), or the end of the run (finishRun).
+  std::string at(int pc) const {
+    return pc < static_cast<int>(plan.code.size())
+               ? here(pc)
+               : fmt::format("the end of run {}: on rank {}", runs, rank);
+  }
 
   // Stream 0 waits for every stream and every communication of the run, so
   // the caller's stream carries all of the run's dependencies.
@@ -545,17 +700,32 @@ struct Evaluator::Impl {
     allocs.endRun();
   }
 
+  std::string synchronizing() const {
+    return fmt::format("synchronize after run {}: on rank {}", runs, rank);
+  }
+
   void synchronize() {
+    failure.throwIfFailed();
+    Watchdog::Scope scope(watchdog, Section::Synchronize, opts.timeout + kProgressSlack);
+    synchronizeAll();
+  }
+
+  // One deadline for all: a stuck run fails after `timeout`, not after a
+  // timeout per stream. Communications first, through their backends (which
+  // may tell a library's asynchronous error from slowness), then streams.
+  void synchronizeAll() {
     try {
-      // One deadline for all: a stuck run fails after `timeout`, not after
-      // a timeout per stream.
       const auto start = std::chrono::steady_clock::now();
+      for (std::size_t i = 0; i < comms.size(); ++i)
+        if (comms[i].last_done)
+          backends[plan.comms[i].backend]->wait(*comms[i].last_done, dev.defaultStream(),
+                                                WaitMode::Host, remainingOf(opts.timeout, start));
       for (StreamState& s : streams)
         if (s.stream) dev.synchronize(*s.stream, remainingOf(opts.timeout, start));
-      for (CommState& c : comms)
-        if (c.last_done) dev.synchronize(*c.last_done, remainingOf(opts.timeout, start));
     } catch (const TimeoutError& e) {
-      throw TimeoutError(fmt::format("{}\n{}", e.what(), pending()));
+      throw TimeoutError(failure.messageAt(synchronizing(), e.what()));
+    } catch (const BackendError& e) {
+      throw BackendError(failure.messageAt(synchronizing(), e.what()));
     }
     for (CommState& c : comms) c.pending = false;
   }

@@ -1,4 +1,4 @@
-// The NCCL backend (see nccl_backend.h). One file of about 730 lines: the
+// The NCCL backend (see nccl_backend.h). One file of about 770 lines: the
 // communicators, the ordering of posts across streams and the mapping of
 // every communication type onto NCCL calls share one state.
 #include "backends/nccl/nccl_backend.h"
@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -23,6 +24,10 @@ namespace hir {
 namespace {
 
 constexpr int kAutoPriority = 10;
+// A host wait polls its event in slices of this length and asks the
+// communicators for asynchronous errors (a peer gone, a network failure)
+// between them, so that such an error ends the wait at once.
+constexpr Duration kAsyncErrorPoll{20};
 // Alignment of the pieces of the scratch buffer (CUDA's allocation alignment).
 constexpr std::size_t kScratchAlignment = 256;
 
@@ -238,6 +243,8 @@ struct NcclBackend::State {
     return lane_mark;
   }
   void abortAll();
+  // BackendError when a communicator reports an asynchronous error.
+  void checkAsyncErrors() const;
   void release();
 };
 
@@ -422,6 +429,7 @@ void checkTeams(const BackendContext& ctx, int world) {
 void NcclBackend::State::setupTeams(const BackendContext& ctx) {
   ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
   config.blocking = 1;
+  teams.reserve(ctx.teams.size());  // abortAll() may read it from another thread
 
   IdMessage message;
   if (rank == 0) {
@@ -510,6 +518,9 @@ void NcclBackend::State::connectPeers() {
                timeout.count());
 }
 
+// From any thread (the evaluator's watchdog, while the posting thread is
+// stuck in an NCCL call): ncclCommAbort makes NCCL's kernels and calls on
+// the communicator return.
 void NcclBackend::State::abortAll() {
   if (aborted.exchange(true)) return;
   for (TeamComm& t : teams) {
@@ -518,6 +529,20 @@ void NcclBackend::State::abortAll() {
     if (r != ncclSuccess)
       std::fprintf(stderr, "hostir: nccl: ncclCommAbort failed on rank %d: %s\n", rank,
                    ncclGetErrorString(r));
+  }
+}
+
+void NcclBackend::State::checkAsyncErrors() const {
+  for (std::size_t t = 0; t < teams.size(); ++t) {
+    if (!teams[t].owned || teams[t].comm == nullptr) continue;
+    ncclResult_t async = ncclSuccess;
+    if (ncclCommGetAsyncError(teams[t].comm, &async) != ncclSuccess) continue;
+    if (async == ncclSuccess || async == ncclInProgress) continue;
+    const char* last = ncclGetLastError(teams[t].comm);
+    throw BackendError(fmt::format("nccl: the communicator of team {} reported an asynchronous "
+                                   "error on rank {}: {}{}{}",
+                                   t, rank, ncclGetErrorString(async), last && *last ? "; " : "",
+                                   last ? last : ""));
   }
 }
 
@@ -532,11 +557,13 @@ void NcclBackend::State::release() {
     std::string why;
     try {
       // The latest operations ran on a caller's stream (postJoined), which
-      // outlives the backend (see backend.h): wait for them there.
+      // outlives the backend (see backend.h): wait for them there. One
+      // deadline for both waits.
+      const auto start = std::chrono::steady_clock::now();
       if (lane_on != nullptr && !cuda::pollEvent(laneEnd(), timeout, ordinal))
         throw TimeoutError(fmt::format("operations on the caller's stream still pending after {} ms",
                                        timeout.count()));
-      drained = drainStream(timeout);
+      drained = drainStream(remainingOf(timeout, start));
       if (!drained)
         why = fmt::format("communications still pending after {} ms", timeout.count());
     } catch (const std::exception& e) {
@@ -690,7 +717,7 @@ bool NcclBackend::postJoined(std::span<const PostArgs> ops, Stream& current, Eve
 // joined before it, it still is after it.
 void NcclBackend::wait(Event& done, Stream& current, WaitMode mode, Duration timeout) {
   State& s = *state_;
-  if (mode != WaitMode::Stream) return Backend::wait(done, current, mode, timeout);
+  if (mode != WaitMode::Stream) return hostWait(done, timeout);
   // Device::wait without its checks: this is the hot path of stream waits.
   cuda::CudaStream& cs = cuda::cudaStream(current, "nccl wait");
   const bool was_joined = cs.tracked() && cs.counterId() == s.joined_stream &&
@@ -700,6 +727,25 @@ void NcclBackend::wait(Event& done, Stream& current, WaitMode mode, Duration tim
                  cudaStreamWaitEvent(cs.native(), cuda::nativeEvent(done, "nccl wait"), 0));
   cs.noteWork();  // a new dependency of `current`, as Device::wait counts it
   if (was_joined) s.joined_work = cs.work();
+}
+
+// A host wait that an asynchronous error of a communicator ends at once,
+// instead of after the timeout.
+void NcclBackend::hostWait(Event& done, Duration timeout) {
+  State& s = *state_;
+  HIR_INTERNAL_ASSERT(device_ != nullptr, "nccl backend waited on before setup()");
+  cuda::activate(s.ordinal);
+  const cudaEvent_t e = cuda::nativeEvent(done, "nccl wait");
+  const auto start = std::chrono::steady_clock::now();
+  for (;;) {
+    const Duration left = remainingOf(timeout, start);
+    if (cuda::pollEvent(e, std::min(left, kAsyncErrorPoll), s.ordinal)) break;
+    s.checkAsyncErrors();
+    HIR_CHECK_AS(TimeoutError, left > Duration{0},
+                 "nccl: a host wait on rank {} did not complete within {} ms{}", s.rank,
+                 timeout.count(), s.aborted.load() ? " (the communicators were aborted)" : "");
+  }
+  (void)device_->query(done);  // the device's sticky error, if any
 }
 
 void NcclBackend::abort() { state_->abortAll(); }

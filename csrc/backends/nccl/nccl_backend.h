@@ -19,11 +19,17 @@
 //   An input that overlaps the output other than in NCCL's in-place layout is
 //   first copied to a scratch buffer of the backend (kept, grown on demand,
 //   freed at destruction).
-// - abort(): ncclCommAbort on every communicator; later posts throw.
-// - Destruction waits (with the setup timeout) for the backend stream, then
-//   destroys the communicators, which NCCL treats as an intra-node collective:
-//   every rank must destroy its backend. If the stream does not drain, the
-//   communicators are aborted instead.
+// - abort(): ncclCommAbort on every communicator, from any thread: kernels
+//   blocked on a peer return (so do NCCL calls blocked behind them); later
+//   posts throw. The evaluator calls it when a run fails or its watchdog
+//   finds the host stuck.
+// - Communicators are blocking (config.blocking = 1): an init a peer never
+//   joins is bounded by the evaluator's watchdog, not here.
+// - Destruction waits (with the setup timeout, one deadline) for the backend
+//   stream, then destroys the communicators, which NCCL treats as an
+//   intra-node collective: every rank must destroy its backend. If the
+//   stream does not drain, or after abort(), the communicators are aborted
+//   instead and nothing is waited for.
 //
 // Destroy the backend before its device and before the bootstrap.
 #pragma once
@@ -48,13 +54,19 @@ class NcclBackend final : public Backend {
   bool postJoined(std::span<const PostArgs> ops, Stream& current, Event& done) override;
   // Backend::wait, plus bookkeeping that lets the next post skip a redundant
   // join of the same stream. `done` must be an event of this backend's posts.
+  // A host wait also asks the communicators for asynchronous errors every
+  // 20 ms (ncclCommGetAsyncError): a peer that died ends it at once.
   void wait(Event& done, Stream& current, WaitMode mode, Duration timeout) override;
+  // ncclCommAbort on every communicator; any thread (the evaluator's
+  // watchdog calls it while the posting thread may be blocked in NCCL).
   void abort() override;
 
   // "cuda" device only; every communication type, dtype and reduce op.
   static BackendCaps caps();
 
  private:
+  void hostWait(Event& done, Duration timeout);
+
   // NCCL and CUDA objects live in State so that this header needs neither.
   struct State;
   std::unique_ptr<State> state_;
