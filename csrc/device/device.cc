@@ -36,6 +36,7 @@ void Device::add(Stream&, void*, const void*, const void*, DType, std::size_t) {
   throwUnsupported(*this, "compute", "add");
 }
 void* Device::nativeStream(Stream&) { return nullptr; }
+void Device::cancel(std::string_view) {}
 std::unique_ptr<Event> Device::createTimingEvent() {
   throwUnsupported(*this, "timing", "createTimingEvent");
 }

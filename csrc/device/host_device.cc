@@ -24,6 +24,7 @@
 #include "common/elements.h"
 #include "common/check.h"
 #include "device/compute.h"
+#include "device/host_memory.h"
 
 namespace hir {
 
@@ -72,6 +73,7 @@ struct HostDevice::Impl {
   std::atomic<bool> closing{false};
 
   std::atomic<int64_t> stream_wait_ms;
+  std::atomic<std::size_t> window{HostDevice::kDefaultRunAheadWindow};
   std::atomic<uint64_t> next_stream_id{0};
   std::atomic<uint64_t> next_event_id{0};
 
@@ -92,6 +94,10 @@ struct HostDevice::Impl {
   std::unique_ptr<HostStream> default_stream;
 
   Duration streamWait() const { return Duration(stream_wait_ms.load()); }
+  // Bytes of the live allocations whose pages were never written: the
+  // memory bounds (/proc/meminfo, cgroups) do not count them yet. With
+  // mem_mu held.
+  std::size_t untouchedLocked() const;
 
   // Sets the sticky error (the first one wins) and wakes every waiter.
   void fail(const std::string& message) {
@@ -125,12 +131,39 @@ struct HostDevice::Impl {
 namespace {
 
 // One stream's thread: runs its queue in order, sleeps when it is empty.
+//
+// Run-ahead. The host enqueues far faster than small tasks run: without a
+// bound, a loop of a million small allreduces queued its whole run (2.4 GB
+// per rank). So each stream queues at most the device's window of tasks
+// (kDefaultRunAheadWindow, like the bounded launch queue of a CUDA stream):
+// an enqueue from the host that finds the queue full blocks until the worker
+// has run it down to half (the host then wakes once per half window, not
+// once per task, and does not slow the worker). If the worker takes no task
+// for the stream-wait timeout, the device fails (sticky) and the enqueue
+// throws TimeoutError naming the stream.
+//
+// Why this cannot deadlock within one process: the host enqueues in program
+// order, and an event wait depends only on work enqueued before it. wait(s,
+// e) captures the record of e made by an earlier call, whose task is already
+// queued (a record not made yet is not waited for). So the head of a full
+// queue waits only for tasks already queued, on this stream or another, each
+// of which waits only for tasks queued before it: the earliest waits for
+// nothing, and the queue drains without the host, whose blocked enqueue comes
+// later in program order than anything queued. Tasks that a worker enqueues
+// itself (work that launches work) never block, so a worker never waits for
+// room on a stream that waits for it.
+// Semaphores (waitValue) and host functions may wait for work enqueued later
+// or by another process (ipc, the MPI backend's completions, a peer's host
+// that is blocked in turn): a program that queues more than a window of work
+// on one stream behind such a wait, before posting what the peer waits for,
+// stalls, as it would on a GPU, and the stall ends in a TimeoutError, not a
+// hang.
 class Worker {
  public:
   Worker(HostDevice::Impl& dev, uint64_t id) : dev_(dev), id_(id) {
     thread_ = std::thread([this] { run(); });
   }
-  // Drains: runs (or skips, after a failure) everything queued, then joins.
+  // Drains: runs everything queued, or after a failure skips it, then joins.
   ~Worker() {
     {
       std::lock_guard lock(queue_mu_);
@@ -143,38 +176,91 @@ class Worker {
   Worker& operator=(const Worker&) = delete;
 
   void enqueue(Task task) {
+    if (t_current_worker == nullptr &&
+        queued_.load(std::memory_order_relaxed) >= dev_.window.load(std::memory_order_relaxed))
+      waitForRoom();
     {
       std::lock_guard lock(queue_mu_);
       queue_.push_back(std::move(task));
+      queued_.fetch_add(1);
       enqueued_.fetch_add(1);
     }
     queue_cv_.notify_one();
   }
 
   uint64_t id() const { return id_; }
-  // Tasks enqueued so far; tasks finished (guarded by dev.mu).
+  // Tasks enqueued so far; tasks finished or skipped (guarded by dev.mu).
   uint64_t enqueued() const { return enqueued_.load(); }
   uint64_t doneLocked() const { return done_; }
 
  private:
+  // The host waits for the worker to run a full queue down to half. The
+  // worker notifies room_cv_ when it gets there and someone waits; the
+  // waiter also looks every 10 ms for a failure (which lets it through:
+  // queued work is skipped then) and for progress, which restarts the
+  // timeout: it fires only when the worker took no task for that long.
+  void waitForRoom() {
+    const Duration limit = dev_.streamWait();
+    const std::size_t resume_at = dev_.window.load() / 2;
+    auto deadline = deadlineAfter(limit);
+    uint64_t seen = taken_.load();
+    std::unique_lock lock(room_mu_);
+    room_waiting_.store(true);
+    for (;;) {
+      if (queued_.load() <= resume_at || dev_.failed.load() || dev_.closing.load()) break;
+      const auto now = Clock::now();
+      if (const uint64_t taken = taken_.load(); taken != seen) {
+        seen = taken;
+        deadline = deadlineAfter(limit);
+      } else if (now >= deadline) {
+        room_waiting_.store(false);
+        const std::string message = fmt::format(
+            "host stream {} took no task in {} ms while {} were queued on it (its run-ahead "
+            "window is full): the work at its head is stuck, so the host cannot enqueue more",
+            id_, limit.count(), queued_.load());
+        lock.unlock();
+        dev_.fail(message);
+        throw TimeoutError(message);
+      }
+      room_cv_.wait_until(lock, std::min(deadline, now + std::chrono::milliseconds(10)));
+    }
+    room_waiting_.store(false);
+  }
+
   void run() {
     t_current_worker = this;
     std::string name = fmt::format("hir-stream-{}", id_);
     pthread_setname_np(pthread_self(), name.substr(0, 15).c_str());
     for (;;) {
       Task task;
+      std::deque<Task> skipped;
       {
         std::unique_lock lock(queue_mu_);
         queue_cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
         if (queue_.empty()) return;  // stopping and drained
-        task = std::move(queue_.front());
-        queue_.pop_front();
+        if (dev_.failed.load()) {
+          skipped.swap(queue_);  // after a failure nothing more runs
+        } else {
+          task = std::move(queue_.front());
+          queue_.pop_front();
+        }
       }
-      runTask(task);
-      task = nullptr;  // release what it captured before it counts as done
+      const std::size_t taken = task ? 1 : skipped.size();
+      // Sequentially consistent, like room_waiting_: either the waiter sees
+      // the queue shrink, or this sees the waiter and wakes it.
+      queued_.fetch_sub(taken);
+      taken_.fetch_add(taken, std::memory_order_relaxed);
+      if (room_waiting_.load() && queued_.load() <= dev_.window.load() / 2) {
+        std::lock_guard lock(room_mu_);
+        room_cv_.notify_one();
+      }
+      if (task) runTask(task);
+      // Release what the tasks captured before they count as done.
+      task = nullptr;
+      skipped.clear();
       {
         std::lock_guard lock(dev_.mu);
-        ++done_;
+        done_ += taken;
       }
       dev_.progress.notify_all();
     }
@@ -198,6 +284,11 @@ class Worker {
   std::condition_variable queue_cv_;
   std::deque<Task> queue_;
   bool stopping_ = false;
+  std::atomic<std::size_t> queued_{0};  // queue_.size(), readable without queue_mu_
+  std::atomic<uint64_t> taken_{0};      // tasks taken off the queue so far
+  std::mutex room_mu_;                  // the host's wait for room
+  std::condition_variable room_cv_;
+  std::atomic<bool> room_waiting_{false};
   std::atomic<uint64_t> enqueued_{0};
   uint64_t done_ = 0;  // guarded by dev_.mu
   std::thread thread_;  // last: starts after the members above exist
@@ -268,6 +359,18 @@ HostDevice::Impl::~Impl() {
   for (CheckRecord* r : check_records) delete[] r;
 }
 
+std::size_t HostDevice::Impl::untouchedLocked() const {
+  std::size_t untouched = 0;
+  for (const auto& [p, a] : allocations) {
+    struct stat st {};
+    if (fstat(a.fd, &st) != 0) continue;
+    // A memfd's blocks are the pages it was given (512-byte units).
+    const auto given = static_cast<std::size_t>(st.st_blocks) * 512;
+    untouched += a.size > given ? a.size - given : 0;
+  }
+  return untouched;
+}
+
 // Like cudaFree: memory is released only after the work enqueued so far has
 // run. A stream task cannot wait for its own stream, so tasks skip this.
 void HostDevice::Impl::waitForAllStreams(std::string_view why) {
@@ -307,6 +410,15 @@ void HostDevice::setStreamWaitTimeout(Duration timeout) {
 }
 Duration HostDevice::streamWaitTimeout() const { return impl_->streamWait(); }
 
+void HostDevice::setRunAheadWindow(std::size_t tasks) {
+  impl_->window.store(std::max<std::size_t>(tasks, 1));
+}
+std::size_t HostDevice::runAheadWindow() const { return impl_->window.load(); }
+
+void HostDevice::cancel(std::string_view why) {
+  impl_->fail(fmt::format("cancelled: {}", why));
+}
+
 std::string HostDevice::describe() const { return fmt::format("host (pid {})", getpid()); }
 
 bool HostDevice::supports(DeviceFeature f) const {
@@ -321,25 +433,45 @@ bool HostDevice::supports(DeviceFeature f) const {
 
 // ----------------------------------------------------------------- memory
 
+namespace {
+// Out of memory (or of address space) at a system call: a RuntimeError like
+// the refusal before it; anything else is the device's own failure.
+[[noreturn]] void throwAllocationFailure(std::size_t size, const char* call, int err) {
+  std::string text =
+      fmt::format("host allocate of {}: {} failed: {}", describeBytes(size), call, errnoText(err));
+  if (err == ENOMEM || err == ENOSPC || err == EFBIG) throw RuntimeError(text);
+  throw BackendError(text);
+}
+}  // namespace
+
 // memfd + MAP_SHARED: another process of the node can map the same pages
-// through /proc/<pid>/fd/<fd> (exportMemory/importMemory).
+// through /proc/<pid>/fd/<fd> (exportMemory/importMemory). Pages are taken
+// when first written, so an allocation the machine cannot hold would map
+// fine and end in the kernel's out-of-memory kill when filled: it is refused
+// first (RuntimeError, host_memory.h says against what).
 void* HostDevice::allocate(std::size_t bytes) {
   std::size_t size = std::max<std::size_t>(bytes, 1);  // zero bytes: still unique
+  if (size >= kCheckedAllocationBytes) {
+    std::vector<MemoryBound> bounds = hostMemoryBounds();
+    {
+      std::lock_guard lock(impl_->mem_mu);
+      reserveUntouched(bounds, impl_->untouchedLocked());
+    }
+    const std::string problem = hostAllocationProblem(size, bounds);
+    if (!problem.empty()) throw RuntimeError(problem);
+  }
   int fd = memfd_create("hostir", MFD_CLOEXEC);
-  HIR_CHECK_AS(BackendError, fd >= 0, "host allocate of {} bytes: memfd_create failed: {}",
-               bytes, errnoText(errno));
+  if (fd < 0) throwAllocationFailure(size, "memfd_create", errno);
   if (ftruncate(fd, static_cast<off_t>(size)) != 0) {
-    int err = errno;
+    const int err = errno;
     close(fd);
-    throw BackendError(
-        fmt::format("host allocate of {} bytes: ftruncate failed: {}", bytes, errnoText(err)));
+    throwAllocationFailure(size, "ftruncate", err);
   }
   void* p = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   if (p == MAP_FAILED) {
-    int err = errno;
+    const int err = errno;
     close(fd);
-    throw BackendError(
-        fmt::format("host allocate of {} bytes: mmap failed: {}", bytes, errnoText(err)));
+    throwAllocationFailure(size, "mmap", err);
   }
   std::lock_guard lock(impl_->mem_mu);
   impl_->allocations[p] = {fd, size};
@@ -427,11 +559,9 @@ void HostDevice::record(Event& e, Stream& s) {
   Worker& w = impl_->stream(s).worker();
   auto token = std::make_shared<Completion>();
   token->stream_id = w.id();
-  {
-    std::lock_guard lock(impl_->mu);
-    ev.latest = token;
-  }
   Impl* dev = impl_.get();
+  // Enqueued first: an enqueue that times out (a full run-ahead window)
+  // leaves the event's capture as it was.
   w.enqueue([dev, token, timing = ev.timing] {
     const Clock::time_point now = timing ? Clock::now() : Clock::time_point{};
     {
@@ -441,6 +571,8 @@ void HostDevice::record(Event& e, Stream& s) {
     }
     dev->progress.notify_all();
   });
+  std::lock_guard lock(impl_->mu);
+  ev.latest = token;
 }
 
 void HostDevice::wait(Stream& s, Event& e) {

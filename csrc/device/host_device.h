@@ -11,10 +11,20 @@
 //   stream-wait timeout and sets the device's sticky error. Any exception a
 //   task throws is the sticky error too. Once set, later tasks are skipped
 //   and query()/synchronize() throw BackendError with its message.
+// - Each stream queues at most runAheadWindow() tasks (default 1024): an
+//   enqueue from the host that finds its stream's queue full blocks until
+//   the queue is down to half; a stream that takes no task for the
+//   stream-wait timeout meanwhile fails the device, and the enqueue throws
+//   TimeoutError naming the stream (host_device.cc says why this cannot
+//   deadlock). Enqueues from stream tasks never block.
 // - Memory is memfd-backed shared memory, zeroed (so semaphores start at 0),
 //   that another process of the same node (same user) can map through
 //   /proc/<pid>/fd/<fd> (IPC). Each allocation holds one file descriptor
-//   until deallocate().
+//   until deallocate(). An allocation of 1 MiB or more that this process
+//   cannot be given now (MemAvailable + SwapFree, a cgroup's memory limit,
+//   RLIMIT_AS; less what earlier allocations have not written yet) is
+//   refused with a RuntimeError naming its bytes and that bound, and so is
+//   one that the system calls refuse for lack of memory.
 // - deallocate() and freeCheckRecords() first wait for the work enqueued so
 //   far on every stream, as cudaFree does (unless called from a stream task).
 // - Stream semaphores are 32-bit atomics; waitValue() polls with backoff
@@ -24,11 +34,15 @@
 //   OpenBLAS (device/compute.h). Timing events stamp steady_clock when the
 //   stream's worker reaches their record().
 // - Streams (and wrappers) must be destroyed before the device. Destroying a
-//   stream drains it; destroying the device drains the default stream, and
-//   a task of it still blocked in a wait then gives up (skipping the rest).
+//   stream drains it (after a failure: skips what is queued); destroying the
+//   device drains the default stream, and a task of it still blocked in a
+//   wait then gives up (skipping the rest). cancel() fails the device at
+//   once, so that destroying it after a failure or a timeout is fast.
 #pragma once
 
+#include <cstddef>
 #include <memory>
+#include <string_view>
 
 #include <hostir/device.h>
 
@@ -37,6 +51,11 @@ namespace hir {
 class HostDevice : public Device {
  public:
   static constexpr Duration kDefaultStreamWaitTimeout = std::chrono::minutes(10);
+  // Tasks one stream may queue ahead of its worker (the host blocks beyond).
+  static constexpr std::size_t kDefaultRunAheadWindow = 1024;
+  // Allocations from this size on are checked against the memory the
+  // process can be given (host_memory.h); smaller ones only by the kernel.
+  static constexpr std::size_t kCheckedAllocationBytes = std::size_t{1} << 20;
 
   explicit HostDevice(Duration stream_wait_timeout = kDefaultStreamWaitTimeout);
   ~HostDevice() override;
@@ -47,6 +66,10 @@ class HostDevice : public Device {
   // fails the device. Applies to tasks that start waiting after the call.
   void setStreamWaitTimeout(Duration timeout);
   Duration streamWaitTimeout() const;
+  // The run-ahead window, in tasks per stream (at least 1). Applies to later
+  // enqueues.
+  void setRunAheadWindow(std::size_t tasks);
+  std::size_t runAheadWindow() const;
 
   std::string_view kind() const override { return "host"; }
   std::string describe() const override;  // "host (pid N)"
@@ -92,6 +115,11 @@ class HostDevice : public Device {
 
   void writeValue(Stream& s, uint32_t* addr, uint32_t value) override;
   void waitValue(Stream& s, const uint32_t* addr, uint32_t at_least) override;
+
+  // Sets the sticky error ("cancelled: <why>"): blocked stream tasks stop
+  // waiting, queued ones are skipped, later calls that synchronize throw.
+  // A host function already running finishes on its own.
+  void cancel(std::string_view why) override;
 
   // Opaque state (host_device.cc); public only so that helpers there can
   // name it.

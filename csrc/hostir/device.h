@@ -165,6 +165,14 @@ class Device {
   virtual std::unique_ptr<Event> createTimingEvent();
   virtual double elapsedMs(Event& from, Event& to);
 
+  // --- Optional: giving up. cancel(why) abandons the work enqueued so far,
+  // so that destroying the device after a failure or a timeout does not wait
+  // for it: afterwards the device's sticky error is `why` (query/synchronize
+  // throw BackendError). The host device's blocked stream tasks stop
+  // waiting and its queued tasks are skipped. Default: nothing (a GPU's
+  // work in flight finishes on its own). ---
+  virtual void cancel(std::string_view why);
+
   // --- Optional: stream semaphores (supports(DeviceFeature::StreamSemaphore)). ---
   // `addr` is device-visible memory of a uint32 (possibly a peer's, imported).
   virtual void writeValue(Stream& s, uint32_t* addr, uint32_t value);

@@ -3,14 +3,11 @@
 // program, 3 runtime failure (timeout, device or library error), 4 bug.
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
-#include <sys/prctl.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cctype>
 #include <cerrno>
 #include <chrono>
-#include <csignal>
 #include <climits>
 #include <cmath>
 #include <cstdint>
@@ -38,7 +35,10 @@
 #include "common/check.h"
 #include "common/parse_int.h"
 #include "compile/compile.h"
+#include "device/gpus.h"
 #include "runtime/trace.h"
+#include "transport/launch.h"
+#include "transport/launch_report.h"
 
 namespace hir {
 namespace {
@@ -378,13 +378,6 @@ void printError(const std::exception& e, const std::string& prefix = "") {
 }
 
 // ------------------------------------------------------------------ launch
-std::string selfPath() {
-  char buf[4096];
-  ssize_t n = readlink("/proc/self/exe", buf, sizeof(buf) - 1);
-  if (n <= 0) return "hir";
-  buf[n] = '\0';
-  return buf;
-}
 
 // PROG "-" with --np: the ranks cannot read the launcher's standard input,
 // so they read the text from a temporary file, removed when they are done.
@@ -450,71 +443,25 @@ std::string programTextOnEveryRank(Bootstrap& boot) {
   return text;
 }
 
-// Starts N ranks of this same command through mpirun and returns its exit
-// code. `program` is the path the ranks load.
-// The launcher's child (mpirun) and the signal that ended the launcher's
-// wait, for the handler below.
-volatile sig_atomic_t g_launched = 0;
-volatile sig_atomic_t g_signal = 0;
-
-// A TERM, INT or HUP to the launcher goes to mpirun, which ends the ranks.
-void forwardSignal(int sig) {
-  g_signal = sig;
-  if (g_launched > 0) kill(static_cast<pid_t>(g_launched), sig);
+// Every local rank of the cuda device needs a GPU of its own: refused here,
+// before any rank starts (exit 2).
+void checkGpusForLaunch(const std::string& kind, int np) {
+  if (kind != "cuda") return;
+  const std::string problem =
+      localRanksProblem(np, visibleGpuCount(), fmt::format("--np {} starts {} ranks on this "
+                                                           "machine", np, np),
+                        std::getenv("CUDA_VISIBLE_DEVICES"));
+  if (!problem.empty()) throw UsageError(problem);
 }
 
+// Starts N ranks of this same command (transport/launch.h); `program` is the
+// path the ranks load.
 int launchRanks(const Args& a, const std::string& program) {
-  const char* mpirun = std::getenv("HIR_MPIRUN");
-  std::string launcher = mpirun ? mpirun : "mpirun";
-  std::vector<std::string> cmd = {launcher, "-np", std::to_string(*a.np), "--oversubscribe",
-                                  "--bind-to", "none"};
-  if (geteuid() == 0) cmd.push_back("--allow-run-as-root");
-  cmd.push_back(selfPath());
-  cmd.push_back("run");
-  cmd.insert(cmd.end(), a.forwarded.begin(), a.forwarded.end());
-  cmd.push_back("--");  // a program path that starts with '-' stays a path
-  cmd.push_back(program);
-  // Shared memory between local ranks; no single-copy (ptrace) mechanism,
-  // which containers often forbid.
-  setenv("OMPI_MCA_btl_vader_single_copy_mechanism", "none", 0);
-  setenv("HIR_LAUNCHED_NP", std::to_string(*a.np).c_str(), 1);
-  std::fflush(stdout);
-  std::fflush(stderr);
-  const pid_t parent = getpid();
-  pid_t pid = fork();
-  if (pid < 0) throw Error(fmt::format("fork failed: {}", std::strerror(errno)), kExitRuntimeFailure);
-  if (pid == 0) {
-    // A launcher that dies, even by KILL, takes mpirun (and so the ranks)
-    // with it.
-    prctl(PR_SET_PDEATHSIG, SIGTERM);
-    if (getppid() != parent) _exit(kExitRuntimeFailure);
-    std::vector<char*> argv;
-    for (std::string& s : cmd) argv.push_back(s.data());
-    argv.push_back(nullptr);
-    execvp(argv[0], argv.data());
-    std::fprintf(stderr,
-                 "hir: error: --np %d needs mpirun (OpenMPI) on PATH or in HIR_MPIRUN: %s\n",
-                 *a.np, std::strerror(errno));
-    _exit(kExitBadInput);
-  }
-  g_launched = pid;
-  struct sigaction forward {};
-  forward.sa_handler = forwardSignal;
-  sigemptyset(&forward.sa_mask);
-  for (int sig : {SIGINT, SIGTERM, SIGHUP}) sigaction(sig, &forward, nullptr);
-  int status = 0;
-  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-  }
-  g_launched = 0;
-  if (g_signal != 0) {
-    std::fprintf(stderr, "hir: error: interrupted by signal %d (%s); the ranks were ended\n",
-                 static_cast<int>(g_signal), strsignal(g_signal));
-    return kExitRuntimeFailure;
-  }
-  if (WIFEXITED(status)) return WEXITSTATUS(status);
-  std::fprintf(stderr, "hir: error: the launcher %s ended by signal %d (%s)\n", cmd[0].c_str(),
-               WTERMSIG(status), strsignal(WTERMSIG(status)));
-  return kExitRuntimeFailure;
+  std::vector<std::string> args = {"run"};
+  args.insert(args.end(), a.forwarded.begin(), a.forwarded.end());
+  args.push_back("--");  // a program path that starts with '-' stays a path
+  args.push_back(program);
+  return launchRanksOfThisCommand(*a.np, args);
 }
 
 // -------------------------------------------------------------- commands
@@ -529,9 +476,14 @@ int cmdCheck(const Args& a) {
   CompiledProgram r = checkProgram(p, *a.world, device);
   std::cout << fmt::format("hir: ok: '{}' is valid for world size {} ({} communications{})\n",
                            p.name, *a.world, r.communications,
-                           r.truncated ? "; long loops were checked only in part" : "");
+                           r.truncated ? fmt::format("; checked only in part: the first {} steps "
+                                                     "of each rank, the check's bound",
+                                                     r.steps_per_rank)
+                                       : std::string());
   return kExitOk;
 }
+
+int runOnRank(const Args& a, Bootstrap* boot);
 
 int cmdRun(const Args& a) {
   if (a.np && !launchedByMpi()) {
@@ -539,12 +491,54 @@ int cmdRun(const Args& a) {
     std::optional<std::string> text;
     if (a.program == "-") text = readStandardInput();
     Program p = loadWithParams(a, text);
-    checkProgram(p, *a.np, deviceKindFor(a.device), a.schedule_check);
+    const std::string kind = deviceKindFor(a.device);
+    checkGpusForLaunch(kind, *a.np);
+    checkProgram(p, *a.np, kind, a.schedule_check);
     if (!text) return launchRanks(a, a.program);
     TempProgramFile file(*text);
     return launchRanks(a, file.path());
   }
+  // A rank: tells the launcher (when there is one) how it ends.
+  endWithParent();
   std::unique_ptr<Bootstrap> boot = createMpiBootstrap();
+  startRankReport(boot->rank());
+  int code = kExitInternal;
+  try {
+    code = runOnRank(a, boot.get());
+  } catch (const Error& e) {
+    reportRankExit(e.exitCode());
+    throw;
+  } catch (...) {
+    reportRankExit(kExitInternal);
+    throw;
+  }
+  reportRankExit(code);
+  return code;
+}
+
+// Each rank of the cuda device needs a GPU of its own, on every node of the
+// job: every rank learns each node's ranks and GPUs (one allgather at load,
+// so that all ranks decide alike) and all refuse (exit 2, said by rank 0)
+// when a node has too few. A node without GPUs is left to the device's own
+// message.
+void checkGpusPerNode(Bootstrap& boot, const std::string& device) {
+  if (device == "host") return;
+  int32_t mine[2] = {boot.localSize(), visibleGpuCount()};
+  std::vector<int32_t> all(2 * static_cast<std::size_t>(boot.world()));
+  boot.allgather(mine, all.data(), sizeof mine);
+  const std::vector<std::string>& nodes = boot.nodes();
+  for (int r = 0; r < boot.world(); ++r) {
+    const int local = all[2 * r], gpus = all[2 * r + 1];
+    if (gpus == 0 || (device != "cuda" && device != "auto")) continue;
+    const std::string problem = localRanksProblem(
+        local, gpus, fmt::format("the MPI job runs {} ranks on {}", local, nodes[r]), nullptr);
+    if (!problem.empty()) throw UsageError(problem);
+  }
+}
+
+// The run on one rank of the job; returns its exit code, or ends the job
+// (Bootstrap::abort) when the failure may be this rank's alone.
+int runOnRank(const Args& a, Bootstrap* boot) {
   int rank = boot->rank(), world = boot->world();
   bool loading = true;
   try {
@@ -553,6 +547,7 @@ int cmdRun(const Args& a) {
     std::optional<std::string> text;
     if (a.program == "-") text = programTextOnEveryRank(*boot);
     Program p = loadWithParams(a, text);
+    checkGpusPerNode(*boot, a.device);
     SessionOptions so;
     so.device = a.device;
     Session session(*boot, so);
@@ -610,7 +605,10 @@ int cmdRun(const Args& a) {
     }
     printError(e, world > 1 ? fmt::format("rank {}: ", rank) : "");
     std::cerr.flush();
-    if (world > 1) boot->abort(e.exitCode());
+    if (world > 1) {
+      reportRankExit(e.exitCode());
+      boot->abort(e.exitCode());
+    }
     return e.exitCode();
   }
 }

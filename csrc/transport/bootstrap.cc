@@ -104,6 +104,16 @@ class MpiBootstrap final : public Bootstrap {
     }
     mpi::check(MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &provided), "MPI_Init_thread");
     owns_mpi_ = true;
+    // Ours to set, since we started MPI: errors on the predefined
+    // communicators (MPI_Comm_dup and MPI_Comm_split of MPI_COMM_WORLD here
+    // and in the MPI backend, errors tied to no communicator) come back as
+    // codes that mpi::check turns into BackendErrors (exit 3), instead of
+    // MPI aborting the rank with an MPI error class as its exit code. An
+    // embedder that started MPI keeps its own handlers.
+    mpi::check(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN),
+               "MPI_Comm_set_errhandler");
+    mpi::check(MPI_Comm_set_errhandler(MPI_COMM_SELF, MPI_ERRORS_RETURN),
+               "MPI_Comm_set_errhandler");
     if (provided < MPI_THREAD_MULTIPLE) {
       MPI_Finalize();
       owns_mpi_ = false;

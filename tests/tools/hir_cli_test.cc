@@ -325,8 +325,13 @@ TEST(HirCli, KillingTheLauncherLeavesNoRankBehind) {
   std::filesystem::copy_file(example("allreduce.json"), prog,
                              std::filesystem::copy_options::overwrite_existing);
   const std::string count = "$(pgrep -f 'hir ru[n] .*" + marker + "' | wc -l)";
+  // A launcher killed by KILL leaves its temporary folder (the ranks'
+  // reports) behind: in a folder of this test's.
+  const std::filesystem::path tmp = std::filesystem::temp_directory_path() / (marker + "_tmp");
+  std::filesystem::create_directories(tmp);
   for (const char* sig : {"TERM", "KILL"}) {
-    CommandResult r = shell(shellQuoted(hirBinary()) + " run " + shellQuoted(prog.string()) +
+    CommandResult r = shell("export TMPDIR=" + shellQuoted(tmp.string()) + "; " +
+                            shellQuoted(hirBinary()) + " run " + shellQuoted(prog.string()) +
                             " --np 2 --device host --iters 100000000 2>&1 & pid=$!; "
                             "for i in $(seq 200); do [ " + count +
                             " -ge 4 ] && break; sleep 0.1; done; echo started=" + count + "; "
@@ -341,6 +346,133 @@ TEST(HirCli, KillingTheLauncherLeavesNoRankBehind) {
     }
   }
   std::filesystem::remove(prog);
+  std::filesystem::remove_all(tmp);
+}
+
+// What the launcher says when the job ends in a way the ranks did not
+// decide: a rank killed, mpirun terminated or killed. `action` runs in sh
+// once both ranks of a long loop have started and reported, with $ranks
+// (the ranks' pids, newest last) and $mpirun set; it ends the job. Returns
+// the launcher's output (both streams) with "rc=N" and "left=N" (ranks
+// still running afterwards) appended.
+std::string endTheJobWhileItRuns(const std::string& name, const std::string& action) {
+  const std::string marker = name + "_" + std::to_string(getpid());
+  const std::filesystem::path dir = std::filesystem::temp_directory_path() / marker;
+  std::filesystem::create_directories(dir);
+  const std::filesystem::path prog = dir / (marker + ".json");
+  std::filesystem::copy_file(sourceDir() + "/tests/tools/data/stress_allreduce_loop.json", prog,
+                             std::filesystem::copy_options::overwrite_existing);
+  // The ranks' command lines, not the launcher's, hold " -- PROG".
+  const std::string ranks = "pgrep -f '^[^ ]*hir ru[n] .* -- .*" + marker + "'";
+  CommandResult r = shell(
+      "export TMPDIR=" + shellQuoted(dir.string()) + "; " + shellQuoted(hirBinary()) + " run " +
+      shellQuoted(prog.string()) +
+      " --np 2 --device host --param iters=1000000000 --no-schedule-check 2>&1 & pid=$!; "
+      "for i in $(seq 300); do [ $(ls \"$TMPDIR\"/hir-ranks-*/rank-* 2>/dev/null | wc -l) -ge 2 ] "
+      "&& break; sleep 0.1; done; sleep 0.3; "
+      "ranks=$(" + ranks + "); mpirun=$(pgrep -f '^[^ ]*mpiru[n] .*" + marker + "'); "
+      "echo ranks=$ranks mpirun=$mpirun; " + action + "; wait $pid; echo rc=$?; "
+      "for i in $(seq 100); do [ $(" + ranks + " | wc -l) -eq 0 ] && break; sleep 0.1; done; "
+      "echo left=$(" + ranks + " | wc -l)",
+      120);
+  std::filesystem::remove_all(dir);
+  return r.out + r.err;
+}
+
+TEST(HirCli, ARankKilledBySigkillIsNamedAndExitsThree) {
+  const std::string out = endTheJobWhileItRuns(
+      "hir_cli_kill_rank", "victim=$(echo $ranks | tr ' ' '\\n' | tail -1); "
+                           "echo victim=$victim; kill -KILL $victim");
+  std::smatch victim;
+  ASSERT_TRUE(std::regex_search(out, victim, std::regex("victim=([0-9]+)"))) << out;
+  EXPECT_NE(out.find("rc=3"), std::string::npos) << out;
+  EXPECT_NE(out.find("left=0"), std::string::npos) << out;
+  EXPECT_TRUE(std::regex_search(
+      out, std::regex("hir: error: the job failed: rank [01] \\(pid " + victim[1].str() +
+                      "\\) was killed by signal 9 \\(Killed\\): by kill -9 or the kernel's "
+                      "out-of-memory killer \\(mpirun exit 137\\)")))
+      << out;
+  // One line, none of mpirun's.
+  EXPECT_EQ(out.find("mpirun noticed"), std::string::npos) << out;
+  EXPECT_EQ(out.find("-----"), std::string::npos) << out;
+}
+
+TEST(HirCli, ARankThatCrashesIsNamedWithItsSignal) {
+  const std::string out = endTheJobWhileItRuns(
+      "hir_cli_crash_rank", "victim=$(echo $ranks | tr ' ' '\\n' | tail -1); "
+                            "echo victim=$victim; kill -SEGV $victim");
+  std::smatch victim;
+  ASSERT_TRUE(std::regex_search(out, victim, std::regex("victim=([0-9]+)"))) << out;
+  EXPECT_NE(out.find("rc=3"), std::string::npos) << out;
+  EXPECT_NE(out.find("left=0"), std::string::npos) << out;
+  EXPECT_NE(out.find("(pid " + victim[1].str() + ") was killed by signal 11 (Segmentation fault)"),
+            std::string::npos)
+      << out;
+}
+
+// mpirun exits 1 when it is terminated: the code of a failed check, which
+// hir once passed on.
+TEST(HirCli, TerminatingMpirunIsARuntimeFailureNotAFailedCheck) {
+  const std::string out = endTheJobWhileItRuns("hir_cli_term_mpirun", "kill -TERM $mpirun");
+  EXPECT_NE(out.find("rc=3"), std::string::npos) << out;
+  EXPECT_NE(out.find("left=0"), std::string::npos) << out;
+  EXPECT_NE(out.find("hir: error: the job failed: every rank was ended by signal 15 "
+                     "(Terminated), as when mpirun is interrupted"),
+            std::string::npos)
+      << out;
+}
+
+TEST(HirCli, KillingMpirunLeavesNoRankBehindAndSaysSo) {
+  const std::string out = endTheJobWhileItRuns("hir_cli_kill_mpirun", "kill -KILL $mpirun");
+  EXPECT_NE(out.find("rc=3"), std::string::npos) << out;
+  EXPECT_NE(out.find("left=0"), std::string::npos) << out;
+  EXPECT_NE(out.find("hir: error: the job failed: the ranks ended with mpirun (mpirun was killed "
+                     "by signal 9 (Killed))"),
+            std::string::npos)
+      << out;
+}
+
+TEST(HirCli, AnMpirunThatCannotStartIsNamed) {
+  const std::string bin = shellQuoted(hirBinary());
+  const std::string prog = shellQuoted(example("allreduce.json"));
+  CommandResult missing =
+      shell("HIR_MPIRUN=/nonexistent/mpirun " + bin + " run " + prog + " --np 2 --device host");
+  EXPECT_EQ(missing.exit_code, 2) << missing.out << missing.err;
+  EXPECT_NE(missing.err.find("hir: error: --np 2 needs mpirun (OpenMPI) on PATH or in "
+                             "HIR_MPIRUN: cannot run '/nonexistent/mpirun': No such file"),
+            std::string::npos)
+      << missing.err;
+  // A launcher that fails before any rank starts: not a failed check.
+  CommandResult failing = shell("HIR_MPIRUN=false " + bin + " run " + prog + " --np 2 --device host");
+  EXPECT_EQ(failing.exit_code, 3) << failing.out << failing.err;
+  EXPECT_NE(failing.err.find("hir: error: mpirun ended (mpirun exit 1) before any rank started"),
+            std::string::npos)
+      << failing.err;
+}
+
+// 2^50 bytes: a valid program (the check), an allocation no machine here
+// can hold. Refused with the numbers (exit 3), on one rank and under --np,
+// where each rank says it once and mpirun adds nothing.
+TEST(HirCli, AnAllocationBeyondMemoryFailsClearly) {
+  const std::string prog = sourceDir() + "/tests/tools/data/huge_allocation.json";
+  CommandResult check = hir({"check", prog, "--world", "2"});
+  EXPECT_EQ(check.exit_code, 0) << check.err;
+  const std::string says =
+      "error: /body/0: on rank 0: host allocate of 1125899906842624 bytes (1 PiB): more than "
+      "this process can be given now, at most ";
+  CommandResult one = hir({"run", prog, "--device", "host"});
+  EXPECT_EQ(one.exit_code, 3) << one.out << one.err;
+  EXPECT_NE(one.err.find("hir: " + says), std::string::npos) << one.err;
+  EXPECT_NE(one.err.find("MemAvailable + SwapFree in /proc/meminfo"), std::string::npos)
+      << one.err;
+  CommandResult two = hir({"run", prog, "--np", "2", "--device", "host"});
+  EXPECT_EQ(two.exit_code, 3) << two.out << two.err;
+  EXPECT_TRUE(two.err.find("hir: rank 0: " + says) != std::string::npos ||
+              two.err.find("hir: rank 1: error: /body/0: on rank 1: host allocate of "
+                           "1125899906842624 bytes") != std::string::npos)
+      << two.err;
+  EXPECT_EQ(two.err.find("MPI_ABORT"), std::string::npos) << two.err;
+  EXPECT_EQ(two.err.find("-----"), std::string::npos) << two.err;
 }
 
 TEST(HirCli, MoreRanksThanCoresStillRun) {

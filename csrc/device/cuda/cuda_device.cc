@@ -20,6 +20,7 @@
 #include "common/check.h"
 #include "device/compute.h"
 #include "device/cuda_interop.h"
+#include "device/host_memory.h"
 #include "device/cuda/cuda_compute.h"
 #include "device/cuda/cuda_kernels.h"
 #include "device/cuda/driver_api.h"
@@ -249,6 +250,10 @@ class CudaDevice final : public Device {
     const std::size_t size = bytes ? bytes : kZeroByteAllocation;
     void* p = nullptr;
     cudaError_t err = cudaMalloc(&p, size);
+    if (err == cudaErrorMemoryAllocation) {
+      (void)cudaGetLastError();  // not sticky: the device stays usable
+      throw RuntimeError(outOfMemory(size));
+    }
     if (err != cudaSuccess) {
       (void)cudaGetLastError();
       throw BackendError(fmt::format("cuda: cudaMalloc of {} bytes failed on device {}: {} ({})",
@@ -267,6 +272,19 @@ class CudaDevice final : public Device {
       throw;
     }
     return p;
+  }
+
+  // What a refused cudaMalloc says: the bytes asked for and what the GPU
+  // has (another process may hold the rest).
+  std::string outOfMemory(std::size_t size) const {
+    std::size_t free_bytes = 0, total_bytes = 0;
+    std::string have = "cudaMemGetInfo failed too";
+    if (cudaMemGetInfo(&free_bytes, &total_bytes) == cudaSuccess)
+      have = fmt::format("{} free of {} (cudaMemGetInfo)", describeBytes(free_bytes),
+                         describeBytes(total_bytes));
+    (void)cudaGetLastError();
+    return fmt::format("cuda: cannot allocate {} on device {} ({}): out of GPU memory, {}",
+                       describeBytes(size), ordinal_, name_, have);
   }
 
   void deallocate(void* p) override {
@@ -669,7 +687,11 @@ namespace hir {
 
 namespace {
 
-bool cudaAvailable(std::string* why) {
+bool cudaAvailable(std::string* why) { return cudaVisibleGpuCount(why) > 0; }
+
+}  // namespace
+
+int cudaVisibleGpuCount(std::string* why) {
   int count = 0;
   cudaError_t err = cudaGetDeviceCount(&count);
   if (err != cudaSuccess) {
@@ -677,16 +699,11 @@ bool cudaAvailable(std::string* why) {
     if (why)
       *why = fmt::format("cudaGetDeviceCount failed: {} ({})", cudaGetErrorString(err),
                          cudaGetErrorName(err));
-    return false;
+    return 0;
   }
-  if (count < 1) {
-    if (why) *why = "no CUDA GPU is visible (cudaGetDeviceCount returned 0)";
-    return false;
-  }
-  return true;
+  if (count < 1 && why) *why = "no CUDA GPU is visible (cudaGetDeviceCount returned 0)";
+  return count < 1 ? 0 : count;
 }
-
-}  // namespace
 
 void registerCudaDevice() {
   registerDevice(DeviceInfo{

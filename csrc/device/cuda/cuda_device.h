@@ -8,7 +8,9 @@
 //   that stream too; an embedder whose work is on the legacy default stream
 //   passes cudaStreamLegacy (or cudaStreamPerThread) explicitly.
 // - allocate() returns zeroed memory (so semaphores start at 0); zero bytes
-//   give a unique 256-byte allocation. Zeroing runs on a private stream that
+//   give a unique 256-byte allocation. Too little free memory is a
+//   RuntimeError with the bytes asked for and cudaMemGetInfo's free and
+//   total bytes. Zeroing runs on a private stream that
 //   the call waits for (allocation is never on the per-node path).
 // - synchronize() polls with backoff and throws TimeoutError after the
 //   timeout; it never blocks in cudaEventSynchronize.
@@ -28,9 +30,16 @@
 // - nativeStream() counts as work on the stream (the caller enqueues on it).
 #pragma once
 
+#include <string>
+
 namespace hir {
 
 // Adds "cuda" to the device registry (called by the registry itself).
 void registerCudaDevice();
+
+// cudaGetDeviceCount (CUDA_VISIBLE_DEVICES applies), 0 when the runtime finds
+// no driver or no GPU; then `why` (when given) says so. What "cuda" being
+// available and device/gpus.h's visibleGpuCount() both ask.
+int cudaVisibleGpuCount(std::string* why);
 
 }  // namespace hir

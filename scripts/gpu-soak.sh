@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# Soak: tests/tools/data/soak/soak_mixed.json (nccl allreduce, ipc send/recv,
+# matmul, allocate/copy/deallocate, checks every 1,000 iterations) for ITERS
+# iterations on 2 ranks, sampling every second the ranks' resident memory
+# (ps), their GPU memory (nvidia-smi) and open file handles (/proc/PID/fd).
+# Memory and handles must stay flat: the last sample may exceed the first
+# taken after warm-up by at most 5% (plus 16 MiB of noise).
+#
+#   bash scripts/gpu-soak.sh [BUILD_DIR] [--device cuda|host] [--iters N] [--out DIR]
+set -u -o pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+build=$root/build
+device=cuda
+iters=100000
+out=${OUT:-$root/gpu-out}
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --device) device=$2; shift ;;
+    --iters) iters=$2; shift ;;
+    --out) out=$2; shift ;;
+    -*) echo "gpu-soak: unknown option $1" >&2; exit 2 ;;
+    *) build=$1 ;;
+  esac
+  shift
+done
+mkdir -p "$out"
+export NCCL_NVLS_ENABLE=0
+prog=$root/tests/tools/data/soak/soak_mixed.json
+csv=$out/soak.csv
+echo "t_s,rss_kib,gpu_mib,fds" >"$csv"
+start=$(date +%s.%N)
+"$build/bin/hir" run "$prog" --np 2 --device "$device" --param iters="$iters" --timeout 600 \
+  >"$out/soak.log" 2>&1 &
+launcher=$!
+sleep 1
+while kill -0 "$launcher" 2>/dev/null; do
+  pids=$(pgrep -f "hir.*soak_mixed" | grep -v "^$launcher\$" | tr '\n' ' ')
+  rss=0 fds=0
+  for p in $pids; do
+    r=$(ps -o rss= -p "$p" 2>/dev/null | tr -d ' ')
+    rss=$((rss + ${r:-0}))
+    f=$(ls "/proc/$p/fd" 2>/dev/null | wc -l)
+    fds=$((fds + f))
+  done
+  gpu=0
+  if [ "$device" = cuda ] && command -v nvidia-smi >/dev/null; then
+    gpu=$(nvidia-smi --query-compute-apps=used_memory --format=csv,noheader,nounits 2>/dev/null |
+          awk '{s += $1} END {print s + 0}')
+  fi
+  t=$(awk -v a="$(date +%s.%N)" -v b="$start" 'BEGIN { printf "%.1f", a - b }')
+  echo "$t,$rss,$gpu,$fds" >>"$csv"
+  sleep 1
+done
+wait "$launcher"
+rc=$?
+elapsed=$(awk -v a="$(date +%s.%N)" -v b="$start" 'BEGIN { printf "%.1f", a - b }')
+# The first sample after 3 s (warm-up: NCCL and CUDA contexts) against the last.
+verdict=$(awk -F, 'NR > 1 && $1 >= 3 && !first { first = $0 } NR > 1 { last = $0 }
+  END {
+    if (!first) { print "too short to judge"; exit }
+    split(first, a, ","); split(last, b, ",");
+    ok = 1
+    if (b[2] > a[2] * 1.05 + 16384) ok = 0
+    if (b[3] > a[3] * 1.05 + 16) ok = 0
+    if (b[4] > a[4] + 4) ok = 0
+    printf "%s: rss %d -> %d KiB, gpu %d -> %d MiB, fds %d -> %d (%s to %s s)\n",
+      ok ? "flat" : "GROWING", a[2], b[2], a[3], b[3], a[4], b[4], a[1], b[1]
+  }' "$csv")
+echo "soak: $iters iterations on $device, exit $rc in ${elapsed%.*} s; $verdict" | tee "$out/soak.txt"
+tail -2 "$out/soak.log"
+[ "$rc" = 0 ] && [[ "$verdict" == flat* ]]
