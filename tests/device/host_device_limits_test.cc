@@ -3,6 +3,8 @@
 // machine cannot hold, refused with the numbers (device/host_device.h,
 // device/host_memory.h).
 #include <gtest/gtest.h>
+
+#include "support/gate.h"
 #include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -26,36 +28,8 @@ using Clock = std::chrono::steady_clock;
 
 constexpr Duration kLong = std::chrono::seconds(20);
 
-// A task that blocks its stream until the test opens the gate (gives up
-// after 30 s; the destructor opens it).
-class Gate {
- public:
-  ~Gate() { open(); }
-  void open() {
-    std::call_once(opened_, [&] { promise_.set_value(); });
-  }
-  std::function<void()> task() const {
-    return [f = future_] {
-      if (f.wait_for(30s) != std::future_status::ready)
-        throw std::runtime_error("test gate never opened");
-    };
-  }
-
- private:
-  std::promise<void> promise_;
-  std::shared_future<void> future_ = promise_.get_future().share();
-  std::once_flag opened_;
-};
-
-template <class F>
-std::string messageOf(F&& f) {
-  try {
-    f();
-  } catch (const std::exception& e) {
-    return e.what();
-  }
-  return "(nothing thrown)";
-}
+using test::Gate;
+using test::messageOf;
 
 // ------------------------------------------------------------ run-ahead
 

@@ -1,6 +1,8 @@
 #include "device/host_device.h"
 
 #include <gtest/gtest.h>
+
+#include "support/gate.h"
 #include <poll.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
@@ -31,37 +33,8 @@ constexpr Duration kLong = std::chrono::seconds(20);  // for waits that must suc
 constexpr DType kAllDTypes[] = {DType::Float32, DType::Float64, DType::Float16, DType::BFloat16,
                                 DType::Int32,   DType::Int64,   DType::UInt8};
 
-// A task that blocks its stream until the test opens the gate. It gives up
-// (throws) after a while, and the destructor opens it, so a failing test
-// never leaves a stream blocked forever.
-class Gate {
- public:
-  ~Gate() { open(); }
-  void open() {
-    std::call_once(opened_, [&] { promise_.set_value(); });
-  }
-  std::function<void()> task() const {
-    return [f = future_] {
-      if (f.wait_for(30s) != std::future_status::ready)
-        throw std::runtime_error("test gate never opened");
-    };
-  }
-
- private:
-  std::promise<void> promise_;
-  std::shared_future<void> future_ = promise_.get_future().share();
-  std::once_flag opened_;
-};
-
-template <class F>
-std::string messageOf(F&& f) {
-  try {
-    f();
-  } catch (const std::exception& e) {
-    return e.what();
-  }
-  return "(nothing thrown)";
-}
+using test::Gate;
+using test::messageOf;
 
 // ---------------------------------------------------- asynchronous streams
 
