@@ -156,7 +156,8 @@ class RankRun {
     if (isPointToPoint(c.type) &&
         !attempt("peer", [&] { peer = peerRank(c, plan_.world, scalars_.data()); }))
       peer = -2;  // reported; no record
-    const int part = graph_.post(p.comm, unitOf(p.comm), stream_, pc, site(), peer < 0 ? -1 : peer);
+    Site here = site();
+    const int part = graph_.post(p.comm, unitOf(p.comm), stream_, pc, here, peer < 0 ? -1 : peer);
     const PlanTeam& team = plan_.teams[c.team];
     // The accesses, in the order Post declares them: input, then output.
     const std::optional<Range> in = c.input ? accessed_[0] : std::nullopt;
@@ -170,12 +171,12 @@ class RankRun {
       });
 
     if (isPointToPoint(c.type)) {
-      if (peer >= 0) postMessage(p.comm, c, in ? in : out, dtype, peer, part);
+      if (peer >= 0) postMessage(p.comm, c, in ? in : out, dtype, peer, part, std::move(here));
     } else {
       if (in && out) attempt("size", [&] { chunkCount(c, team.ranks.size(), in->count, out->count); });
       CollectiveRecord rec{c.type,       in ? std::optional<int64_t>(in->count) : std::nullopt,
                            dtype,        c.reduce,
-                           std::nullopt, site(), part};
+                           std::nullopt, std::move(here), part};
       if (hasRoot(c.type))
         attempt("root", [&] { rec.root = team.ranks[rootTeamRank(c, team, scalars_.data())]; });
       findings_.collectives_[c.team][teamRankOf(team, rank_)].push_back(std::move(rec));
@@ -223,7 +224,9 @@ class RankRun {
 
   // No data moves, but the exchange is collective.
   void operator()(const instr::Share&, int pc) {
-    findings_.ipc_events_[rank_].push_back({pc, -1, {}, site(), graph_.share(pc, site())});
+    Site here = site();
+    const int part = graph_.share(pc, here);
+    findings_.ipc_events_[rank_].push_back({pc, -1, {}, std::move(here), part});
   }
 
   // -------------------------------------------------------------- streams
@@ -465,12 +468,12 @@ class RankRun {
 
   // ------------------------------------------------------ communications
   void postMessage(int slot, const PlanComm& c, const std::optional<Range>& tensor, DType dtype,
-                   int peer, int part) {
+                   int peer, int part, Site here) {
     checkPeerNode(c, peer);
     MessageRecord rec;
     rec.count = tensor ? std::optional<int64_t>(tensor->count) : std::nullopt;
     rec.dtype = dtype;
-    rec.site = site();
+    rec.site = std::move(here);
     rec.comm = slot;
     rec.range = tensor;
     rec.backend = c.backend;

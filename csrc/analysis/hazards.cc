@@ -63,14 +63,6 @@ bool Ordering::before(const Accessor& a, int s) const {
   return false;
 }
 
-bool Ordering::waited(int unit, int64_t n) const {
-  const Unit& u = units_[unit];
-  if (u.host_known >= n) return true;
-  for (int t = 0; t < kMaxStreams; ++t)
-    if (knownFrom(u, t, n)) return true;
-  return false;
-}
-
 std::vector<int> Ordering::knownOn(int unit, int64_t n) const {
   std::vector<int> out;
   for (int t = 0; t < kMaxStreams; ++t)

@@ -66,8 +66,6 @@ class Ordering {
 
   // Whether `a` is ordered before what stream s does from now on.
   bool before(const Accessor& a, int s) const;
-  // Whether post n of `unit` was waited on anywhere so far.
-  bool waited(int unit, int64_t n) const;
   // The streams whose waits made post n of `unit` known (for messages).
   std::vector<int> knownOn(int unit, int64_t n) const;
 
