@@ -73,6 +73,7 @@ class RankRun {
         comm_seen_(plan.comms.size(), false),
         group_seen_(plan.groups.size(), false),
         ord_(static_cast<int>(plan.comms.size() + plan.groups.size())),
+        pending_node_(plan.comms.size() + plan.groups.size(), -1),
         shadow_(static_cast<int>(plan.allocs.size())),
         graph_(findings.graph_, plan, rank) {
     scalars_[kRankSlot] = rank;
@@ -99,6 +100,7 @@ class RankRun {
         ++pc_;
       }
     }
+    if (!stopped_) notePendingAtEnd();
   }
 
   // --------------------------------------------------------- allocations
@@ -151,7 +153,10 @@ class RankRun {
     if (skips(p)) return;
     ++findings_.posts_;
     // A group's communications are one post of the group, made at its begin.
-    if (c.group < 0) ord_.post(unitOf(p.comm), stream_);
+    if (c.group < 0) {
+      ord_.post(unitOf(p.comm), stream_);
+      pending_node_[p.comm] = node_;
+    }
     int peer = -1;
     if (isPointToPoint(c.type) &&
         !attempt("peer", [&] { peer = peerRank(c, plan_.world, scalars_.data()); }))
@@ -186,6 +191,7 @@ class RankRun {
   void operator()(const instr::GroupBegin& g, int pc) {
     group_seen_[g.group] = true;
     ord_.post(groupUnit(g.group), stream_);
+    pending_node_[groupUnit(g.group)] = node_;
     graph_.groupBegin(g.group, stream_, pc, site());
   }
   void operator()(const instr::GroupEnd& g, int pc) {
@@ -213,6 +219,7 @@ class RankRun {
     }
     // A communication posted in a group completes with its group post.
     const int unit = w.comm >= 0 ? unitOf(w.comm) : groupUnit(w.group);
+    pending_node_[unit] = -1;
     if (w.mode == WaitMode::Host) {
       ord_.waitHost(unit);
       graph_.waitHost(unit, pc, site());
@@ -277,7 +284,7 @@ class RankRun {
     attempt("size", [&] { checkAddShapes(operand(a.a, 0), operand(a.b, 1), operand(a.out, 2)); });
   }
   void operator()(const instr::Kernel& k, int) {
-    for (const auto& [name, e] : k.args) attempt("evaluate", [&] { e.eval(scalars_.data()); });
+    for (const auto& arg : k.args) attempt("evaluate", [&] { arg.second.eval(scalars_.data()); });
   }
 
  private:
@@ -344,6 +351,24 @@ class RankRun {
     for (int k = 0; k < n; ++k)
       if (const std::optional<Range>& r = accessed_[k])
         shadow_.record(r->alloc, r->offset, r->offset + r->count, kinds[k], who, stream_, ord_);
+  }
+
+  // A communication or group whose latest post no wait followed: the run
+  // joins it at its end (docs/ir.md), which is legal but rarely meant.
+  void notePendingAtEnd() {
+    const int comms = static_cast<int>(plan_.comms.size());
+    for (int unit = 0; unit < static_cast<int>(pending_node_.size()); ++unit) {
+      if (pending_node_[unit] < 0 || !findings_.noted_units_.insert(unit).second) continue;
+      if (findings_.notes_.size() >= kMaxIssues) return;
+      const bool group = unit >= comms;
+      findings_.notes_.push_back(
+          {plan_.nodes[pending_node_[unit]].path,
+           fmt::format("on rank {}: {} '{}' is still pending when the program ends (its latest "
+                       "post was never waited on); the run joins it at its end, so its buffers "
+                       "stay busy until then: wait on it where its result is needed",
+                       rank_, group ? "group" : "communication",
+                       group ? plan_.groups[unit - comms].name : plan_.comms[unit].name)});
+    }
   }
 
   Site site() const {
@@ -513,6 +538,7 @@ class RankRun {
   std::array<std::optional<Range>, kMaxAccesses> accessed_;  // of the current instruction
   std::array<RefSpan, kMaxAccesses> spans_;  // their spans, where accessed_ has a value
   Ordering ord_;
+  std::vector<int> pending_node_;  // per unit: the node of its unwaited latest post, or -1
   Shadow shadow_;
   RankGraph graph_;
   int stream_ = 0;  // the current stream

@@ -99,6 +99,10 @@ class Findings {
   std::vector<std::vector<IpcEvent>> ipc_events_;                       // [rank]
   WaitGraph graph_;
   std::vector<Issue> issues_;
+  // Not errors: communications still pending when a rank's run ends (the
+  // run joins them), one per communication or group, capped like issues_.
+  std::vector<Issue> notes_;
+  std::set<int> noted_units_;
   bool truncated_ = false;
   int64_t steps_per_rank_ = 0;  // the bound each rank ran under
   int64_t posts_ = 0;

@@ -259,7 +259,8 @@ ScheduleCheckResult checkSchedule(const Plan& plan, const ScheduleCheckOptions& 
   if (findings.issues_.empty()) findDeadlock(plan, findings);
   if (!findings.issues_.empty()) throw ValidationError(std::move(findings.issues_));
   return {findings.truncated_, findings.steps_per_rank_, findings.posts_,
-          options.want_trace ? buildTrace(plan, findings) : P2pTrace{}};
+          options.want_trace ? buildTrace(plan, findings) : P2pTrace{},
+          std::move(findings.notes_)};
 }
 
 P2pTrace traceP2p(const Plan& plan, const ScheduleCheckOptions& options) {

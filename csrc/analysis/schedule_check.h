@@ -26,6 +26,8 @@
 #include <utility>
 #include <vector>
 
+#include <hostir/error.h>
+
 #include "plan/plan.h"
 #include "plan/trace.h"
 
@@ -51,6 +53,10 @@ struct ScheduleCheckResult {
   int64_t steps_per_rank = 0;  // the bound each rank ran under
   int64_t communications = 0;  // posts over all ranks
   P2pTrace p2p;
+  // Legal but likely unmeant, one per node (capped at 20): a communication
+  // or group whose latest post no wait follows on some rank (the run joins
+  // it at its end).
+  std::vector<ValidationError::Issue> notes;
 };
 
 ScheduleCheckResult checkSchedule(const Plan& plan, const ScheduleCheckOptions& options = {});

@@ -34,6 +34,7 @@ CompiledProgram compile(const Program& program, const CompileOptions& options) {
     out.truncated = r.truncated;
     out.steps_per_rank = r.steps_per_rank;
     out.communications = r.communications;
+    out.notes = std::move(r.notes);
     if (peer_mapped) out.trace = std::move(r.p2p);
   } else if (peer_mapped) {
     out.trace = traceP2p(plan, check);

@@ -43,6 +43,8 @@ struct CompiledProgram {
   bool truncated = false;      // it covered only a prefix of a long run ...
   int64_t steps_per_rank = 0;  // ... of this many steps per rank
   int64_t communications = 0;  // posts over all ranks in one run (when checked)
+  // What the check found legal but likely unmeant (ScheduleCheckResult::notes).
+  std::vector<ValidationError::Issue> notes;
   // Matched send/recv of one run, when a bound backend maps peer memory.
   P2pTrace trace;
 };

@@ -169,8 +169,10 @@ class Device {
   // so that destroying the device after a failure or a timeout does not wait
   // for it: afterwards the device's sticky error is `why` (query/synchronize
   // throw BackendError). The host device's blocked stream tasks stop
-  // waiting and its queued tasks are skipped. Default: nothing (a GPU's
-  // work in flight finishes on its own). ---
+  // waiting and its queued tasks are skipped. A GPU's work in flight cannot
+  // be taken back: the cuda device's teardown then waits for it at most 2 s
+  // (the backends' abort released what it waited on) and leaves the rest to
+  // the process exit. Default: nothing. ---
   virtual void cancel(std::string_view why);
 
   // --- Optional: stream semaphores (supports(DeviceFeature::StreamSemaphore)). ---

@@ -68,7 +68,12 @@ AllocCache::Block& AllocCache::allocate(int slot, const int64_t* scalars, int st
       a.stream_mask = 0;
     }
     if (!a.cached) {
-      a.cached = dev_.allocate(bytes);
+      try {
+        a.cached = dev_.allocate(bytes);
+      } catch (const RuntimeError& e) {
+        // The device says how much it could give; the user needs to know for what.
+        throw RuntimeError(fmt::format("'{}': {}", pa.name, e.what()));
+      }
       a.cached_bytes = bytes;
     }
     a.ptr = a.cached;

@@ -362,7 +362,10 @@ CompiledProgram checkProgram(const Program& p, int world, const std::string& dev
   co.world = world;
   co.device = device;
   co.check_schedule = check_schedule;
-  return compile(p, co);
+  CompiledProgram out = compile(p, co);
+  for (const ValidationError::Issue& n : out.notes)
+    std::cerr << fmt::format("hir: note: {}: {}\n", n.path, n.message);
+  return out;
 }
 
 void printError(const std::exception& e, const std::string& prefix = "") {

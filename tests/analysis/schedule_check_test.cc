@@ -112,6 +112,32 @@ TEST(ScheduleCheck, NonMembersSkipATeamCollective) {
 
 // ------------------------------------------------------------ across ranks
 
+TEST(ScheduleCheck, ACommunicationNeverWaitedOnIsANoteNotAnError) {
+  const std::string body = alloc("a", R"(["n"])") + "," + alloc("b", R"(["n"])") + "," +
+                           comm(R"("name": "waited", "type": "allreduce", "input": "a",
+                                   "output": "a", "reduce": "sum")") +
+                           "," + wait("waited") + "," +
+                           comm(R"("name": "joined", "type": "allreduce", "input": "b",
+                                   "output": "b", "reduce": "sum")");
+  ScheduleCheckResult result;
+  ASSERT_NO_THROW(result = checkSchedule(planOf(body, 3)));
+  ASSERT_EQ(result.notes.size(), 1u);  // once, not once per rank
+  EXPECT_EQ(result.notes[0].path, "/body/4");
+  EXPECT_NE(result.notes[0].message.find("on rank 0: communication 'joined' is still pending when "
+                                         "the program ends"),
+            std::string::npos)
+      << result.notes[0].message;
+}
+
+TEST(ScheduleCheck, APostWaitedOnlyAfterItsLoopIsNoNote) {
+  const std::string body = alloc("a", R"(["n"])") + R"(,
+    {"op": "for", "index": "i", "start": 0, "stop": 4, "body": [)" +
+                           comm(R"("name": "c", "type": "allreduce", "input": "a", "output": "a",
+                                   "reduce": "sum")") +
+                           "," + wait("c") + "]}";
+  EXPECT_TRUE(checkSchedule(planOf(body, 2)).notes.empty());
+}
+
 TEST(ScheduleCheck, MismatchedCollectiveTypeNamesBothRanks) {
   const std::string body =
       alloc("a", R"(["n"])") + "," + alloc("b", R"(["world", "n"])") + R"(,

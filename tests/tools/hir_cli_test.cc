@@ -458,7 +458,7 @@ TEST(HirCli, AnAllocationBeyondMemoryFailsClearly) {
   CommandResult check = hir({"check", prog, "--world", "2"});
   EXPECT_EQ(check.exit_code, 0) << check.err;
   const std::string says =
-      "error: /body/0: on rank 0: host allocate of 1125899906842624 bytes (1 PiB): more than "
+      "error: /body/0: on rank 0: 'huge': host allocate of 1125899906842624 bytes (1 PiB): more than "
       "this process can be given now, at most ";
   CommandResult one = hir({"run", prog, "--device", "host"});
   EXPECT_EQ(one.exit_code, 3) << one.out << one.err;
@@ -468,7 +468,7 @@ TEST(HirCli, AnAllocationBeyondMemoryFailsClearly) {
   CommandResult two = hir({"run", prog, "--np", "2", "--device", "host"});
   EXPECT_EQ(two.exit_code, 3) << two.out << two.err;
   EXPECT_TRUE(two.err.find("hir: rank 0: " + says) != std::string::npos ||
-              two.err.find("hir: rank 1: error: /body/0: on rank 1: host allocate of "
+              two.err.find("hir: rank 1: error: /body/0: on rank 1: 'huge': host allocate of "
                            "1125899906842624 bytes") != std::string::npos)
       << two.err;
   EXPECT_EQ(two.err.find("MPI_ABORT"), std::string::npos) << two.err;

@@ -7,6 +7,7 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
@@ -52,6 +53,11 @@ constexpr std::size_t kZeroByteAllocation = 256;
 // How long allocate() waits for its zeroing, and the destructor for the
 // default stream before it frees what was left allocated.
 constexpr Duration kHousekeepingTimeout = std::chrono::seconds(60);
+// After cancel(): the backends' abort released what the GPU waited on
+// (ncclCommAbort, ipc's abort flag), so what is left drains in moments; a
+// device that still does not is left to the process exit rather than
+// holding the rank past its timeout (docs/cli.md, "Timeouts").
+constexpr Duration kCancelledDrainTimeout = std::chrono::seconds(2);
 
 }  // namespace
 
@@ -203,7 +209,8 @@ class CudaDevice final : public Device {
     // drained: cudaFree waits for the whole device, and must not hang here.
     bool drained = false;
     try {
-      drained = drain(default_stream_->native(), kHousekeepingTimeout);
+      drained = drain(default_stream_->native(),
+                      cancelled_ ? kCancelledDrainTimeout : kHousekeepingTimeout);
     } catch (const std::exception&) {
       drained = false;
     }
@@ -402,6 +409,14 @@ class CudaDevice final : public Device {
                  "cuda: an event on device {} did not complete within {} ms", ordinal_,
                  timeout.count());
     throwIfSticky();
+  }
+
+  // The GPU's work in flight cannot be taken back: what cancel() changes is
+  // that later waits fail at once (the sticky error) and that teardown
+  // waits for the GPU only briefly.
+  void cancel(std::string_view why) override {
+    sticky_->set(std::string(why));
+    cancelled_ = true;
   }
 
   void synchronize(Stream& s, Duration timeout) override {
@@ -658,6 +673,7 @@ class CudaDevice final : public Device {
   cudaStream_t zero_stream_ = nullptr;  // zeroes new allocations
   std::unique_ptr<Cublas> blas_;        // the matmul's cuBLAS handle
   std::shared_ptr<StickyError> sticky_ = std::make_shared<StickyError>();
+  std::atomic<bool> cancelled_{false};
 
   std::mutex mutex_;  // guards the maps below and the zeroing stream
   std::unordered_map<void*, std::size_t> allocations_;
