@@ -14,7 +14,9 @@ namespace hir {
 namespace {
 
 // Deepest nesting of parentheses, calls and unary operators the parser takes;
-// beyond it, a hostile input could exhaust the C++ stack.
+// beyond it, a hostile input could exhaust the C++ stack. A parenthesis right
+// after a unary operator counts with it, so that every expression the parser
+// takes prints as text it takes too: `--x` prints as `-(-x)`, both two levels.
 constexpr int kMaxParseDepth = 100;
 // Most nodes in one expression: trees are walked recursively, and a long
 // chain like 1 + 1 + ... builds a deep tree without any nesting in the text.
@@ -208,13 +210,18 @@ class Parser {
   }
 
   // Guards recursion (parentheses, calls, unary chains) against stack overflow.
+  // `counts` false: a level that an enclosing one already counted.
   struct DepthGuard {
     Parser& p;
-    explicit DepthGuard(Parser& parser) : p(parser) {
-      if (++p.depth_ > kMaxParseDepth)
+    const int step;
+    explicit DepthGuard(Parser& parser, bool counts = true) : p(parser), step(counts ? 1 : 0) {
+      p.depth_ += step;
+      if (p.depth_ > kMaxParseDepth)
         p.failAt(p.tok_.column, fmt::format("nested more than {} levels deep", kMaxParseDepth));
     }
-    ~DepthGuard() { --p.depth_; }
+    ~DepthGuard() { p.depth_ -= step; }
+    DepthGuard(const DepthGuard&) = delete;
+    DepthGuard& operator=(const DepthGuard&) = delete;
   };
 
   std::shared_ptr<ExprNode> node(ExprOp op, std::vector<std::shared_ptr<const ExprNode>> args = {}) {
@@ -223,10 +230,8 @@ class Parser {
     return std::make_shared<ExprNode>(ExprNode{op, 0, {}, std::move(args)});
   }
 
-  std::shared_ptr<const ExprNode> parseExpr() {
-    DepthGuard guard(*this);
-    return parseLevel(0);
-  }
+  // Levels are counted where they open: a parenthesis, a call, a unary operator.
+  std::shared_ptr<const ExprNode> parseExpr() { return parseLevel(0); }
 
   std::shared_ptr<const ExprNode> parseLevel(int level) {
     if (level == kLevels) return parseUnary();
@@ -249,8 +254,9 @@ class Parser {
 
   // '-' directly before a literal folds into a negative literal, so that
   // every Const (INT64_MIN included) prints as text that parses back to it.
-  std::shared_ptr<const ExprNode> parseUnary() {
-    DepthGuard guard(*this);
+  // `after_unary`: the operand of a unary operator, whose parenthesis (if it
+  // is one) the operator's level already counts.
+  std::shared_ptr<const ExprNode> parseUnary(bool after_unary = false) {
     ExprOp op;
     if (isPunct("-"))
       op = ExprOp::Neg;
@@ -259,10 +265,11 @@ class Parser {
     else if (isPunct("~"))
       op = ExprOp::BitNot;
     else
-      return parsePrimary();
+      return parsePrimary(after_unary);
+    DepthGuard guard(*this);
     advance();
     if (op == ExprOp::Neg && tok_.kind == Token::Int) return parseLiteral(true);
-    return node(op, {parseUnary()});
+    return node(op, {parseUnary(true)});
   }
 
   std::shared_ptr<const ExprNode> parseLiteral(bool negative) {
@@ -283,9 +290,10 @@ class Parser {
     return n;
   }
 
-  std::shared_ptr<const ExprNode> parsePrimary() {
+  std::shared_ptr<const ExprNode> parsePrimary(bool after_unary) {
     if (tok_.kind == Token::Int) return parseLiteral(false);
     if (isPunct("(")) {
+      DepthGuard guard(*this, !after_unary);
       advance();
       auto e = parseExpr();
       expect(")");
@@ -300,6 +308,7 @@ class Parser {
   }
 
   std::shared_ptr<const ExprNode> parseCall() {
+    DepthGuard guard(*this);
     ExprOp op = tok_.text == "min" ? ExprOp::Min : ExprOp::Max;
     std::string_view name = tok_.text;
     advance();

@@ -662,11 +662,12 @@ std::string saveProgram(const Program& program, int indent) {
 
 void applyParamOverrides(Program& program,
                          const std::vector<std::pair<std::string, int64_t>>& overrides) {
-  for (const auto& [name, value] : overrides) {
+  for (const auto& override : overrides) {
+    const std::string& name = override.first;
     auto it = std::find_if(program.params.begin(), program.params.end(),
                            [&](const Param& p) { return p.name == name; });
     if (it != program.params.end()) {
-      it->value = value;
+      it->value = override.second;
       continue;
     }
     std::vector<std::string_view> declared;

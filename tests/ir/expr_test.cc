@@ -181,6 +181,29 @@ TEST(Expr, DeepNestingIsAParseErrorNotACrash) {
             std::string::npos);
 }
 
+// Found by fuzz_expr: a chain of unary minus at the depth limit printed as
+// `-(-(...))`, whose parentheses counted again and made the printed form
+// unparsable. A parenthesis right after a unary operator now counts with it.
+TEST(Expr, EveryExpressionAtTheDepthLimitPrintsAsTextThatParses) {
+  for (const char* op : {"-", "~", "!"}) {
+    std::string text;
+    for (int i = 0; i < 100; ++i) text += op;
+    text += "x";
+    Expr e = Expr::parse(text, "/t");
+    Expr again = Expr::parse(e.str(), "/printed");
+    EXPECT_EQ(again.str(), e.str()) << op;
+    EXPECT_NE(std::string(parseError(std::string(101, op[0]) + "x").what()).find("nested more than 100"),
+              std::string::npos)
+        << op;
+  }
+  std::string calls = "x";
+  for (int i = 0; i < 100; ++i) calls = "min(" + calls + ", 1)";
+  EXPECT_EQ(Expr::parse(Expr::parse(calls, "/t").str(), "/printed").str(),
+            Expr::parse(calls, "/t").str());
+  EXPECT_NE(std::string(parseError("min(" + calls + ", 1)").what()).find("nested more than 100"),
+            std::string::npos);
+}
+
 TEST(Expr, DivisionByZeroNamesTheOperation) {
   std::string msg = programError("x + a / b", {{"x", 1}, {"a", 7}, {"b", 0}});
   EXPECT_EQ(msg, "division by zero (7 / 0) in 'a / b'");

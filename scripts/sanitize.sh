@@ -1,0 +1,109 @@
+#!/usr/bin/env bash
+# Builds the host test suite with sanitizers, each in its own build directory,
+# runs ctest there and prints a summary (docs/testing.md, "Fuzzing and
+# sanitizers").
+#
+#   scripts/sanitize.sh [asan] [tsan] [-- CTEST_ARGS...]     (default: asan tsan)
+#     asan   build-asan: AddressSanitizer + UndefinedBehaviorSanitizer
+#            (HIR_SANITIZE=address,undefined), every host test but three
+#            (ASAN_EXCLUDE below says why)
+#     tsan   build-tsan: ThreadSanitizer (HIR_SANITIZE=thread), every host
+#            test but mpi.np3/np4 and a few (TSAN_EXCLUDE below says why)
+# Environment: CC, CXX (default: the system compiler, as scripts/setup.sh
+# builds), JOBS (build and ctest jobs, default nproc), ASAN_BUILD, TSAN_BUILD
+# (the build directories). Packages: scripts/setup.sh installs them.
+# Exit status: 0 when every suite passed with no sanitizer report, 1 otherwise.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+jobs=${JOBS:-$(nproc)}
+kinds=()
+ctest_args=()
+while (($#)); do
+  case $1 in
+    asan|tsan) kinds+=("$1"); shift ;;
+    --) shift; ctest_args=("$@"); break ;;
+    -h|--help) sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    *) echo "sanitize.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
+  esac
+done
+((${#kinds[@]})) || kinds=(asan tsan)
+
+# Not run under AddressSanitizer:
+# - install.consumer builds an uninstrumented program against the installed,
+#   instrumented library: it cannot start without the sanitizer runtime first
+#   in its library list, which says nothing about hostir;
+# - HostDeviceAllocation.TheAddressSpaceLimitIsABound sets RLIMIT_AS to
+#   512 MiB, and the sanitizers' shadow memory is terabytes of reserved
+#   address space: the process cannot map anything under that limit;
+# - RankReportSignals.ACrashSaysSoAndStillCrashes crashes a child on purpose
+#   (SIGSEGV) and checks the signal it dies of: the sanitizer's own SEGV
+#   handler reports and exits instead.
+ASAN_EXCLUDE='^(install\.consumer|HostDeviceAllocation\.TheAddressSpaceLimitIsABound|RankReportSignals\.ACrashSaysSoAndStillCrashes)$'
+# Not run under ThreadSanitizer: the three above, for the same reasons, and
+# - mpi.np3, mpi.np4, mpi.np4.fake_nodes: each rank runs 5-15x slower under
+#   TSan, and 3-4 ranks on a 2-core machine pass the tests' timeouts; mpi.np1
+#   and mpi.np2 cover the same code with the evaluator's, the watchdog's and
+#   the streams' threads (Open MPI's own threads are uninstrumented: what
+#   TSan reports inside Open MPI is in scripts/tsan.supp, with why);
+# - layers, layers.selftest: shell scripts, no threads.
+TSAN_EXCLUDE='^(install\.consumer|HostDeviceAllocation\.TheAddressSpaceLimitIsABound|RankReportSignals\.ACrashSaysSoAndStillCrashes|mpi\.np[34]|mpi\.np4\.fake_nodes|layers.*)$'
+
+summary=()
+status=0
+for kind in "${kinds[@]}"; do
+  case $kind in
+    asan) build=${ASAN_BUILD:-$root/build-asan}; sanitize=address,undefined; exclude=$ASAN_EXCLUDE ;;
+    tsan) build=${TSAN_BUILD:-$root/build-tsan}; sanitize=thread; exclude=$TSAN_EXCLUDE ;;
+  esac
+  cmake -S "$root" -B "$build" -G Ninja -DHIR_SANITIZE=$sanitize -DHIR_WITH_CUDA=OFF \
+    -DHIR_BUILD_BENCH=OFF -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+  if ! grep -q -- "-fsanitize=$sanitize" "$build/build.ninja"; then
+    echo "sanitize.sh: ${build#"$root"/} compiles without -fsanitize=$sanitize: the top" \
+         "CMakeLists.txt lacks its HIR_SANITIZE block" >&2
+    exit 2
+  fi
+  echo "sanitize.sh: $kind: building ${build#"$root"/} (-fsanitize=$sanitize)" >&2
+  t0=$(date +%s)
+  cmake --build "$build" -j "$jobs" >&2
+  t1=$(date +%s)
+
+  # Sanitizer options travel to every process ctest starts, mpirun's ranks
+  # included (a local mpirun passes its environment on).
+  export UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1:suppressions=$root/scripts/ubsan.supp"
+  # Leaks: Open MPI keeps allocations from MPI_Init to exit that LSan calls
+  # leaks (scripts/lsan.supp lists them, each with why); hostir's are reported.
+  export LSAN_OPTIONS="suppressions=$root/scripts/lsan.supp:print_suppressions=0"
+  # fast_unwind_on_malloc=0: whole stacks through Open MPI (built without
+  # frame pointers), which the suppressions need to match.
+  export ASAN_OPTIONS="detect_leaks=1:fast_unwind_on_malloc=0:detect_stack_use_after_return=1:strict_init_order=1"
+  export TSAN_OPTIONS="suppressions=$root/scripts/tsan.supp:second_deadlock_stack=1:history_size=4"
+  # Open MPI's memory patcher hooks the allocator, which the sanitizers own.
+  export OMPI_MCA_memory=^patcher
+  log=$build/sanitize-ctest.log
+  echo "sanitize.sh: $kind: ctest (log: ${log#"$root"/})" >&2
+  rc=0
+  (cd "$build" && ctest --output-on-failure -j "$jobs" -E "$exclude" "${ctest_args[@]}") \
+    >"$log" 2>&1 || rc=$?
+  t2=$(date +%s)
+  ((rc == 0)) || status=1
+  tests=$(sed -n 's/.*tests passed, \([0-9]*\) tests failed out of \([0-9]*\)/\1 failed of \2/p' "$log" | tail -1)
+  # LastTest.log holds the output of every test, passed or not.
+  reports=$(grep -cE '^==[0-9]+==ERROR: (Address|Leak)Sanitizer|runtime error:|^WARNING: ThreadSanitizer' \
+              "$build/Testing/Temporary/LastTest.log" 2>/dev/null || true)
+  reports=${reports:-0}
+  if ((reports)); then
+    status=1
+    echo "----- $kind: sanitizer reports (the first three, from LastTest.log):" >&2
+    grep -n -m3 -A25 -E '^==[0-9]+==ERROR: (Address|Leak)Sanitizer|runtime error:|^WARNING: ThreadSanitizer' \
+      "$build/Testing/Temporary/LastTest.log" >&2 || true
+    echo "-----" >&2
+  fi
+  failed=$(grep -E '^\s+[0-9]+ - .*\((Failed|Timeout|SEGFAULT|Child aborted|Subprocess aborted|Exception|Not Run)' "$log" |
+             sed -E 's/^\s*[0-9]+ - //; s/ \(.*//' | tr '\n' ' ' || true)
+  summary+=("$(printf '%-5s build %4ds  ctest %4ds  %s, %d sanitizer reports%s' "$kind" \
+    $((t1 - t0)) $((t2 - t1)) "${tests:-no result}" "$reports" "${failed:+; failed: $failed}")")
+done
+
+echo "sanitize.sh summary:"
+printf '  %s\n' "${summary[@]}"
+exit $status
