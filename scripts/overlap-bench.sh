@@ -64,7 +64,7 @@ measure() {  # program m mode
   text=$(timeout 300 "$hir" run "$1" --np "$np" --device "$device" --warmup 3 --iters 10 \
          --param m="$2" --param k=$k --param n=$n --param mode="$3" "${extra[@]}" 2>&1)
   printf '== %s m=%s mode=%s\n%s\n' "$1" "$2" "$3" "$text" >>"$log"
-  ms=$(printf '%s\n' "$text" | sed -n 's/.* \([0-9.]*\) ms per run.*/\1/p' | tail -1)
+  ms=$(printf '%s\n' "$text" | sed -n 's/.* \([0-9.]*\) \(ns\|us\|ms\|s\) per run.*/\1 \2/p' | tail -1 | awk '{ f["ns"] = 1e-6; f["us"] = 1e-3; f["ms"] = 1; f["s"] = 1e3; if (NF == 2) printf "%.6g", $1 * f[$2] }')
   echo "${ms:-nan}"
 }
 for prog in "$root"/bench/overlap/*.json; do

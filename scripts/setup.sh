@@ -10,7 +10,7 @@ build=${BUILD_DIR:-$root/build}
 
 packages=(build-essential cmake ninja-build pkg-config libfmt-dev nlohmann-json3-dev
           libopenmpi-dev openmpi-bin libgtest-dev libgmock-dev libbenchmark-dev ccache
-          libopenblas-dev libcli11-dev)
+          libopenblas-dev libcli11-dev libspdlog-dev python3-matplotlib)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -23,6 +23,7 @@
 
 #include "common/elements.h"
 #include "common/check.h"
+#include "common/log.h"
 #include "device/compute.h"
 #include "device/host_memory.h"
 
@@ -416,6 +417,7 @@ void HostDevice::setRunAheadWindow(std::size_t tasks) {
 std::size_t HostDevice::runAheadWindow() const { return impl_->window.load(); }
 
 void HostDevice::cancel(std::string_view why) {
+  HIR_LOG_INFO(Subsys::Host, "queued work cancelled: {}", why);
   impl_->fail(fmt::format("cancelled: {}", why));
 }
 
@@ -514,6 +516,7 @@ Stream& HostDevice::defaultStream() { return *impl_->default_stream; }
 
 std::unique_ptr<Stream> HostDevice::createStream() {
   uint64_t id = impl_->next_stream_id.fetch_add(1);
+  HIR_LOG_DEBUG(Subsys::Host, "stream {} created (a worker thread)", id);
   auto worker = std::make_unique<Worker>(*impl_, id);
   Worker* w = worker.get();
   return std::make_unique<HostStream>(*impl_, std::move(worker), w);

@@ -41,12 +41,24 @@ struct EvaluatorOptions {
   bool trace = false;
 };
 
+// A check node that found wrong elements on this rank. Counts are per
+// execution of the node (one execution: the node run once, in one loop
+// iteration of one run) and, in `mismatches`, over all of them. The first
+// 1024 executions of each node are counted one by one, later ones only
+// together: `exact` false means that some of those failed, and
+// `failed_executions` and the per-execution counts then cover the first
+// 1024 only (plus one for the rest).
 struct CheckFailure {
   int rank = 0;
   std::string path;     // node path of the check
   std::string tensor;   // reference as written
   std::string context;  // loop indices of the first failing execution, "i=1, j=0"
-  uint64_t mismatches = 0;
+  uint64_t mismatches = 0;         // wrong elements over every execution
+  uint64_t executions = 0;         // executions of the node so far
+  uint64_t failed_executions = 0;  // executions with a wrong element
+  uint64_t wrong_min = 0, wrong_max = 0;        // wrong elements in one failing execution
+  uint64_t elements_min = 0, elements_max = 0;  // elements in one execution
+  bool exact = true;
   struct Element {
     int64_t index;
     double got, expected;
@@ -56,10 +68,15 @@ struct CheckFailure {
 
 struct RunReport {
   uint64_t checks_run = 0;      // check executions, all runs so far
+  uint64_t checks_failed = 0;   // of those, with a wrong element (CheckFailure::exact aside)
   uint64_t elements_checked = 0;
+  uint64_t wrong_elements = 0;  // over every execution
   std::vector<CheckFailure> failures;  // this rank's
   bool ok() const { return failures.empty(); }
-  std::string format() const;          // one failure per line
+  // One failure per line: "rank 1: check failed at /body/2: 'x' has 16
+  // wrong elements of 16 in 3 of 3 executions (48 in all); [0] got 1
+  // expected 2; ...".
+  std::string format() const;
 };
 
 // Failure: the first error of run() or synchronize() (TimeoutError,

@@ -16,15 +16,19 @@ constexpr int64_t kMaxCheckContexts = 4096;
 
 Diagnostics::Diagnostics(const Plan& plan, Device& dev, int rank)
     : plan_(plan), dev_(dev), rank_(rank) {
-  if (!plan.checks.empty()) records_ = dev.allocateCheckRecords(plan.checks.size());
+  if (!plan.checks.empty()) shared_ = dev.allocateCheckRecords(plan.checks.size());
+  spare_.resize(plan.checks.size());
+  executed_.resize(plan.checks.size());
+  current_.assign(plan.checks.size(), nullptr);
   check_executions_.assign(plan.checks.size(), 0);
   check_contexts_.resize(plan.checks.size());
 }
 
 Diagnostics::~Diagnostics() {
-  if (!records_ || leak_) return;
+  if (leak_) return;
   try {
-    dev_.freeCheckRecords(records_);
+    for (CheckRecord* block : blocks_) dev_.freeCheckRecords(block);
+    if (shared_) dev_.freeCheckRecords(shared_);
   } catch (const std::exception&) {
     // Teardown after a device failure: the error that matters was reported.
   }
@@ -191,23 +195,61 @@ int64_t Diagnostics::beginCheck(int check, const int64_t* scalars) {
   if (exec < kMaxCheckContexts)
     for (int slot : plan_.nodes[plan_.checks[check].node].loop_slots)
       check_contexts_[check].push_back(scalars[slot]);
+  if (exec >= kRecordedExecutions) {
+    current_[check] = shared_ + check;
+    return exec;
+  }
+  // Blocks double (16, 16, 32, ... records): a few allocations per node,
+  // most of them in the first runs.
+  Spare& spare = spare_[check];
+  if (spare.left == 0) {
+    const int64_t n = std::min(std::max<int64_t>(16, exec), kRecordedExecutions - exec);
+    spare.next = dev_.allocateCheckRecords(static_cast<std::size_t>(n));
+    blocks_.push_back(spare.next);
+    spare.left = n;
+  }
+  current_[check] = spare.next++;
+  --spare.left;
+  executed_[check].push_back(current_[check]);
   return exec;
 }
 
 RunReport Diagnostics::report() const {
   RunReport r;
   for (std::size_t i = 0; i < plan_.checks.size(); ++i) {
-    const CheckRecord& rec = records_[i];
+    const std::vector<CheckRecord*>& recs = executed_[i];
+    const CheckRecord& shared = shared_[i];
     r.checks_run += static_cast<uint64_t>(check_executions_[i]);
-    r.elements_checked += rec.checked;
-    if (rec.mismatches == 0) continue;
-    const PlanNode& node = plan_.nodes[plan_.checks[i].node];
     CheckFailure f;
+    const CheckRecord* first = nullptr;  // the first failing execution's record
+    for (const CheckRecord* rec : recs) {
+      r.elements_checked += rec->checked;
+      f.elements_min = rec == recs.front() ? rec->checked : std::min(f.elements_min, rec->checked);
+      f.elements_max = std::max(f.elements_max, rec->checked);
+      if (rec->mismatches == 0) continue;
+      f.wrong_min = f.failed_executions == 0 ? rec->mismatches
+                                             : std::min(f.wrong_min, rec->mismatches);
+      f.wrong_max = std::max(f.wrong_max, rec->mismatches);
+      ++f.failed_executions;
+      f.mismatches += rec->mismatches;
+      if (!first) first = rec;
+    }
+    r.elements_checked += shared.checked;
+    if (shared.mismatches > 0) {
+      f.exact = false;
+      ++f.failed_executions;
+      f.mismatches += shared.mismatches;
+      if (!first) first = &shared;
+    }
+    r.checks_failed += f.failed_executions;
+    r.wrong_elements += f.mismatches;
+    if (!first) continue;
+    const PlanNode& node = plan_.nodes[plan_.checks[i].node];
     f.rank = rank_;
     f.path = node.path;
     f.tensor = plan_.checks[i].tensor;
-    f.mismatches = rec.mismatches;
-    const int64_t exec = rec.first_execution;
+    f.executions = static_cast<uint64_t>(check_executions_[i]);
+    const int64_t exec = first->first_execution;
     const std::size_t depth = node.loop_slots.size();
     if (exec >= 0 && exec < kMaxCheckContexts && depth > 0 &&
         (exec + 1) * static_cast<int64_t>(depth) <=
@@ -216,11 +258,44 @@ RunReport Diagnostics::report() const {
     } else if (exec >= 0 && depth > 0) {
       f.context = fmt::format("execution #{}", exec);
     }
-    for (int k = 0; k < rec.reported && k < CheckRecord::kMaxReported; ++k)
-      f.first.push_back({rec.index[k], rec.got[k], rec.expected[k]});
+    for (int k = 0; k < first->reported && k < CheckRecord::kMaxReported; ++k)
+      f.first.push_back({first->index[k], first->got[k], first->expected[k]});
     r.failures.push_back(std::move(f));
   }
   return r;
+}
+
+namespace {
+
+// "16", or "1 to 16" when executions differ.
+std::string span(uint64_t lo, uint64_t hi) {
+  return lo == hi ? fmt::format("{}", lo) : fmt::format("{} to {}", lo, hi);
+}
+
+}  // namespace
+
+std::string RunReport::format() const {
+  std::string out;
+  for (const CheckFailure& f : failures) {
+    out += fmt::format("rank {}: check failed at {}{}: '{}' has ", f.rank, f.path,
+                       f.context.empty() ? "" : " (" + f.context + ")", f.tensor);
+    if (f.wrong_max == 0) {
+      // Only executions counted together failed.
+      out += fmt::format("{} wrong element{} in executions past the first {} (of {})",
+                         f.mismatches, f.mismatches == 1 ? "" : "s",
+                         Diagnostics::kRecordedExecutions, f.executions);
+    } else {
+      out += fmt::format("{} wrong element{} of {} in {}{} of {} execution{}",
+                         span(f.wrong_min, f.wrong_max), f.wrong_max == 1 ? "" : "s",
+                         span(f.elements_min, f.elements_max), f.exact ? "" : "at least ",
+                         f.failed_executions, f.executions, f.executions == 1 ? "" : "s");
+      if (f.failed_executions > 1) out += fmt::format(" ({} in all)", f.mismatches);
+    }
+    for (const auto& e : f.first)
+      out += fmt::format("; [{}] got {} expected {}", e.index, e.got, e.expected);
+    out += '\n';
+  }
+  return out;
 }
 
 }  // namespace hir

@@ -52,17 +52,30 @@ class Diagnostics {
   // they are left to the process instead of freed.
   void leak() { leak_ = true; }
 
-  // Check nodes: the record each writes to, and the execution number of a
-  // new execution of check `check` with the loop indices in `scalars`.
-  CheckRecord* record(int check) { return &records_[check]; }
+  // Check nodes. beginCheck() starts a new execution of check `check`
+  // with the loop indices in `scalars` and returns its execution number;
+  // record(check) is then the record that execution writes to. The first
+  // kRecordedExecutions executions of each check node get a record of
+  // their own, so that the report counts wrong elements per execution and
+  // failing executions exactly; later ones share one record per node.
+  static constexpr int64_t kRecordedExecutions = 1024;
   int64_t beginCheck(int check, const int64_t* scalars);
+  CheckRecord* record(int check) const { return current_[check]; }
   RunReport report() const;
 
  private:
   const Plan& plan_;
   Device& dev_;
   int rank_;
-  CheckRecord* records_ = nullptr;
+  CheckRecord* shared_ = nullptr;  // per check: its executions past kRecordedExecutions
+  std::vector<CheckRecord*> blocks_;  // every block of records allocated, freed at the end
+  struct Spare {
+    CheckRecord* next = nullptr;
+    int64_t left = 0;
+  };
+  std::vector<Spare> spare_;                        // per check: the rest of its latest block
+  std::vector<std::vector<CheckRecord*>> executed_;  // per check: the record of each execution
+  std::vector<CheckRecord*> current_;                // per check: its latest execution's
   bool leak_ = false;
   std::vector<int64_t> check_executions_;
   std::vector<std::vector<int64_t>> check_contexts_;  // per check: flat loop values

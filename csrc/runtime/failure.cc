@@ -4,6 +4,7 @@
 #include <cstdlib>
 
 #include "common/check.h"
+#include "common/log.h"
 
 namespace hir {
 
@@ -20,6 +21,8 @@ std::string Failure::fail(std::string_view why, bool from_watchdog) {
   failed_.store(true);
   watchdog_fired_ = from_watchdog;
   first_ = std::string(firstLine(why));
+  HIR_LOG_INFO(Subsys::Eval, "the run failed{}: {}; aborting the backends and the queued work",
+               from_watchdog ? " (watchdog)" : "", first_);
   try {
     if (actions_.report) report_ = actions_.report(!from_watchdog);
   } catch (const std::exception& e) {

@@ -1,4 +1,4 @@
-// The `hir` command: run, check and print hostir programs.
+// The `hir` command: run, sweep, check and print hostir programs.
 // Exit codes (docs/cli.md): 0 ok, 1 a check failed, 2 bad usage or bad
 // program, 3 runtime failure (timeout, device or library error), 4 bug.
 #include <CLI/CLI.hpp>
@@ -37,6 +37,8 @@
 #include "compile/compile.h"
 #include "device/gpus.h"
 #include "runtime/trace.h"
+#include "tools/run_output.h"
+#include "tools/sweep.h"
 #include "transport/launch.h"
 #include "transport/launch_report.h"
 
@@ -65,7 +67,12 @@ struct Args {
   int64_t timeout_ms = 300000;
   bool schedule_check = true;
   std::string trace;  // --trace FILE
+  std::string json;   // --json FILE ("-": standard output)
+  bool progress = true;  // --no-progress: false
+  SweepOptions sweep;    // `hir sweep` (iters and warmup above)
   std::vector<std::string> plugins;  // --plugin LIB, in order
+  std::vector<std::string> mpirun_args;  // --mpirun-args, split into words (launcher only)
+  std::string hostfile;                  // --hostfile FILE (launcher only)
   // What each rank started by --np gets after `run`, in --flag=value form:
   // every option given but --np; launchRanks adds `-- PROG`.
   std::vector<std::string> forwarded;
@@ -105,9 +112,11 @@ void checkTraceTarget(const std::string& path) {
 // between versions: 2.1 clamps an overflowing 64-bit value silently, reads
 // "010" as octal; 2.4 also takes "1_000".)
 struct RawArgs {
-  std::string program, np, world, device, iters, warmup, timeout, trace;
+  std::string mpirun_args, hostfile;  // run: the launcher's
+  std::string program, np, world, device, iters, warmup, timeout, trace, json;
+  std::string param_size, minbytes, maxbytes, stepfactor, param_unit, csv;  // sweep
   std::vector<std::string> params, plugins;
-  bool no_schedule_check = false;
+  bool no_schedule_check = false, no_progress = false;
 };
 
 // An option that takes one value: given twice, it is an error (parseArgs
@@ -134,7 +143,8 @@ void checkLeftovers(CLI::App& app, CLI::App* cmd) {
   for (const std::string& extra : app.remaining()) {
     if (extra.size() > 1 && extra[0] == '-')
       throw UsageError(fmt::format("unknown option '{}'; see `hir --help`", extra));
-    throw UsageError(fmt::format("unknown command '{}'; expected run, check or print", extra));
+    throw UsageError(fmt::format("unknown command '{}'; expected run, sweep, check or print",
+                                 extra));
   }
   if (!cmd) throw UsageError("missing command; try `hir --help`");
   const std::string name = cmd->get_name();
@@ -156,6 +166,45 @@ void checkRequired(const Args& a) {
                                  a.command));
   if (a.command == "check" && !a.world)
     throw UsageError("`hir check` needs --world N (the world size to check for)");
+  if (a.command == "sweep" && a.sweep.param.empty())
+    throw UsageError("`hir sweep` needs --param-size NAME (the param that sets the size)");
+  if (a.command == "sweep" && a.sweep.min_bytes == 0)
+    throw UsageError("`hir sweep` needs -b/--minbytes SIZE (the first size, in bytes)");
+}
+
+// The options of `hir sweep` alone, into a.sweep (its --iters, --warmup,
+// --json and --no-progress are parsed with run's).
+template <class Given, class Forward>
+void parseSweepArgs(const RawArgs& raw, Args& a, Given&& given, Forward&& forward) {
+  SweepOptions& o = a.sweep;
+  if (given("--param-size")) {
+    if (raw.param_size.empty()) throw UsageError("--param-size expects a param name");
+    o.param = raw.param_size;
+    for (const auto& [name, value] : a.params)
+      if (name == o.param)
+        throw UsageError(fmt::format("--param {} and --param-size {}: the sweep sets {} itself",
+                                     name, name, name));
+  }
+  forward("--param-size", raw.param_size);
+  if (given("--minbytes")) o.min_bytes = parseSize("--minbytes", raw.minbytes);
+  forward("--minbytes", raw.minbytes);
+  o.max_bytes = given("--maxbytes") ? parseSize("--maxbytes", raw.maxbytes) : o.min_bytes;
+  forward("--maxbytes", raw.maxbytes);
+  if (given("--stepfactor")) o.factor = parseInteger("--stepfactor", raw.stepfactor, 2);
+  forward("--stepfactor", raw.stepfactor);
+  if (given("--param-unit")) o.unit = parseParamUnit(raw.param_unit);
+  forward("--param-unit", raw.param_unit);
+  if (given("--csv")) {
+    o.csv = raw.csv;
+    checkWritable("--csv", o.csv);
+  }
+  forward("--csv", raw.csv);
+  if (o.csv == "-" && a.json == "-")
+    throw UsageError("--json - and --csv -: only one of them can go to standard output");
+  o.iters = a.iters;
+  o.warmup = a.warmup;
+  o.json = a.json;
+  o.progress = a.progress;
 }
 
 // Parses the command line into `a`. Returns -1 to go on, or the exit code
@@ -196,6 +245,51 @@ int parseArgs(int argc, char** argv, Args& a) {
             "write a timeline of the runs, every rank's, to FILE (Chrome trace JSON)");
   addRepeated(run, "--plugin", raw.plugins, "LIB",
               "load a shared library of kernels first (repeatable)");
+  addSingle(run, "--mpirun-args", raw.mpirun_args, "ARGS",
+            "more arguments for mpirun under --np (split into words as a shell does)");
+  addSingle(run, "--hostfile", raw.hostfile, "FILE",
+            "mpirun's hostfile under --np: start the ranks on the nodes it lists");
+  addSingle(run, "--json", raw.json, "FILE",
+            "write the result as JSON (format hostir-result/1) to FILE, - for standard output");
+  run->add_flag("--no-progress", raw.no_progress,
+                "no progress line on standard error (shown for runs longer than 3 s)");
+
+  CLI::App* sweep = app.add_subcommand(
+      "sweep", "run a program at a series of sizes and print bandwidths, like nccl-tests");
+  sweep->footer(
+      "Sets the param named by --param-size for each size from -b to -e (times -f each step;\n"
+      "sizes take K, M, G suffixes, powers of 1024) and runs the program -w + -n times at each,\n"
+      "in one MPI job. By default the param counts elements of the communication that moves\n"
+      "the most bytes per run (--param-unit bytes: the param is the size itself). Prints one\n"
+      "row per size: size, count, type, redop, root, time (us), algbw, busbw (GB/s), #wrong.");
+  sweep->add_option("PROG", raw.program, kProgHelp)->type_name("")->required();
+  addSingle(sweep, "--param-size", raw.param_size, "NAME", "the param that sets the size");
+  addSingle(sweep, "-b,--minbytes", raw.minbytes, "SIZE", "the first size in bytes (8, 64K, 1M)");
+  addSingle(sweep, "-e,--maxbytes", raw.maxbytes, "SIZE", "the last size (default: -b)");
+  addSingle(sweep, "-f,--stepfactor", raw.stepfactor, "N", "size factor between steps (default 2)");
+  addSingle(sweep, "--param-unit", raw.param_unit, "U",
+            "elements (default: of the largest communication) or bytes");
+  addSingle(sweep, "-n,--iters", raw.iters, "N", "timed runs per size (default 20)");
+  addSingle(sweep, "-w,--warmup", raw.warmup, "N", "untimed runs before them (default 5)");
+  addSingle(sweep, "--np", raw.np, "N", "number of ranks (default: the MPI job's size, or 1)");
+  addSingle(sweep, "--device", raw.device, "D",
+            "auto (default: cuda if a GPU is present, else host), cuda, host");
+  addRepeated(sweep, "--param", raw.params, "K=V", "override another param (repeatable)");
+  addSingle(sweep, "--timeout", raw.timeout, "S",
+            "seconds any host wait may take (default 300; fractions: 0.5)");
+  sweep->add_flag("--no-schedule-check", raw.no_schedule_check,
+                  "skip the cross-rank check at each size (large loops)");
+  addRepeated(sweep, "--plugin", raw.plugins, "LIB",
+              "load a shared library of kernels first (repeatable)");
+  addSingle(sweep, "--mpirun-args", raw.mpirun_args, "ARGS",
+            "more arguments for mpirun under --np (split into words as a shell does)");
+  addSingle(sweep, "--hostfile", raw.hostfile, "FILE",
+            "mpirun's hostfile under --np: start the ranks on the nodes it lists");
+  addSingle(sweep, "--json", raw.json, "FILE",
+            "write the rows as JSON (format hostir-sweep/1) to FILE, - for standard output");
+  addSingle(sweep, "--csv", raw.csv, "FILE", "write the rows as CSV to FILE, - for standard output");
+  sweep->add_flag("--no-progress", raw.no_progress,
+                  "no progress line on standard error (shown after 3 s)");
 
   CLI::App* check = app.add_subcommand(
       "check", "validate and cross-rank check a program for a world size; no run");
@@ -224,12 +318,13 @@ int parseArgs(int argc, char** argv, Args& a) {
       std::cout << app.help();
       return kExitOk;
     }
-    for (CLI::App* cmd : {run, check, print})
+    for (CLI::App* cmd : {run, sweep, check, print})
       if (cmd->get_name() == argv[2]) {
         std::cout << cmd->help("hir");
         return kExitOk;
       }
-    throw UsageError(fmt::format("unknown command '{}'; expected run, check or print", argv[2]));
+    throw UsageError(
+        fmt::format("unknown command '{}'; expected run, sweep, check or print", argv[2]));
   }
 
   CLI::App* cmd = nullptr;
@@ -268,8 +363,9 @@ int parseArgs(int argc, char** argv, Args& a) {
     const CLI::Option* opt = cmd->get_option_no_throw(flag);
     return opt != nullptr && opt->count() > 0;
   };
+  const bool launches = a.command == "run" || a.command == "sweep";
   auto forward = [&](const char* flag, const std::string& value) {
-    if (given(flag) && a.command == "run") a.forwarded.push_back(fmt::format("{}={}", flag, value));
+    if (given(flag) && launches) a.forwarded.push_back(fmt::format("{}={}", flag, value));
   };
   if (given("--np")) a.np = parseCount("--np", raw.np, 1);
   if (given("--world")) a.world = parseCount("--world", raw.world, 1);
@@ -288,7 +384,11 @@ int parseArgs(int argc, char** argv, Args& a) {
     if (!param_names.insert(name).second)
       throw UsageError(fmt::format("--param {} given twice", name));
     a.params.emplace_back(name, parseInteger("--param " + name, kv.substr(eq + 1), INT64_MIN));
-    if (a.command == "run") a.forwarded.push_back("--param=" + kv);
+    if (launches) a.forwarded.push_back("--param=" + kv);
+  }
+  if (a.command == "sweep") {
+    a.iters = 20;
+    a.warmup = 5;
   }
   if (given("--iters")) a.iters = parseCount("--iters", raw.iters, 1);
   forward("--iters", raw.iters);
@@ -306,8 +406,20 @@ int parseArgs(int argc, char** argv, Args& a) {
   }
   forward("--trace", raw.trace);
   a.plugins = raw.plugins;
+  if (given("--mpirun-args")) a.mpirun_args = splitShellWords(raw.mpirun_args, "--mpirun-args");
+  if (given("--hostfile")) checkHostfile(a.hostfile = raw.hostfile);
   for (const std::string& lib : raw.plugins)
-    if (a.command == "run") a.forwarded.push_back("--plugin=" + lib);
+    if (launches) a.forwarded.push_back("--plugin=" + lib);
+  if (given("--json")) {
+    a.json = raw.json;
+    checkWritable("--json", a.json);
+  }
+  forward("--json", raw.json);
+  if (raw.no_progress) {
+    a.progress = false;
+    a.forwarded.push_back("--no-progress");
+  }
+  if (a.command == "sweep") parseSweepArgs(raw, a, given, forward);
   checkRequired(a);
   return -1;
 }
@@ -460,11 +572,11 @@ void checkGpusForLaunch(const std::string& kind, int np) {
 // Starts N ranks of this same command (transport/launch.h); `program` is the
 // path the ranks load.
 int launchRanks(const Args& a, const std::string& program) {
-  std::vector<std::string> args = {"run"};
+  std::vector<std::string> args = {a.command};
   args.insert(args.end(), a.forwarded.begin(), a.forwarded.end());
   args.push_back("--");  // a program path that starts with '-' stays a path
   args.push_back(program);
-  return launchRanksOfThisCommand(*a.np, args);
+  return launchRanksOfThisCommand(LaunchOptions{*a.np, a.mpirun_args, a.hostfile}, args);
 }
 
 // -------------------------------------------------------------- commands
@@ -489,21 +601,31 @@ int cmdCheck(const Args& a) {
 int runOnRank(const Args& a, Bootstrap* boot);
 
 int cmdRun(const Args& a) {
-  if (a.np && !launchedByMpi()) {
+  const bool launcher = a.np && !launchedByMpi() && !launchedByTorchrun();
+  if (!launcher && (!a.mpirun_args.empty() || !a.hostfile.empty()))
+    throw UsageError(fmt::format("{} is for the launcher: it needs --np N outside an MPI job or "
+                                 "torchrun", a.hostfile.empty() ? "--mpirun-args" : "--hostfile"));
+  if (launcher) {
     // Decide what every rank would decide, once, before starting them.
     std::optional<std::string> text;
     if (a.program == "-") text = readStandardInput();
     Program p = loadWithParams(a, text);
     const std::string kind = deviceKindFor(a.device);
     checkGpusForLaunch(kind, *a.np);
-    checkProgram(p, *a.np, kind, a.schedule_check);
+    if (a.command == "sweep")
+      planSweep(p, a.sweep, *a.np, kind, a.schedule_check);  // every size
+    else
+      checkProgram(p, *a.np, kind, a.schedule_check);
+    // The progress line (rank 0) is updated in place when this is a terminal.
+    setenv("HIR_STDERR_TTY", isatty(STDERR_FILENO) ? "1" : "0", 1);
     if (!text) return launchRanks(a, a.program);
     TempProgramFile file(*text);
     return launchRanks(a, file.path());
   }
   // A rank: tells the launcher (when there is one) how it ends.
   endWithParent();
-  std::unique_ptr<Bootstrap> boot = createMpiBootstrap();
+  std::unique_ptr<Bootstrap> boot =
+      createBootstrapFromEnvironment(std::chrono::milliseconds(a.timeout_ms));
   startRankReport(boot->rank());
   int code = kExitInternal;
   try {
@@ -517,6 +639,24 @@ int cmdRun(const Args& a) {
   }
   reportRankExit(code);
   return code;
+}
+
+// Under torchrun (the TCP bootstrap) the host device has no backend that
+// crosses processes: only MPI does, and MPI is not started. A program with a
+// communication between ranks is refused at load, the same on every rank.
+void refuseHostCommsWithoutMpi(const Program& p, int world, const std::string& device) {
+  if (!launchedByTorchrun() || world == 1 || deviceKindFor(device) != "host") return;
+  const Plan plan = checkProgram(p, world, "host", /*check_schedule=*/false).plan;
+  for (const PlanComm& c : plan.comms) {
+    const bool cross = c.type == CommType::Send || c.type == CommType::Recv ||
+                       plan.teams[c.team].ranks.size() > 1;
+    if (cross)
+      throw UsageError(fmt::format(
+          "{}: '{}' ({}) communicates between ranks, and on the host device only MPI carries "
+          "communications between processes; under torchrun there is none: start the ranks "
+          "with mpirun (hir run --np N) or use --device cuda",
+          plan.nodes[c.node].path, c.name, toString(c.type)));
+  }
 }
 
 // Each rank of the cuda device needs a GPU of its own, on every node of the
@@ -550,6 +690,7 @@ int runOnRank(const Args& a, Bootstrap* boot) {
     std::optional<std::string> text;
     if (a.program == "-") text = programTextOnEveryRank(*boot);
     Program p = loadWithParams(a, text);
+    refuseHostCommsWithoutMpi(p, world, a.device);
     checkGpusPerNode(*boot, a.device);
     SessionOptions so;
     so.device = a.device;
@@ -558,16 +699,22 @@ int runOnRank(const Args& a, Bootstrap* boot) {
     eo.timeout = std::chrono::milliseconds(a.timeout_ms);
     eo.check_schedule = a.schedule_check && !std::getenv("HIR_LAUNCHED_NP");
     eo.trace = !a.trace.empty();
+    if (a.command == "sweep") {
+      SweepPlan plan = planSweep(p, a.sweep, world, std::string(session.device().kind()),
+                                 eo.check_schedule);
+      eo.check_schedule = false;  // planSweep checked every size
+      loading = false;
+      return runSweep(session, *boot, plan, a.sweep, eo);
+    }
     Evaluator ev(session, p, eo);
     loading = false;
 
-    for (int i = 0; i < a.warmup; ++i) ev.run();
-    ev.synchronize();
-    auto t0 = std::chrono::steady_clock::now();
-    for (int i = 0; i < a.iters; ++i) ev.run();
-    ev.synchronize();
-    double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0)
-                    .count() / a.iters;
+    double seconds_per_run = 0;
+    {
+      Progress progress(rank == 0 && a.progress);
+      progress.stage("", a.warmup, a.warmup + a.iters);
+      seconds_per_run = timeRuns(ev, *boot, a.warmup, a.iters, progress);
+    }
     if (!a.trace.empty()) {
       // Collective: every rank gets the same error, and rank 0 says it.
       std::string events = ev.traceEvents();
@@ -581,23 +728,31 @@ int runOnRank(const Args& a, Bootstrap* boot) {
 
     RunReport report = ev.report();
     std::cerr << report.format();
-    int failed = report.ok() ? 0 : 1;
-    std::vector<int> all(world);
-    boot->allgather(&failed, all.data(), sizeof(int));
-    int failed_ranks = 0;
-    for (int f : all) failed_ranks += f;
+    const RunFigures figures = gatherFigures(*boot, seconds_per_run, report);
+    const std::vector<std::string> failures =
+        a.json.empty() ? std::vector<std::string>() : gatherText(*boot, failuresJson(report));
+    const int code = figures.failed_ranks ? kExitCheckFailed : kExitOk;
     if (rank == 0) {
-      if (failed_ranks == 0)
-        std::cout << fmt::format(
-            "hir: ok: '{}' on {} rank{} ({}): {} run{}, {} checks passed, {:.3f} ms per run\n",
-            p.name, world, world == 1 ? "" : "s", session.device().describe(),
-            a.iters + a.warmup, a.iters + a.warmup == 1 ? "" : "s", report.checks_run, ms);
-      else
-        std::cout << fmt::format("hir: FAILED: '{}': checks failed on {} of {} ranks\n", p.name,
-                                 failed_ranks, world);
-      if (!a.trace.empty()) std::cout << fmt::format("hir: trace written to {}\n", a.trace);
+      RunDescription d;
+      d.program = p.name;
+      d.world = world;
+      d.device = session.device().describe();
+      d.device_kind = std::string(session.device().kind());
+      d.iters = a.iters;
+      d.warmup = a.warmup;
+      for (const Param& param : p.params) d.params.emplace_back(param.name, param.value);
+      d.check_nodes = ev.plan().checks.size();
+      const ProgramVolume volume = commVolumes(ev.plan());
+      // With --json -, standard output is the document.
+      std::ostream& out = a.json == "-" ? std::cerr : std::cout;
+      out << resultLine(d, figures, volume);
+      if (!a.trace.empty()) out << fmt::format("hir: trace written to {}\n", a.trace);
+      out << std::flush;
+      if (!a.json.empty())
+        writeTextFile(a.json, resultJson(d, ev.plan(), figures, volume, failures, code),
+                      "result");
     }
-    return failed_ranks ? kExitCheckFailed : kExitOk;
+    return code;
   } catch (const Error& e) {
     // Load errors are the same on every rank: rank 0 reports them and all
     // exit. Errors while running may be one rank's alone: end the job.
@@ -626,6 +781,7 @@ int main(int argc, char** argv) {
     if (int done = parseArgs(argc, argv, a); done >= 0) return done;
     if (a.command == "print") return cmdPrint(a);
     if (a.command == "check") return cmdCheck(a);
+    // run and sweep
     return cmdRun(a);
   } catch (const UsageError& e) {
     printError(e);

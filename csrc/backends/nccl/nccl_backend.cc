@@ -16,6 +16,7 @@
 
 #include "backends/nccl/nccl_types.h"
 #include "common/check.h"
+#include "common/log.h"
 #include "device/cuda_interop.h"
 #include <hostir/bootstrap.h>
 
@@ -450,6 +451,13 @@ void NcclBackend::State::setupTeams(const BackendContext& ctx) {
   world_comm.size = world;
   world_comm.owned = true;
   teams.push_back(world_comm);
+  if (logEnabled(LogLevel::Info, Subsys::Nccl)) {
+    int version = 0;
+    (void)ncclGetVersion(&version);
+    HIR_LOG_INFO(Subsys::Nccl, "communicator of team 0 (the world, {} ranks) created on GPU {}; "
+                 "NCCL {}.{}.{}",
+                 world, ordinal, version / 10000, version % 10000 / 100, version % 100);
+  }
   connectPeers();
 
   // Every rank takes part in every split, members or not, in team order.
@@ -480,6 +488,9 @@ void NcclBackend::State::setupTeams(const BackendContext& ctx) {
       HIR_INTERNAL_ASSERT(comm_rank == index,
                           "nccl: team {} communicator rank {} differs from team rank {}", t,
                           comm_rank, index);
+      HIR_LOG_INFO(Subsys::Nccl, "communicator of team {} ({} ranks, this rank is {}) split from "
+                   "the world's",
+                   t, team.size, index);
     } else {
       team.comm = nullptr;
     }
@@ -523,12 +534,12 @@ void NcclBackend::State::connectPeers() {
 // the communicator return.
 void NcclBackend::State::abortAll() {
   if (aborted.exchange(true)) return;
+  HIR_LOG_INFO(Subsys::Nccl, "aborting the communicators of {} teams", teams.size());
   for (TeamComm& t : teams) {
     if (!t.owned || t.comm == nullptr) continue;
     ncclResult_t r = ncclCommAbort(t.comm);
     if (r != ncclSuccess)
-      std::fprintf(stderr, "hostir: nccl: ncclCommAbort failed on rank %d: %s\n", rank,
-                   ncclGetErrorString(r));
+      HIR_LOG_WARN(Subsys::Nccl, "ncclCommAbort failed: {}", ncclGetErrorString(r));
   }
 }
 
@@ -570,9 +581,7 @@ void NcclBackend::State::release() {
       why = e.what();  // e.g. a sticky CUDA error: nothing will complete
     }
     if (!drained) {
-      std::fprintf(stderr,
-                   "hostir: nccl backend teardown on rank %d: %s; aborting the communicators\n",
-                   rank, why.c_str());
+      HIR_LOG_WARN(Subsys::Nccl, "teardown: {}; aborting the communicators", why);
       abortAll();
     }
   }
@@ -583,8 +592,7 @@ void NcclBackend::State::release() {
       if (!it->owned || it->comm == nullptr) continue;
       ncclResult_t r = ncclCommDestroy(it->comm);
       if (r != ncclSuccess)
-        std::fprintf(stderr, "hostir: nccl: ncclCommDestroy failed on rank %d: %s\n", rank,
-                     ncclGetErrorString(r));
+        HIR_LOG_WARN(Subsys::Nccl, "ncclCommDestroy failed: {}", ncclGetErrorString(r));
     }
   }
   teams.clear();

@@ -19,6 +19,7 @@
 #include <unordered_map>
 
 #include "common/check.h"
+#include "common/log.h"
 #include "device/compute.h"
 #include "device/cuda_interop.h"
 #include "device/host_memory.h"
@@ -220,9 +221,9 @@ class CudaDevice final : public Device {
       for (auto& [p, refs] : imports_)
         for (int i = 0; i < refs; ++i) (void)cudaIpcCloseMemHandle(p);
     } else if (!allocations_.empty() || !check_blocks_.empty() || !imports_.empty()) {
-      std::fprintf(stderr,
-                   "hostir: cuda device %d destroyed while its default stream is still busy; "
-                   "leaving %zu allocation(s) to the process exit\n",
+      HIR_LOG_WARN(Subsys::Cuda,
+                   "cuda device {} destroyed while its default stream is still busy; leaving {} "
+                   "allocation(s) to the process exit",
                    ordinal_, allocations_.size());
     }
     releaseHousekeeping();
@@ -415,6 +416,7 @@ class CudaDevice final : public Device {
   // that later waits fail at once (the sticky error) and that teardown
   // waits for the GPU only briefly.
   void cancel(std::string_view why) override {
+    HIR_LOG_INFO(Subsys::Cuda, "queued work cancelled: {}", why);
     sticky_->set(std::string(why));
     cancelled_ = true;
   }
