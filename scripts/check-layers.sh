@@ -39,6 +39,7 @@ transport: hostir, common
 backends:  hostir, common, device, transport
 compile:   hostir, common, ir, plan, analysis, lower, backends
 runtime:   hostir, common, ir, plan, compile, device, transport, backends
+testing:   hostir             # the GoogleTest harness (hostir::gtest_main)
 tools:     *
 '
 # Subfolders private to their top folder (csrc/<top>/<name>/...).

@@ -4,6 +4,7 @@
 #include <mutex>
 
 #include "backends/ipc_backend.h"
+#include "backends/local_backend.h"
 #include "backends/mpi_backend.h"
 #include "common/check.h"
 #ifdef HIR_WITH_CUDA
@@ -65,6 +66,7 @@ void registerBuiltins(Registry& r) {
   registerNcclBackend();
 #endif
   registerIpcBackend();  // cuda and host devices
+  registerLocalBackend();  // host device, ranks as threads of one process
 }
 
 }  // namespace
@@ -79,6 +81,14 @@ void registerBackend(BackendInfo info) {
   HIR_CHECK_AS(UsageError, info.caps.name != "auto",
                "registerBackend: \"auto\" is not a backend name; programs use it to let "
                "lowering choose");
+  HIR_CHECK_AS(UsageError, !info.caps.rank_spaces.empty(),
+               "registerBackend: backend '{}' connects ranks in no rank space (rank_spaces is "
+               "empty; leave it as is for both processes and threads)",
+               info.caps.name);
+  HIR_CHECK_AS(UsageError, info.caps.unavailable.empty(),
+               "registerBackend: backend '{}' has caps.unavailable set ('{}'); only a session's "
+               "catalog (backendCatalog(bootstrap)) sets it",
+               info.caps.name, info.caps.unavailable);
   for (const BackendInfo& b : r.backends)
     HIR_CHECK_AS(UsageError, b.caps.name != info.caps.name,
                  "registerBackend: a backend named '{}' is already registered", info.caps.name);
@@ -103,6 +113,35 @@ std::vector<BackendCaps> backendCatalog() {
   std::lock_guard lock(r.mutex);
   registerBuiltins(r);
   for (const BackendInfo& b : r.backends) out.push_back(b.caps);
+  return out;
+}
+
+namespace {
+std::string_view describe(RankSpace s) {
+  switch (s) {
+    case RankSpace::Processes: return "separate processes";
+    case RankSpace::Threads: return "threads of one process";
+  }
+  HIR_INTERNAL_ASSERT(false, "unknown rank space {}", static_cast<int>(s));
+  return "";
+}
+}  // namespace
+
+std::vector<BackendCaps> backendCatalog(const Bootstrap& bootstrap) {
+  const RankSpace space = bootstrap.rankSpace();
+  std::vector<BackendCaps> out = backendCatalog();
+  for (BackendCaps& c : out) {
+    if (c.rank_spaces.has(space)) continue;
+    const RankSpace wanted =
+        space == RankSpace::Threads ? RankSpace::Processes : RankSpace::Threads;
+    c.unavailable = fmt::format(
+        "backend '{}' connects ranks that are {}, but this session's bootstrap has its ranks as "
+        "{}{}",
+        c.name, describe(wanted), describe(space),
+        space == RankSpace::Threads
+            ? " (createThreadBootstraps, createSelfBootstrap); use backend \"auto\" or \"local\""
+            : "; use backend \"auto\", or createThreadBootstraps for ranks as threads");
+  }
   return out;
 }
 

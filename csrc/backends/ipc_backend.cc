@@ -32,6 +32,7 @@
 #include <set>
 
 #include "common/check.h"
+#include "common/log.h"
 #include <hostir/bootstrap.h>
 
 namespace hir {
@@ -473,6 +474,7 @@ BackendCaps IpcBackend::caps() {
   c.maps_peer_memory = true;
   c.same_node_only = true;
   c.post_order = PostOrder::kPerPeer;  // one lane per ordered pair of ranks
+  c.rank_spaces = {RankSpace::Processes};  // CUDA IPC handles do not open in their exporter
   c.auto_priority = 0;
   return c;
 }
@@ -642,6 +644,8 @@ void IpcBackend::shareMemHandles(std::span<const ShareItem> items) {
   Bootstrap& boot = *st.ctx.bootstrap;
   std::vector<Table> tables = allgatherTables(boot, out.bytes());
   ++st.exchanges;
+  HIR_LOG_INFO(Subsys::Ipc, "handle exchange {}: offered a table of {} bytes; {} peer(s) to map",
+               st.exchanges, out.bytes().size(), peers.size());
   std::vector<std::string> problems;
   for (const Table& t : tables) problems.push_back(t.error);
   throwIfAnyFailed(problems, "offering memory");
@@ -671,6 +675,7 @@ void IpcBackend::shareMemHandles(std::span<const ShareItem> items) {
 // From any thread (the evaluator's watchdog): touches only the page, through
 // the device, which is thread-safe.
 void IpcBackend::abort() {
+  HIR_LOG_INFO(Subsys::Ipc, "aborted: releasing this rank's semaphore waits");
   state_->aborted.store(true);
   try {
     state_->unblock();

@@ -30,6 +30,7 @@
 
 #include "common/elements.h"
 #include "common/check.h"
+#include "common/log.h"
 #include <hostir/bootstrap.h>
 #include "transport/mpi_util.h"
 
@@ -578,6 +579,7 @@ BackendCaps MpiBackend::caps() {
   c.types = EnumSet<CommType>::all(kCommTypeNames);
   c.dtypes = EnumSet<DType>::all(kDTypeNames);
   c.reduce_ops = EnumSet<ReduceOp>::all(kReduceOpNames);
+  c.rank_spaces = {RankSpace::Processes};  // MPI_COMM_WORLD
   c.auto_priority = kAutoPriority;
   return c;
 }
@@ -607,6 +609,8 @@ void MpiBackend::setup(const BackendContext& ctx) {
   st.completion_stream = device_->createStream();
   st.ready = device_->createEvent();
   st.started = device_->createEvent();
+  HIR_LOG_INFO(Subsys::Mpi, "communicators of {} team(s) created (rank {} of {})",
+               ctx.teams.size(), mpi_rank, mpi_world);
 }
 
 void MpiBackend::post(std::span<const PostArgs> ops, Stream& current, Event& done) {
@@ -636,7 +640,10 @@ void MpiBackend::post(std::span<const PostArgs> ops, Stream& current, Event& don
   d.record(done, *st.completion_stream);
 }
 
-void MpiBackend::abort() { state_->aborted->store(true); }
+void MpiBackend::abort() {
+  HIR_LOG_INFO(Subsys::Mpi, "aborted: pending requests are abandoned");
+  state_->aborted->store(true);
+}
 
 void registerMpiBackend() {
   registerBackend({MpiBackend::caps(), [] { return std::make_unique<MpiBackend>(); }});

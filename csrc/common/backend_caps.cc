@@ -36,6 +36,7 @@ std::string prefix(std::string_view path) {
 
 Support supports(const BackendCaps& caps, const SupportQuery& q) {
   const std::string& b = caps.name;
+  if (!caps.unavailable.empty()) return {false, caps.unavailable};
   if (std::find(caps.devices.begin(), caps.devices.end(), q.device) == caps.devices.end())
     return {false, fmt::format("backend '{}' runs on device {}, not on '{}'", b,
                                listDevices(caps.devices), q.device)};

@@ -1,6 +1,7 @@
 // The communication backend interface, and the registry of backends by name
-// ("nccl", "ipc", "mpi", and any an embedder registers). The evaluator holds
-// Backend& and calls post() and wait(); it never asks which backend it holds.
+// ("nccl", "ipc", "mpi", "local", and any an embedder registers). The
+// evaluator holds Backend& and calls post() and wait(); it never asks which
+// backend it holds.
 // Backends never see JSON: they get resolved pointers, counts and ranks.
 //
 // A backend describes itself once, as data (BackendCaps: the device kinds,
@@ -26,12 +27,11 @@
 #include <string_view>
 #include <vector>
 
+#include <hostir/bootstrap.h>
 #include <hostir/types.h>
 #include <hostir/device.h>
 
 namespace hir {
-
-class Bootstrap;
 
 // One communication, fully resolved for this rank and this post.
 struct PostArgs {
@@ -132,6 +132,14 @@ struct BackendCaps {
   // Preference of "auto" (higher first) among those that support a query;
   // below 1, "auto" never picks it.
   int auto_priority = 0;
+  // Where the ranks it connects may live (Bootstrap::rankSpace()): mpi and
+  // ipc need separate processes, local needs threads of one process, nccl
+  // takes both. Default: both.
+  EnumSet<RankSpace> rank_spaces{RankSpace::Processes, RankSpace::Threads};
+  // Set only in a session's catalog (backendCatalog(bootstrap)): why this
+  // backend cannot run with that session's bootstrap. supports() then says
+  // no with this sentence. Empty: it can.
+  std::string unavailable;
 };
 
 // What lowering asks before binding a communication to a backend.
@@ -229,7 +237,7 @@ struct BackendInfo {
 };
 
 // Registers a backend under caps.name (UsageError if the name is taken or
-// the info is incomplete). The built-ins (mpi, nccl with CUDA, ipc) are
+// the info is incomplete). The built-ins (mpi, nccl with CUDA, ipc, local) are
 // registered on first use of the registry; an embedder registers its own
 // before building an Evaluator, and programs can then name it in JSON.
 void registerBackend(BackendInfo info);
@@ -238,6 +246,11 @@ const BackendInfo* findBackend(std::string_view name);
 // The caps of every registered backend, in registration order: what
 // validation and lowering are given.
 std::vector<BackendCaps> backendCatalog();
+// The same, for a world of `bootstrap`: each backend whose rank_spaces lack
+// the bootstrap's rankSpace() says why in `unavailable`. What an Evaluator
+// compiles with, so that "auto" picks what can run and a backend named
+// that cannot is an error naming the node.
+std::vector<BackendCaps> backendCatalog(const Bootstrap& bootstrap);
 
 // Picks the backend of `catalog` for `requested` ("auto" or a name) or
 // throws ProgramError, prefixed with `path`, saying why none fits (listing

@@ -31,6 +31,7 @@
 #include <hostir/session.h>
 
 #include "common/check.h"
+#include "common/log.h"
 #include "common/overloaded.h"
 #include "compile/compile.h"
 #include "plan/step.h"
@@ -61,8 +62,19 @@ CompiledProgram compileFor(Session& session, const Program& program,
   co.device = std::string(session.device().kind());
   co.check_schedule = opts.check_schedule;
   Bootstrap& boot = session.bootstrap();
+  co.backends = backendCatalog(boot);  // what can run with this bootstrap
   if (co.world > 1) co.nodes = [&boot] { return boot.nodes(); };
-  return compile(program, co);
+  const auto start = std::chrono::steady_clock::now();
+  CompiledProgram out = compile(program, co);
+  HIR_LOG_DEBUG(Subsys::Check, "'{}' compiled for {} ranks in {:.1f} ms: {}", program.name,
+                co.world,
+                std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
+                    .count(),
+                out.checked ? fmt::format("the cross-rank check passed ({} communications{})",
+                                          out.communications,
+                                          out.truncated ? ", checked in part" : "")
+                            : std::string("no cross-rank check"));
+  return out;
 }
 
 }  // namespace
@@ -161,6 +173,12 @@ struct Evaluator::Impl {
         watchdog.tick(-1);
       }
     }
+    HIR_LOG_INFO(Subsys::Eval, "loaded '{}' on {}: {} instructions, {} communications, {} "
+                 "backend(s)",
+                 plan.name, dev.kind(), plan.code.size(), plan.comms.size(), plan.backends.size());
+    for (const PlanComm& c : plan.comms)
+      HIR_LOG_DEBUG(Subsys::Eval, "'{}' ({}) at {}: backend {}", c.name, toString(c.type),
+                    plan.nodes[c.node].path, plan.backends[c.backend].name);
     scalars = plan.scalar_init;
     scalars[kRankSlot] = rank;
     comms.resize(plan.comms.size());
@@ -615,6 +633,7 @@ struct Evaluator::Impl {
     for (StreamState& s : streams) s.used_this_run = false;
     current = 0;
     dev.record(*run_start, stream(0));
+    HIR_LOG_DEBUG(Subsys::Eval, "run {} starts", runs);
     scalars = plan.scalar_init;
     scalars[kRankSlot] = rank;
     for (int c : posted_this_run) comms[c].posted_this_run = false;  // after a failed run
@@ -640,6 +659,7 @@ struct Evaluator::Impl {
       // and a post to an aborted backend throws).
       if (failure.failed()) throw RuntimeError("the run was aborted");
       finishRun();
+      HIR_LOG_DEBUG(Subsys::Eval, "run {} enqueued", runs);
     } catch (const ProgramError& e) {
       failure.fail(e.what());
       throw ProgramError(fmt::format("{}: {}", at(pc), e.what()));
@@ -748,19 +768,6 @@ const Plan& Evaluator::plan() const { return impl_->plan; }
 int64_t Evaluator::exchanges() const { return impl_->exchanges; }
 std::string Evaluator::traceEvents() const {
   return impl_->tracer ? impl_->tracer->events() : std::string();
-}
-
-std::string RunReport::format() const {
-  std::string out;
-  for (const CheckFailure& f : failures) {
-    out += fmt::format("rank {}: check failed at {}{}: '{}' has {} wrong element{}", f.rank,
-                       f.path, f.context.empty() ? "" : " (" + f.context + ")", f.tensor,
-                       f.mismatches, f.mismatches == 1 ? "" : "s");
-    for (const auto& e : f.first)
-      out += fmt::format("; [{}] got {} expected {}", e.index, e.got, e.expected);
-    out += '\n';
-  }
-  return out;
 }
 
 }  // namespace hir

@@ -1,18 +1,22 @@
-// The MPI bootstrap and the one-rank bootstrap.
+// The MPI bootstrap, and the in-process one (ranks as threads; the one-rank
+// bootstrap is its world of 1).
 //
-// Bootstrap calls are blocking and have no timeout of their own: they run at
-// load (setup, share_mem_handles), never on the per-node path, and a rank that
-// dies there makes the MPI launcher end the job.
+// Bootstrap calls are blocking. They run at load (setup, share_mem_handles),
+// never on the per-node path. The MPI ones have no timeout of their own: a
+// rank that dies there makes the MPI launcher end the job. The in-process
+// ones wait at most their world's timeout, since nothing else would end them.
 #include <hostir/bootstrap.h>
 
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
+#include <condition_variable>
 #include <climits>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
 
 #include "common/check.h"
 #include "transport/fake_nodes.h"
@@ -160,26 +164,186 @@ class MpiBootstrap final : public Bootstrap {
   std::string node_;
 };
 
-class SelfBootstrap final : public Bootstrap {
+// ------------------------------------------------- ranks as threads
+
+// What the ranks of one in-process world share: a rendezvous for one
+// collective at a time. Each rank deposits its arguments; the last to arrive
+// checks that they agree, moves the bytes for everyone and starts the next
+// generation; the others wait for that, at most the timeout.
+class ThreadWorld {
  public:
-  SelfBootstrap() : node_(hostName()) {}
+  enum class Call : uint8_t { Allgather, Broadcast, Barrier };
 
-  int rank() const override { return 0; }
-  int world() const override { return 1; }
-  int localRank() const override { return 0; }
-  int localSize() const override { return 1; }
-  const std::string& node() const override { return node_; }
+  ThreadWorld(int world, std::chrono::milliseconds timeout, std::string node)
+      : world_(world), timeout_(timeout), node_(std::move(node)), arrivals_(world) {}
 
-  void allgather(const void* send, void* recv, std::size_t bytes) override {
-    if (send != recv) std::memmove(recv, send, bytes);
+  int world() const { return world_; }
+  const std::string& node() const { return node_; }
+
+  void collective(int rank, Call call, const void* send, void* recv, std::size_t bytes,
+                  int root) {
+    std::unique_lock lock(mutex_);
+    throwIfBroken();
+    Arrival& me = arrivals_[rank];
+    HIR_CHECK_AS(UsageError, !me.here,
+                 "bootstrap {} on rank {}: the rank's previous bootstrap call has not returned "
+                 "(one thread per rank may call its bootstrap)",
+                 name(call), rank);
+    me = Arrival{true, call, send, recv, bytes, root};
+    if (++arrived_ == world_) {
+      complete();
+      return;
+    }
+    const uint64_t generation = generation_;
+    const bool done = cv_.wait_for(lock, timeout_, [&] {
+      return generation_ != generation || broken_ != Broken::No;
+    });
+    if (generation_ != generation) return;
+    if (!done) {
+      std::string missing;
+      for (int r = 0; r < world_; ++r)
+        if (!arrivals_[r].here) missing += fmt::format("{}{}", missing.empty() ? "" : ", ", r);
+      breakWith(Broken::Timeout,
+                fmt::format("bootstrap {} (threads of one process): rank(s) {} of a world of {} "
+                            "did not arrive within {} ms; rank(s) {} waited",
+                            name(call), missing, world_, timeout_.count(), arrivedList()));
+    }
+    throwIfBroken();
   }
-  void broadcast(void*, std::size_t, int root) override {
-    HIR_CHECK_AS(UsageError, root == 0, "bootstrap broadcast: root {} is not a rank of a world of 1", root);
-  }
-  void barrier() override {}
 
  private:
-  std::string node_;
+  struct Arrival {
+    bool here = false;
+    Call call = Call::Barrier;
+    const void* send = nullptr;
+    void* recv = nullptr;
+    std::size_t bytes = 0;
+    int root = 0;
+  };
+  enum class Broken : uint8_t { No, Timeout, Mismatch };
+
+  static std::string_view name(Call c) {
+    switch (c) {
+      case Call::Allgather: return "allgather";
+      case Call::Broadcast: return "broadcast";
+      case Call::Barrier: return "barrier";
+    }
+    return "?";
+  }
+
+  std::string describe(int r) const {
+    const Arrival& a = arrivals_[r];
+    switch (a.call) {
+      case Call::Allgather: return fmt::format("rank {}: allgather of {} bytes", r, a.bytes);
+      case Call::Broadcast:
+        return fmt::format("rank {}: broadcast of {} bytes from root {}", r, a.bytes, a.root);
+      case Call::Barrier: return fmt::format("rank {}: barrier", r);
+    }
+    return "?";
+  }
+
+  std::string arrivedList() const {
+    std::string out;
+    for (int r = 0; r < world_; ++r)
+      if (arrivals_[r].here) out += fmt::format("{}{}", out.empty() ? "" : ", ", r);
+    return out;
+  }
+
+  // Under the lock, by the last rank to arrive.
+  void complete() {
+    const Arrival& first = arrivals_[0];
+    bool agree = true;
+    for (const Arrival& a : arrivals_)
+      agree = agree && a.call == first.call && a.bytes == first.bytes &&
+              (a.call != Call::Broadcast || a.root == first.root);
+    if (!agree) {
+      std::string calls;
+      for (int r = 0; r < world_; ++r) calls += fmt::format("; {}", describe(r));
+      breakWith(Broken::Mismatch,
+                fmt::format("bootstrap (threads of one process): the ranks' calls differ{}",
+                            calls));
+      throwIfBroken();
+    }
+    const std::size_t bytes = first.bytes;
+    switch (first.call) {
+      case Call::Allgather: {
+        // Staged: a rank's send may lie inside its own recv.
+        std::vector<std::byte> all(bytes * static_cast<std::size_t>(world_));
+        for (int r = 0; r < world_; ++r)
+          if (bytes > 0) std::memcpy(all.data() + r * bytes, arrivals_[r].send, bytes);
+        for (const Arrival& a : arrivals_)
+          if (!all.empty()) std::memcpy(a.recv, all.data(), all.size());
+        break;
+      }
+      case Call::Broadcast: {
+        const void* src = arrivals_[first.root].recv;
+        for (int r = 0; r < world_; ++r)
+          if (r != first.root && bytes > 0) std::memcpy(arrivals_[r].recv, src, bytes);
+        break;
+      }
+      case Call::Barrier:
+        break;
+    }
+    for (Arrival& a : arrivals_) a.here = false;
+    arrived_ = 0;
+    ++generation_;
+    cv_.notify_all();
+  }
+
+  void breakWith(Broken kind, std::string why) {
+    if (broken_ != Broken::No) return;
+    broken_ = kind;
+    broken_why_ = std::move(why);
+    cv_.notify_all();
+  }
+
+  void throwIfBroken() const {
+    switch (broken_) {
+      case Broken::No: return;
+      case Broken::Timeout: throw TimeoutError(broken_why_);
+      case Broken::Mismatch: throw UsageError(broken_why_);
+    }
+  }
+
+  const int world_;
+  const std::chrono::milliseconds timeout_;
+  const std::string node_;
+  std::mutex mutex_;
+  std::condition_variable cv_;
+  std::vector<Arrival> arrivals_;
+  int arrived_ = 0;
+  uint64_t generation_ = 0;
+  Broken broken_ = Broken::No;
+  std::string broken_why_;
+};
+
+class ThreadBootstrap final : public Bootstrap {
+ public:
+  ThreadBootstrap(std::shared_ptr<ThreadWorld> world, int rank)
+      : world_(std::move(world)), rank_(rank) {}
+
+  int rank() const override { return rank_; }
+  int world() const override { return world_->world(); }
+  int localRank() const override { return rank_; }
+  int localSize() const override { return world_->world(); }
+  const std::string& node() const override { return world_->node(); }
+  RankSpace rankSpace() const override { return RankSpace::Threads; }
+
+  void allgather(const void* send, void* recv, std::size_t bytes) override {
+    world_->collective(rank_, ThreadWorld::Call::Allgather, send, recv, bytes, 0);
+  }
+  void broadcast(void* buf, std::size_t bytes, int root) override {
+    HIR_CHECK_AS(UsageError, root >= 0 && root < world(),
+                 "bootstrap broadcast: root {} is not a rank of a world of {}", root, world());
+    world_->collective(rank_, ThreadWorld::Call::Broadcast, buf, buf, bytes, root);
+  }
+  void barrier() override {
+    world_->collective(rank_, ThreadWorld::Call::Barrier, nullptr, nullptr, 0, 0);
+  }
+
+ private:
+  std::shared_ptr<ThreadWorld> world_;
+  int rank_;
 };
 
 }  // namespace
@@ -236,7 +400,22 @@ std::unique_ptr<Bootstrap> createMpiBootstrap(int* argc, char*** argv) {
   return std::make_unique<MpiBootstrap>(argc, argv);
 }
 
-std::unique_ptr<Bootstrap> createSelfBootstrap() { return std::make_unique<SelfBootstrap>(); }
+std::vector<std::unique_ptr<Bootstrap>> createThreadBootstraps(int world,
+                                                               std::chrono::milliseconds timeout) {
+  HIR_CHECK_AS(UsageError, world >= 1,
+               "createThreadBootstraps: a world needs at least 1 rank, got {}", world);
+  HIR_CHECK_AS(UsageError, timeout.count() > 0,
+               "createThreadBootstraps: the timeout must be positive, got {} ms", timeout.count());
+  auto shared = std::make_shared<ThreadWorld>(world, timeout, hostName());
+  std::vector<std::unique_ptr<Bootstrap>> out;
+  out.reserve(static_cast<std::size_t>(world));
+  for (int r = 0; r < world; ++r) out.push_back(std::make_unique<ThreadBootstrap>(shared, r));
+  return out;
+}
+
+std::unique_ptr<Bootstrap> createSelfBootstrap() {
+  return std::move(createThreadBootstraps(1).front());
+}
 
 bool launchedByMpi() {
   for (const char* var : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK"})

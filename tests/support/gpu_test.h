@@ -75,7 +75,7 @@ inline Duration testTimeout() {
 // rank skipped.
 #define HIR_REQUIRE_GPUS(n)                                                   \
   do {                                                                        \
-    HIR_REQUIRE_WORLD(n);                                                     \
+    HIR_REQUIRE_WORLD_AT_LEAST(n);                                            \
     if (!::hir::test::gpuProblem().empty())                                   \
       GTEST_SKIP() << ::hir::test::gpuProblem();                              \
   } while (0)
