@@ -45,6 +45,16 @@ case $build in /*) ;; *) build=$root/$build ;; esac
 # ------------------------------------------------------------------ build
 cc=${CC:-clang-14}
 cxx=${CXX:-clang++-14}
+if [ -z "${CXX:-}" ] && ! command -v clang++-14 >/dev/null && ! command -v clang++ >/dev/null &&
+   command -v apt-get >/dev/null; then
+  # As scripts/setup.sh does for the build's packages: clang and its
+  # runtime libraries (libFuzzer, the sanitizers).
+  echo "fuzz.sh: installing clang libclang-rt-dev" >&2
+  sudo=""
+  [ "$(id -u)" -eq 0 ] || sudo="sudo"
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends \
+    clang libclang-rt-dev >/dev/null
+fi
 if ! command -v "$cxx" >/dev/null; then
   if [ -z "${CXX:-}" ] && command -v clang++ >/dev/null; then
     cc=clang cxx=clang++
