@@ -139,6 +139,26 @@ CLI::Option* addRepeated(CLI::App* cmd, const std::string& name, std::vector<std
 // The checks CLI11 leaves to us, with messages that name the flag: what was
 // left over (an unknown command or option, a second program) and an option
 // given twice.
+// The options `run` and `sweep` share: where and how the ranks run.
+void addRunningOptions(CLI::App* cmd, RawArgs& raw, const char* check_when) {
+  addSingle(cmd, "--np", raw.np, "N", "number of ranks (default: the MPI job's size, or 1)");
+  addSingle(cmd, "--device", raw.device, "D",
+            "auto (default: cuda if a GPU is present, else host), cuda, host");
+  addRepeated(cmd, "--param", raw.params, "K=V", "override a program param (repeatable)");
+  addSingle(cmd, "--timeout", raw.timeout, "S",
+            "seconds any host wait may take (default 300; fractions: 0.5)");
+  cmd->add_flag("--no-schedule-check", raw.no_schedule_check,
+                fmt::format("skip the cross-rank check {} (large loops)", check_when));
+  addRepeated(cmd, "--plugin", raw.plugins, "LIB",
+              "load a shared library of kernels first (repeatable)");
+  addSingle(cmd, "--mpirun-args", raw.mpirun_args, "ARGS",
+            "more arguments for mpirun under --np (split into words as a shell does)");
+  addSingle(cmd, "--hostfile", raw.hostfile, "FILE",
+            "mpirun's hostfile under --np: start the ranks on the nodes it lists");
+  cmd->add_flag("--no-progress", raw.no_progress,
+                "no progress line on standard error (shown for runs longer than 3 s)");
+}
+
 void checkLeftovers(CLI::App& app, CLI::App* cmd) {
   for (const std::string& extra : app.remaining()) {
     if (extra.size() > 1 && extra[0] == '-')
@@ -231,28 +251,13 @@ int parseArgs(int argc, char** argv, Args& a) {
       "Options take their value as `--opt value` or `--opt=value`; one that takes a value may\n"
       "be given once, --param (one per name) and --plugin many times.");
   run->add_option("PROG", raw.program, kProgHelp)->type_name("")->required();
-  addSingle(run, "--np", raw.np, "N", "number of ranks (default: the MPI job's size, or 1)");
-  addSingle(run, "--device", raw.device, "D",
-            "auto (default: cuda if a GPU is present, else host), cuda, host");
-  addRepeated(run, "--param", raw.params, "K=V", "override a program param (repeatable)");
   addSingle(run, "--iters", raw.iters, "N", "timed runs (default 1)");
   addSingle(run, "--warmup", raw.warmup, "N", "untimed runs before them (default 0)");
-  addSingle(run, "--timeout", raw.timeout, "S",
-            "seconds any host wait may take (default 300; fractions: 0.5)");
-  run->add_flag("--no-schedule-check", raw.no_schedule_check,
-                "skip the cross-rank check at load (large loops)");
+  addRunningOptions(run, raw, "at load");
   addSingle(run, "--trace", raw.trace, "FILE",
             "write a timeline of the runs, every rank's, to FILE (Chrome trace JSON)");
-  addRepeated(run, "--plugin", raw.plugins, "LIB",
-              "load a shared library of kernels first (repeatable)");
-  addSingle(run, "--mpirun-args", raw.mpirun_args, "ARGS",
-            "more arguments for mpirun under --np (split into words as a shell does)");
-  addSingle(run, "--hostfile", raw.hostfile, "FILE",
-            "mpirun's hostfile under --np: start the ranks on the nodes it lists");
   addSingle(run, "--json", raw.json, "FILE",
             "write the result as JSON (format hostir-result/1) to FILE, - for standard output");
-  run->add_flag("--no-progress", raw.no_progress,
-                "no progress line on standard error (shown for runs longer than 3 s)");
 
   CLI::App* sweep = app.add_subcommand(
       "sweep", "run a program at a series of sizes and print bandwidths, like nccl-tests");
@@ -271,25 +276,10 @@ int parseArgs(int argc, char** argv, Args& a) {
             "elements (default: of the largest communication) or bytes");
   addSingle(sweep, "-n,--iters", raw.iters, "N", "timed runs per size (default 20)");
   addSingle(sweep, "-w,--warmup", raw.warmup, "N", "untimed runs before them (default 5)");
-  addSingle(sweep, "--np", raw.np, "N", "number of ranks (default: the MPI job's size, or 1)");
-  addSingle(sweep, "--device", raw.device, "D",
-            "auto (default: cuda if a GPU is present, else host), cuda, host");
-  addRepeated(sweep, "--param", raw.params, "K=V", "override another param (repeatable)");
-  addSingle(sweep, "--timeout", raw.timeout, "S",
-            "seconds any host wait may take (default 300; fractions: 0.5)");
-  sweep->add_flag("--no-schedule-check", raw.no_schedule_check,
-                  "skip the cross-rank check at each size (large loops)");
-  addRepeated(sweep, "--plugin", raw.plugins, "LIB",
-              "load a shared library of kernels first (repeatable)");
-  addSingle(sweep, "--mpirun-args", raw.mpirun_args, "ARGS",
-            "more arguments for mpirun under --np (split into words as a shell does)");
-  addSingle(sweep, "--hostfile", raw.hostfile, "FILE",
-            "mpirun's hostfile under --np: start the ranks on the nodes it lists");
+  addRunningOptions(sweep, raw, "at each size");
   addSingle(sweep, "--json", raw.json, "FILE",
             "write the rows as JSON (format hostir-sweep/1) to FILE, - for standard output");
   addSingle(sweep, "--csv", raw.csv, "FILE", "write the rows as CSV to FILE, - for standard output");
-  sweep->add_flag("--no-progress", raw.no_progress,
-                  "no progress line on standard error (shown after 3 s)");
 
   CLI::App* check = app.add_subcommand(
       "check", "validate and cross-rank check a program for a world size; no run");
