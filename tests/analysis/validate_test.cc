@@ -568,12 +568,12 @@ TEST(Validate, NestedGroupIsRejected) {
 TEST(Validate, GroupMixingBackendsIsRejected) {
   Issues issues = issuesOf(doc(
       kTwoBuffers + R"(, {"op": "group", "name": "g", "body": [)" +
-      comm(R"("name": "s", "type": "send", "tensor": "a", "peer": 1, "backend": "nccl")") + "," +
+      comm(R"("name": "s", "type": "send", "tensor": "a", "peer": 1, "backend": "mpi")") + "," +
       comm(R"("name": "t", "type": "send", "tensor": "a", "peer": 2, "backend": "auto")") + "," +
       comm(R"("name": "r", "type": "recv", "tensor": "b", "peer": 1, "backend": "ipc")") + "]}"));
   EXPECT_TRUE(
       hasIssue(issues, "/body/2/body/2/backend",
-               "group 'g' mixes backends: 'r' uses 'ipc' but 's' (/body/2/body/0) uses 'nccl'"));
+               "group 'g' mixes backends: 'r' uses 'ipc' but 's' (/body/2/body/0) uses 'mpi'"));
   EXPECT_EQ(issues.size(), 1u) << show(issues);  // "auto" mixes with anything
 }
 
