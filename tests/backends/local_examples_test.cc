@@ -8,6 +8,8 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <ostream>
+#include <string>
 #include <thread>
 
 #include <hostir/backend.h>
@@ -24,6 +26,9 @@ struct ExampleAt {
   std::string path;
   int world;
 };
+
+// How ctest and failures show a case (gtest would print its bytes).
+void PrintTo(const ExampleAt& e, std::ostream* os) { *os << e.path << " at world " << e.world; }
 
 class LocalExample : public ::testing::TestWithParam<ExampleAt> {};
 
