@@ -452,7 +452,12 @@ std::string deviceKindFor(const std::string& requested) {
       throw UsageError(fmt::format("--device {}: {}", requested, why));
     return requested;
   }
-  return requested == "auto" ? "host" : requested;
+  if (requested == "auto") return "host";
+  std::string known;
+  for (const DeviceInfo& d : registeredDevices()) known += (known.empty() ? "" : ", ") + d.name;
+  throw UsageError(fmt::format("--device {}: this build of hostir has no {} device (it was "
+                               "configured without CUDA); it has: {}",
+                               requested, requested, known));
 }
 
 // Everything that can be decided before running: the same on every rank.
