@@ -33,6 +33,8 @@ using test::AvgRule;
 using test::Case;
 using test::fillWith;
 using test::poison;
+using test::pointToPoint;
+using test::sentData;
 using Clock = std::chrono::steady_clock;
 
 constexpr Duration kTimeout{20000};
@@ -172,25 +174,6 @@ TEST(LocalBackend, AWorldOfOneRunsEveryCollectiveAlone) {
 }
 
 // -------------------------------------------------------------- send/recv
-
-PostArgs pointToPoint(CommType type, void* buffer, std::size_t count, int peer) {
-  PostArgs a;
-  a.type = type;
-  a.dtype = DType::Float32;
-  a.input = buffer;
-  a.output = buffer;
-  a.count = count;
-  a.peer = peer;
-  a.path = type == CommType::Send ? "/body/1" : "/body/2";
-  return a;
-}
-
-std::vector<float> sentData(int from, int to, int message, std::size_t n) {
-  std::vector<float> v(n);
-  for (std::size_t k = 0; k < n; ++k)
-    v[k] = static_cast<float>(from * 100000 + to * 10000 + message * 1000 + k % 997);
-  return v;
-}
 
 TEST(LocalBackend, SendsAndRecvsPostedInOppositeOrdersArriveInPostOrder) {
   World w(2);

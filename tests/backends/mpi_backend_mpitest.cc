@@ -33,6 +33,8 @@ using test::AvgRule;
 using test::Case;
 using test::fillWith;
 using test::poison;
+using test::pointToPoint;
+using test::sentData;
 using Clock = std::chrono::steady_clock;
 
 Duration testTimeout() {
@@ -175,25 +177,6 @@ TEST(MpiBackend, ZeroElementCollectivesComplete) {
 }
 
 // -------------------------------------------------------------- send/recv
-
-std::vector<float> sentData(int from, int to, int message, std::size_t n) {
-  std::vector<float> v(n);
-  for (std::size_t k = 0; k < n; ++k)
-    v[k] = static_cast<float>(from * 100000 + to * 10000 + message * 1000 + k % 997);
-  return v;
-}
-
-PostArgs pointToPoint(CommType type, void* buffer, std::size_t count, int peer) {
-  PostArgs a;
-  a.type = type;
-  a.dtype = DType::Float32;
-  a.input = buffer;
-  a.output = buffer;
-  a.count = count;
-  a.peer = peer;
-  a.path = type == CommType::Send ? "/body/1" : "/body/2";
-  return a;
-}
 
 TEST(MpiBackend, SendAndRecvPostedInOppositeOrdersDoNotDeadlock) {
   HIR_REQUIRE_WORLD_AT_LEAST(2);

@@ -233,18 +233,6 @@ std::vector<std::byte> sentData(DType t, int from, int to, int message, std::siz
   return v;
 }
 
-PostArgs pointToPoint(CommType type, DType t, void* buffer, std::size_t count, int peer) {
-  PostArgs a;
-  a.type = type;
-  a.dtype = t;
-  a.input = buffer;
-  a.output = buffer;
-  a.count = count;
-  a.peer = peer;
-  a.path = type == CommType::Send ? "/body/1" : "/body/2";
-  return a;
-}
-
 // Each rank sends to the next and receives from the previous in one post
 // (an NCCL group), in every dtype; one rank exchanges with itself.
 TEST(NcclBackend, ARingExchangeInOneGroupDeliversEveryDtype) {
@@ -258,8 +246,8 @@ TEST(NcclBackend, ARingExchangeInOneGroupDeliversEveryDtype) {
     for (int it = 0; it < 2; ++it) {
       upload(send.data(), sentData(t, rank, next, it, kCount));
       upload(recv.data(), std::vector<std::byte>(recv.bytes(), std::byte{0xff}));
-      PostArgs ops[] = {pointToPoint(CommType::Send, t, send.data(), kCount, next),
-                        pointToPoint(CommType::Recv, t, recv.data(), kCount, prev)};
+      PostArgs ops[] = {test::pointToPoint(CommType::Send, send.data(), kCount, next, t),
+                        test::pointToPoint(CommType::Recv, recv.data(), kCount, prev, t)};
       auto done = h.device->createEvent();
       h.backend->post(ops, h.device->defaultStream(), *done);
       h.device->synchronize(*done, testTimeout());
@@ -285,8 +273,8 @@ TEST(NcclBackend, SeparateSendAndRecvPostsInMatchingOrderComplete) {
     upload(send.data(), sentData(t, rank, peer, 0, kCount));
     Stream& s = h.device->defaultStream();
     auto send_done = h.device->createEvent(), recv_done = h.device->createEvent();
-    PostArgs send_op = pointToPoint(CommType::Send, t, send.data(), kCount, peer);
-    PostArgs recv_op = pointToPoint(CommType::Recv, t, recv.data(), kCount, peer);
+    PostArgs send_op = test::pointToPoint(CommType::Send, send.data(), kCount, peer, t);
+    PostArgs recv_op = test::pointToPoint(CommType::Recv, recv.data(), kCount, peer, t);
     if (rank == 0) {
       h.backend->post({&send_op, 1}, s, *send_done);
       h.backend->post({&recv_op, 1}, s, *recv_done);

@@ -208,4 +208,23 @@ std::vector<Case> allCases() {
   return cases;
 }
 
+PostArgs pointToPoint(CommType type, void* buffer, std::size_t count, int peer, DType dtype) {
+  PostArgs a;
+  a.type = type;
+  a.dtype = dtype;
+  a.input = buffer;
+  a.output = buffer;
+  a.count = count;
+  a.peer = peer;
+  a.path = type == CommType::Send ? "/body/1" : "/body/2";
+  return a;
+}
+
+std::vector<float> sentData(int from, int to, int message, std::size_t n) {
+  std::vector<float> v(n);
+  for (std::size_t k = 0; k < n; ++k)
+    v[k] = static_cast<float>(from * 100000 + to * 10000 + message * 1000 + k % 997);
+  return v;
+}
+
 }  // namespace hir::test

@@ -119,4 +119,14 @@ int countWrongElements(const Case& c, AvgRule avg, const std::vector<int>& team,
 // reduce) x in place or not x team.
 std::vector<Case> allCases();
 
+// A send or recv of `count` elements of `buffer` with `peer`, as the
+// backends' send/recv tests post it (path /body/1 for sends, /body/2 for
+// recvs).
+PostArgs pointToPoint(CommType type, void* buffer, std::size_t count, int peer,
+                      DType dtype = DType::Float32);
+
+// The data message number `message` from `from` to `to` carries: distinct
+// per sender, receiver, message and element.
+std::vector<float> sentData(int from, int to, int message, std::size_t n);
+
 }  // namespace hir::test
