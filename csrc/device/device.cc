@@ -134,6 +134,10 @@ std::unique_ptr<Device> createDevice(std::string_view name, int index) {
     throw UsageError(fmt::format("--device auto: no device is available{}", reasons));
   }
   const DeviceInfo* info = findDevice(devices, name);
+  HIR_CHECK_AS(UsageError, info != nullptr || name != "cuda",
+               "--device cuda: not available: this build of hostir has no cuda device (it was "
+               "configured without CUDA); known devices: {}",
+               knownDeviceNames(devices));
   HIR_CHECK_AS(UsageError, info != nullptr, "--device {}: unknown device; known devices: {}",
                name, knownDeviceNames(devices));
   std::string why;

@@ -455,8 +455,8 @@ std::string deviceKindFor(const std::string& requested) {
   if (requested == "auto") return "host";
   std::string known;
   for (const DeviceInfo& d : registeredDevices()) known += (known.empty() ? "" : ", ") + d.name;
-  throw UsageError(fmt::format("--device {}: this build of hostir has no {} device (it was "
-                               "configured without CUDA); it has: {}",
+  throw UsageError(fmt::format("--device {}: not available: this build of hostir has no {} "
+                               "device (it was configured without CUDA); it has: {}",
                                requested, requested, known));
 }
 
