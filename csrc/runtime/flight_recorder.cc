@@ -12,9 +12,10 @@ FlightRecorder::FlightRecorder(const Plan& plan)
 
 int FlightRecorder::record(int slot, const PostArgs& p, const Post& post) {
   // Every field written in place (the hot path: no reset of the entry).
-  Entry& e = ring_[seq_ % kEntries];
+  const uint64_t seq = seq_.load(std::memory_order_relaxed) + 1;
+  Entry& e = ring_[(seq - 1) % kEntries];
   const int released = e.event;
-  e.seq = ++seq_;
+  e.seq = seq;
   const PlanComm& c = plan_.comms[slot];
   e.run = post.run;
   e.comm = slot;
@@ -34,6 +35,7 @@ int FlightRecorder::record(int slot, const PostArgs& p, const Post& post) {
   e.loops = static_cast<int>(std::min<std::size_t>(loops.size(), kMaxLoops));
   e.more_loops = loops.size() > static_cast<std::size_t>(kMaxLoops);
   std::copy_n(loops.begin(), e.loops, e.loop_values.begin());
+  seq_.store(seq, std::memory_order_release);  // publishes the entry (posts())
   return released;
 }
 

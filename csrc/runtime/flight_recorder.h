@@ -10,6 +10,7 @@
 #pragma once
 
 #include <array>
+#include <atomic>
 #include <cstdint>
 #include <vector>
 
@@ -60,19 +61,26 @@ class FlightRecorder {
   // one's.
   int record(int slot, const PostArgs& p, const Post& post);
 
-  uint64_t posts() const { return seq_; }
+  // The reports may be made on the watchdog's thread while the host thread
+  // is blocked in a post (Watchdog): the count is published with release
+  // after its entry is written, and read with acquire, so that the entries
+  // read are the ones written. (A host that still posts while a report is
+  // made can overwrite the oldest entries; the report is then of a host that
+  // was not stuck after all, and says so by its counts.)
+  uint64_t posts() const { return seq_.load(std::memory_order_acquire); }
 
   // Every entry, oldest first.
   template <class F>
   void forEach(F&& f) const {
-    const uint64_t first = seq_ > kEntries ? seq_ - kEntries + 1 : 1;
-    for (uint64_t s = first; s <= seq_; ++s) f(ring_[(s - 1) % kEntries]);
+    const uint64_t last = posts();
+    const uint64_t first = last > kEntries ? last - kEntries + 1 : 1;
+    for (uint64_t s = first; s <= last; ++s) f(ring_[(s - 1) % kEntries]);
   }
 
  private:
   const Plan& plan_;
   std::array<Entry, kEntries> ring_{};
-  uint64_t seq_ = 0;
+  std::atomic<uint64_t> seq_{0};  // written by the host thread only
   // This rank's collectives per team, sends per peer, receives per peer.
   std::vector<uint64_t> team_collectives_, sends_to_, recvs_from_;
 };

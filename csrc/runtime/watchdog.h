@@ -48,12 +48,15 @@ class Watchdog {
   // The host is now inside `s` and must progress at least every `limit`.
   void enter(Section s, Duration limit);
   void leave() { state_.store(0, std::memory_order_release); }
-  // Progress: the host is at instruction `pc` (for reports).
+  // Progress: the host is at instruction `pc` (for reports). Release, so
+  // that what the host wrote before it (the loop indices a report prints)
+  // is what a report made on the watchdog's thread reads after pc()
+  // (acquire); a plain store on x86.
   void tick(int pc) {
     ticks_.store(ticks_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
-    pc_.store(pc, std::memory_order_relaxed);
+    pc_.store(pc, std::memory_order_release);
   }
-  int pc() const { return pc_.load(std::memory_order_relaxed); }
+  int pc() const { return pc_.load(std::memory_order_acquire); }
 
   // Leaves the section at the end of the scope (also when it throws).
   class Scope {
