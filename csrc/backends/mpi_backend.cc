@@ -29,6 +29,7 @@
 #include <thread>
 
 #include "common/elements.h"
+#include "common/reductions.h"
 #include "common/check.h"
 #include "common/log.h"
 #include <hostir/bootstrap.h>
@@ -99,58 +100,17 @@ int opSlot(ReduceOp op) {
   return 0;
 }
 
-struct Add { float operator()(float a, float b) const { return a + b; } };
-struct Multiply { float operator()(float a, float b) const { return a * b; } };
-struct Minimum { float operator()(float a, float b) const { return std::min(a, b); } };
-struct Maximum { float operator()(float a, float b) const { return std::max(a, b); } };
-
-// MPI_User_function for a 16-bit float type: inout[i] = in[i] (op) inout[i].
-template <float (*ToFloat)(uint16_t), uint16_t (*FromFloat)(float), class Combine>
+// MPI_User_function for a 16-bit float type: inout[i] = in[i] (op) inout[i],
+// with the host's reduction arithmetic (common/reductions.h).
+template <DType T, ReduceOp Op>
 void reduce16(void* in, void* inout, int* len, MPI_Datatype*) {
-  const auto* a = static_cast<const uint16_t*>(in);
-  auto* b = static_cast<uint16_t*>(inout);
-  Combine combine;
-  for (int i = 0; i < *len; ++i) b[i] = FromFloat(combine(ToFloat(a[i]), ToFloat(b[i])));
+  combineInto(inout, in, static_cast<std::size_t>(*len), T, Op);
 }
 
-template <float (*ToFloat)(uint16_t), uint16_t (*FromFloat)(float)>
+template <DType T>
 constexpr MPI_User_function* kReduce16[kOpSlots] = {
-    &reduce16<ToFloat, FromFloat, Add>, &reduce16<ToFloat, FromFloat, Multiply>,
-    &reduce16<ToFloat, FromFloat, Minimum>, &reduce16<ToFloat, FromFloat, Maximum>};
-
-// ------------------------------------------------------- avg post-step
-
-template <class T>
-void divideIntegers(void* data, std::size_t n, int divisor) {
-  auto* x = static_cast<T*>(data);
-  for (std::size_t i = 0; i < n; ++i) x[i] = static_cast<T>(x[i] / static_cast<T>(divisor));
-}
-
-template <class T>
-void divideFloats(void* data, std::size_t n, int divisor) {
-  auto* x = static_cast<T*>(data);
-  for (std::size_t i = 0; i < n; ++i) x[i] = x[i] / static_cast<T>(divisor);
-}
-
-template <float (*ToFloat)(uint16_t), uint16_t (*FromFloat)(float)>
-void divide16(void* data, std::size_t n, int divisor) {
-  auto* x = static_cast<uint16_t*>(data);
-  for (std::size_t i = 0; i < n; ++i) x[i] = FromFloat(ToFloat(x[i]) / static_cast<float>(divisor));
-}
-
-// Integer dtypes divide as C++ does (truncation toward zero).
-void divideByTeamSize(void* data, DType t, std::size_t n, int divisor) {
-  switch (t) {
-    case DType::Float32: return divideFloats<float>(data, n, divisor);
-    case DType::Float64: return divideFloats<double>(data, n, divisor);
-    case DType::Float16: return divide16<halfToFloat, floatToHalf>(data, n, divisor);
-    case DType::BFloat16: return divide16<bfloat16ToFloat, floatToBFloat16>(data, n, divisor);
-    case DType::Int32: return divideIntegers<int32_t>(data, n, divisor);
-    case DType::Int64: return divideIntegers<int64_t>(data, n, divisor);
-    case DType::UInt8: return divideIntegers<uint8_t>(data, n, divisor);
-  }
-  HIR_INTERNAL_ASSERT(false, "unknown dtype {}", static_cast<int>(t));
-}
+    &reduce16<T, ReduceOp::Sum>, &reduce16<T, ReduceOp::Prod>, &reduce16<T, ReduceOp::Min>,
+    &reduce16<T, ReduceOp::Max>};
 
 // ------------------------------------------------------------ one post
 
@@ -315,7 +275,7 @@ void completePost(PostRecord* record) {
   awaitPost(*record);
   record->completed = true;
   for (const Call& c : record->calls)
-    if (c.avg_out != nullptr) divideByTeamSize(c.avg_out, c.dtype, c.avg_count, c.avg_divisor);
+    if (c.avg_out != nullptr) divideBy(c.avg_out, c.dtype, c.avg_count, c.avg_divisor);
 }
 
 bool overlaps(const void* a, std::size_t a_bytes, const void* b, std::size_t b_bytes) {
@@ -409,10 +369,10 @@ void MpiBackend::State::createTeams() {
 
 void MpiBackend::State::createOps() {
   for (int slot = 0; slot < kOpSlots; ++slot) {
-    mpi::check(MPI_Op_create(kReduce16<halfToFloat, floatToHalf>[slot], 1, &ops16[0][slot]),
+    mpi::check(MPI_Op_create(kReduce16<DType::Float16>[slot], 1, &ops16[0][slot]),
                "MPI_Op_create");
     mpi::check(
-        MPI_Op_create(kReduce16<bfloat16ToFloat, floatToBFloat16>[slot], 1, &ops16[1][slot]),
+        MPI_Op_create(kReduce16<DType::BFloat16>[slot], 1, &ops16[1][slot]),
         "MPI_Op_create");
   }
 }
