@@ -39,6 +39,7 @@ void Backend::shareMemHandles(std::span<const ShareItem> items) {
 }
 
 void Backend::abort() {}
+void Backend::setCapturing(bool) {}
 
 namespace {
 

@@ -41,6 +41,11 @@ std::unique_ptr<Event> Device::createTimingEvent() {
   throwUnsupported(*this, "timing", "createTimingEvent");
 }
 double Device::elapsedMs(Event&, Event&) { throwUnsupported(*this, "timing", "elapsedMs"); }
+void Device::beginCapture(Stream&) { throwUnsupported(*this, "graphs", "beginCapture"); }
+std::unique_ptr<Graph> Device::endCapture(Stream&) {
+  throwUnsupported(*this, "graphs", "endCapture");
+}
+void Device::launchGraph(Graph&, Stream&) { throwUnsupported(*this, "graphs", "launchGraph"); }
 void Device::signaledCopy(Stream& s, void* dst, const void* src, std::size_t bytes,
                           const uint32_t* wait_addr, uint32_t at_least, uint32_t* signal_addr,
                           uint32_t value) {

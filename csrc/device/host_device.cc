@@ -429,6 +429,7 @@ bool HostDevice::supports(DeviceFeature f) const {
     case DeviceFeature::StreamSemaphore: return true;
     case DeviceFeature::Compute: return true;
     case DeviceFeature::Timing: return true;
+    case DeviceFeature::Graphs: return false;  // no graph of host tasks (yet)
   }
   return false;
 }

@@ -14,7 +14,8 @@
 // the caller's stream without a completion event; default: post()), wait()
 // (stream/host wait on the done event), shareMemHandles() (only for a
 // backend whose caps say maps_peer_memory; default: none to exchange),
-// abort() (what a failed run calls).
+// abort() (what a failed run calls), setCapturing() (graph capture, for a
+// backend whose caps say capturable).
 #pragma once
 
 #include <cstddef>
@@ -129,6 +130,12 @@ struct BackendCaps {
   // How a rank's posts on it wait for each other (the deadlock search of the
   // cross-rank check follows it).
   PostOrder post_order = PostOrder::kFree;
+  // Its posts may be captured into a graph and replayed (the evaluator's
+  // graph mode, Backend::setCapturing): a post only enqueues device work,
+  // never waits on the host, and a replay of that work repeats the post
+  // correctly. ipc does not qualify yet: its semaphore values are the
+  // sequence numbers of the messages, which a replay would repeat.
+  bool capturable = false;
   // Preference of "auto" (higher first) among those that support a query;
   // below 1, "auto" never picks it.
   int auto_priority = 0;
@@ -225,6 +232,17 @@ class Backend {
   // it must be callable from any thread, more than once. Teardown after it
   // must not wait for what it abandoned.
   virtual void abort();
+  // Optional, for a backend whose caps say capturable: the evaluator is about
+  // to capture the posts that follow into a graph on the device (true), or
+  // has ended that capture (false). Everything posted before a capture has
+  // completed (the host synchronized). During it, every stream a post
+  // enqueues on must join the capture through an event recorded during it,
+  // never wait on an event recorded before (CUDA forbids it), and nothing
+  // may be synchronized or queried; after it, events recorded during the
+  // capture must not be waited on or queried. A backend that remembers
+  // which streams already saw which events forgets it at both calls.
+  // Default: nothing to forget.
+  virtual void setCapturing(bool capturing);
 
  protected:
   Device* device_ = nullptr;

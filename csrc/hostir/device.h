@@ -51,6 +51,13 @@ class Event {
   virtual ~Event() = default;
 };
 
+// A captured graph of device work (Device::endCapture), replayed by
+// Device::launchGraph.
+class Graph {
+ public:
+  virtual ~Graph() = default;
+};
+
 // Where a check writes what it found. Lives in host-visible memory
 // (Device::allocateCheckRecords) and is read by the host after the work ran.
 struct CheckRecord {
@@ -71,6 +78,7 @@ enum class DeviceFeature : uint8_t {
   StreamSemaphore,  // writeValue / waitValue
   Compute,          // matmul / add
   Timing,           // createTimingEvent / elapsedMs
+  Graphs,           // beginCapture / endCapture / launchGraph
 };
 
 // out[m, n] (+)= op(a)[m, k] * op(b)[k, n], row-major, where op(x) is x or
@@ -174,6 +182,22 @@ class Device {
   // (the backends' abort released what it waited on) and leaves the rest to
   // the process exit. Default: nothing. ---
   virtual void cancel(std::string_view why);
+
+  // --- Optional: graphs (supports(DeviceFeature::Graphs)). beginCapture(s)
+  // makes the calling thread's work on `s` (and on every stream that waits
+  // on an event recorded in the capture) go into a graph instead of
+  // running (CUDA stream capture, thread-local mode). endCapture(s), once
+  // every such stream joined `s` again, ends it and returns the graph ready
+  // to launch; launchGraph(g, s) enqueues one replay of it on `s` (any
+  // stream of this device). While capturing, nothing may block the host on
+  // the device, query an event, or wait on an event recorded before the
+  // capture began; after it, events recorded during the capture must not
+  // be waited on or queried. A failed capture still needs endCapture(),
+  // which then throws BackendError saying why. Functions passed to
+  // launchHostFunc during a capture run once per replay. ---
+  virtual void beginCapture(Stream& s);
+  virtual std::unique_ptr<Graph> endCapture(Stream& s);
+  virtual void launchGraph(Graph& g, Stream& s);
 
   // --- Optional: stream semaphores (supports(DeviceFeature::StreamSemaphore)). ---
   // `addr` is device-visible memory of a uint32 (possibly a peer's, imported).

@@ -921,12 +921,20 @@ TEST(HostDeviceInfo, DescribesItselfWithItsPid) {
   EXPECT_EQ(dev.describe(), "host (pid " + std::to_string(getpid()) + ")");
 }
 
-TEST(HostDeviceInfo, SupportsEveryOptionalPartButANativeStream) {
+TEST(HostDeviceInfo, SupportsEveryOptionalPartButANativeStreamAndGraphs) {
   HostDevice dev;
   for (DeviceFeature f : {DeviceFeature::Ipc, DeviceFeature::StreamSemaphore,
                           DeviceFeature::Compute, DeviceFeature::Timing})
     EXPECT_TRUE(dev.supports(f)) << static_cast<int>(f);
   EXPECT_EQ(dev.nativeStream(dev.defaultStream()), nullptr);
+  EXPECT_FALSE(dev.supports(DeviceFeature::Graphs));
+  try {
+    dev.beginCapture(dev.defaultStream());
+    FAIL() << "beginCapture on the host device";
+  } catch (const BackendError& e) {
+    EXPECT_NE(std::string(e.what()).find("does not support graphs"), std::string::npos)
+        << e.what();
+  }
 }
 
 // The smallest device: everything required, nothing optional.

@@ -758,6 +758,24 @@ void NcclBackend::hostWait(Event& done, Duration timeout) {
 
 void NcclBackend::abort() { state_->abortAll(); }
 
+// What the posts remember about streams and events (the joins to skip, the
+// latest lane, the tail seen) refers to work before the capture, or to
+// events recorded inside it: forgotten at both ends, so that the first
+// post of the capture joins its stream to the capture and nothing after it
+// waits on a captured event. Everything before either call has completed
+// or is in the graph, so nothing is lost.
+void NcclBackend::setCapturing(bool) {
+  State& s = *state_;
+  s.lane_on = nullptr;
+  s.lane_marked = false;
+  s.several_streams = false;
+  s.stream_posts = 0;
+  s.tail_seen_by = nullptr;
+  s.tail_seen_posts = 0;
+  s.joined_stream = nullptr;
+  s.joined_work = 0;
+}
+
 // Every communication type, dtype and reduce op of hostir maps to NCCL
 // (gather, scatter and alltoall through grouped send/recv), and peers on
 // other nodes are fine.
@@ -770,6 +788,7 @@ BackendCaps NcclBackend::caps() {
   c.reduce_ops = EnumSet<ReduceOp>::all(kReduceOpNames);
   c.auto_priority = kAutoPriority;
   c.post_order = PostOrder::kPerRank;  // one backend stream per rank
+  c.capturable = true;  // NCCL operations are capturable; setCapturing() resets the joins
   return c;
 }
 

@@ -60,6 +60,7 @@ class NcclBackend final : public Backend {
   // ncclCommAbort on every communicator; any thread (the evaluator's
   // watchdog calls it while the posting thread may be blocked in NCCL).
   void abort() override;
+  void setCapturing(bool capturing) override;
 
   // "cuda" device only; every communication type, dtype and reduce op.
   static BackendCaps caps();

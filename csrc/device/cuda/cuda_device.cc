@@ -168,20 +168,41 @@ struct HostTask {
   std::function<void()> fn;
   std::shared_ptr<StickyError> sticky;
   int ordinal;
+  bool keep = false;  // captured into a graph: runs once per replay, owned by the graph
 };
 
 void CUDART_CB runHostTask(void* data) {
-  std::unique_ptr<HostTask> task(static_cast<HostTask*>(data));
+  auto* raw = static_cast<HostTask*>(data);
+  std::unique_ptr<HostTask> task(raw->keep ? nullptr : raw);
   try {
-    task->fn();
+    raw->fn();
   } catch (const std::exception& e) {
-    task->sticky->set(fmt::format("cuda: a host function on device {} failed: {}", task->ordinal,
-                                  e.what()));
+    raw->sticky->set(fmt::format("cuda: a host function on device {} failed: {}", raw->ordinal,
+                                 e.what()));
   } catch (...) {
-    task->sticky->set(fmt::format(
-        "cuda: a host function on device {} failed with an unknown exception", task->ordinal));
+    raw->sticky->set(fmt::format(
+        "cuda: a host function on device {} failed with an unknown exception", raw->ordinal));
   }
 }
+
+// An instantiated graph and the host functions captured into it.
+class CudaGraph final : public Graph {
+ public:
+  CudaGraph(cudaGraphExec_t exec, std::vector<std::unique_ptr<HostTask>> tasks, int ordinal)
+      : exec_(exec), tasks_(std::move(tasks)), ordinal_(ordinal) {}
+  ~CudaGraph() override {
+    activateQuietly(ordinal_);
+    (void)cudaGraphExecDestroy(exec_);
+  }
+  CudaGraph(const CudaGraph&) = delete;
+  CudaGraph& operator=(const CudaGraph&) = delete;
+  cudaGraphExec_t exec() const { return exec_; }
+
+ private:
+  cudaGraphExec_t exec_;
+  std::vector<std::unique_ptr<HostTask>> tasks_;
+  int ordinal_;
+};
 
 class CudaDevice final : public Device {
  public:
@@ -247,6 +268,7 @@ class CudaDevice final : public Device {
       case DeviceFeature::StreamSemaphore: return driverApi().hasStreamMemOps();
       case DeviceFeature::Compute: return true;
       case DeviceFeature::Timing: return true;
+      case DeviceFeature::Graphs: return true;
     }
     return false;
   }
@@ -466,8 +488,62 @@ class CudaDevice final : public Device {
     activate(ordinal_);
     auto task = std::make_unique<HostTask>(HostTask{std::move(fn), sticky_, ordinal_});
     CudaStream& cs = cudaStream(s, "launchHostFunc");
+    task->keep = capturing_;
     HIR_CUDA_CHECK(ordinal_, cudaLaunchHostFunc(cs.native(), runHostTask, task.get()));
-    task.release();  // runHostTask owns it now
+    if (capturing_)
+      captured_tasks_.push_back(std::move(task));  // the graph's, run once per replay
+    else
+      task.release();  // runHostTask owns it now
+    cs.noteWork();
+  }
+
+  // --------------------------------------------------------------- graphs
+
+  void beginCapture(Stream& s) override {
+    HIR_INTERNAL_ASSERT(!capturing_, "cuda: beginCapture during a capture");
+    throwIfSticky();
+    activate(ordinal_);
+    CudaStream& cs = cudaStream(s, "beginCapture");
+    HIR_CUDA_CHECK(ordinal_, cudaStreamBeginCapture(cs.native(), cudaStreamCaptureModeThreadLocal));
+    capturing_ = true;
+    captured_tasks_.clear();
+    cs.noteWork();
+  }
+
+  std::unique_ptr<Graph> endCapture(Stream& s) override {
+    HIR_INTERNAL_ASSERT(capturing_, "cuda: endCapture without beginCapture");
+    capturing_ = false;
+    std::vector<std::unique_ptr<HostTask>> tasks = std::move(captured_tasks_);
+    captured_tasks_.clear();
+    activate(ordinal_);
+    CudaStream& cs = cudaStream(s, "endCapture");
+    cudaGraph_t graph = nullptr;
+    cudaError_t err = cudaStreamEndCapture(cs.native(), &graph);
+    if (err != cudaSuccess) {
+      (void)cudaGetLastError();
+      if (graph) (void)cudaGraphDestroy(graph);
+      throw BackendError(fmt::format(
+          "cuda: capturing a graph on device {} failed: {} ({}): something in the captured work "
+          "was not capturable, or a stream forked from the capture did not join it again",
+          ordinal_, cudaGetErrorString(err), cudaGetErrorName(err)));
+    }
+    cudaGraphExec_t exec = nullptr;
+    err = cudaGraphInstantiate(&exec, graph, 0);
+    (void)cudaGraphDestroy(graph);  // the executable graph keeps what it needs
+    if (err != cudaSuccess) {
+      (void)cudaGetLastError();
+      throwCudaError(err, "cudaGraphInstantiate", ordinal_);
+    }
+    cs.noteWork();
+    return std::make_unique<CudaGraph>(exec, std::move(tasks), ordinal_);
+  }
+
+  void launchGraph(Graph& g, Stream& s) override {
+    auto* graph = dynamic_cast<CudaGraph*>(&g);
+    HIR_INTERNAL_ASSERT(graph != nullptr, "cuda: launchGraph of a graph of another device");
+    activate(ordinal_);
+    CudaStream& cs = cudaStream(s, "launchGraph");
+    HIR_CUDA_CHECK(ordinal_, cudaGraphLaunch(graph->exec(), cs.native()));
     cs.noteWork();
   }
 
@@ -676,6 +752,10 @@ class CudaDevice final : public Device {
   std::unique_ptr<Cublas> blas_;        // the matmul's cuBLAS handle
   std::shared_ptr<StickyError> sticky_ = std::make_shared<StickyError>();
   std::atomic<bool> cancelled_{false};
+  // Between beginCapture and endCapture (one thread captures: thread-local
+  // mode), and the host functions launched meanwhile, which the graph keeps.
+  bool capturing_ = false;
+  std::vector<std::unique_ptr<HostTask>> captured_tasks_;
 
   std::mutex mutex_;  // guards the maps below and the zeroing stream
   std::unordered_map<void*, std::size_t> allocations_;
