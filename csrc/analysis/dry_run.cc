@@ -68,6 +68,7 @@ class RankRun {
         rank_(rank),
         scalars_(plan.scalar_init),
         layouts_(plan.allocs.size()),
+        alloc_bytes_(plan.allocs.size()),
         bad_alloc_(plan.allocs.size(), false),
         threw_(plan.code.size(), false),
         comm_seen_(plan.comms.size(), false),
@@ -114,6 +115,13 @@ class RankRun {
       bad_alloc_[a.alloc] = true;  // later uses would only repeat this
       return;
     }
+    if (alloc_bytes_[a.alloc] && *alloc_bytes_[a.alloc] != layout.bytes)
+      captureBlocker([&] {
+        return fmt::format("allocates '{}' with {} bytes after {} bytes earlier in the run: the "
+                           "block is replaced on the host, which a graph replay cannot do",
+                           alloc.name, layout.bytes, *alloc_bytes_[a.alloc]);
+      });
+    alloc_bytes_[a.alloc] = layout.bytes;
     if (layouts_[a.alloc])
       problem("realloc", [&] {
         return fmt::format("allocates '{}' again while it is still allocated; deallocate it first",
@@ -152,6 +160,7 @@ class RankRun {
     comm_seen_[p.comm] = true;
     if (skips(p)) return;
     ++findings_.posts_;
+    notCapturableBackend(c.backend, c.type);
     // A group's communications are one post of the group, made at its begin.
     if (c.group < 0) {
       ord_.post(unitOf(p.comm), stream_);
@@ -190,6 +199,7 @@ class RankRun {
 
   void operator()(const instr::GroupBegin& g, int pc) {
     group_seen_[g.group] = true;
+    notCapturableBackend(plan_.groups[g.group].backend, std::nullopt);
     ord_.post(groupUnit(g.group), stream_);
     pending_node_[groupUnit(g.group)] = node_;
     graph_.groupBegin(g.group, stream_, pc, site());
@@ -221,6 +231,12 @@ class RankRun {
     const int unit = w.comm >= 0 ? unitOf(w.comm) : groupUnit(w.group);
     pending_node_[unit] = -1;
     if (w.mode == WaitMode::Host) {
+      captureBlocker([&] {
+        return fmt::format("waits on {} in host mode: the host blocks in the middle of the run, "
+                           "which a graph replay cannot do (a stream-mode wait can be captured)",
+                           w.comm >= 0 ? fmt::format("'{}'", plan_.comms[w.comm].name)
+                                       : fmt::format("group '{}'", plan_.groups[w.group].name));
+      });
       ord_.waitHost(unit);
       graph_.waitHost(unit, pc, site());
     } else {
@@ -377,15 +393,39 @@ class RankRun {
     return out;
   }
 
+  // "on rank 1 (i=2)": who is at the current instruction.
+  std::string who() const {
+    std::string loops = site().loops();
+    return loops.empty() ? fmt::format("on rank {}", rank_)
+                         : fmt::format("on rank {} ({})", rank_, loops);
+  }
+
   // Reports a problem at the current instruction, once per `kind` (see
   // dry_run.h); `make_message` runs only if the problem is reported.
   template <class MakeMessage>
   void problem(const std::string& kind, MakeMessage&& make_message) {
     if (!findings_.firstAt(pc_, kind)) return;
-    std::string loops = site().loops();
-    std::string who = loops.empty() ? fmt::format("on rank {}", rank_)
-                                    : fmt::format("on rank {} ({})", rank_, loops);
-    findings_.add(plan_.nodes[node_].path, fmt::format("{}: {}", who, make_message()));
+    findings_.add(plan_.nodes[node_].path, fmt::format("{}: {}", who(), make_message()));
+  }
+
+  // Notes the current instruction as what stops a graph capture, unless
+  // something (on this rank or an earlier one) did already.
+  template <class MakeMessage>
+  void captureBlocker(MakeMessage&& make_message) {
+    if (findings_.capture_blocker_) return;
+    findings_.capture_blocker_ =
+        Issue{plan_.nodes[node_].path, fmt::format("{}: {}", who(), make_message())};
+  }
+
+  // A post (of a communication of `type`, or a group's) on backend `b`.
+  void notCapturableBackend(int b, std::optional<CommType> type) {
+    if (plan_.backends[b].capturable) return;
+    captureBlocker([&] {
+      return fmt::format("{} through backend '{}', whose posts cannot be captured into a graph",
+                         type ? fmt::format("posts a {}", toString(*type))
+                              : std::string("posts a group"),
+                         plan_.backends[b].name);
+    });
   }
 
   // Runs a rule of the core; its ProgramError becomes a problem of `kind`.
@@ -532,6 +572,7 @@ class RankRun {
   const int rank_;
   std::vector<int64_t> scalars_;
   std::vector<std::optional<Layout>> layouts_;  // per alloc, while allocated
+  std::vector<std::optional<std::size_t>> alloc_bytes_;  // per alloc: its latest size in bytes
   std::vector<bool> bad_alloc_;                 // allocate failed: uses stay quiet
   std::vector<bool> threw_;                     // per instruction: a rule threw here
   std::vector<bool> comm_seen_, group_seen_;    // posted (or skipped) so far

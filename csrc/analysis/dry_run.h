@@ -103,6 +103,9 @@ class Findings {
   // run joins them), one per communication or group, capped like issues_.
   std::vector<Issue> notes_;
   std::set<int> noted_units_;
+  // Not an error: the first thing of a run, over all ranks, that a graph
+  // could not replay (ScheduleCheckResult::capture_blocker).
+  std::optional<Issue> capture_blocker_;
   bool truncated_ = false;
   int64_t steps_per_rank_ = 0;  // the bound each rank ran under
   int64_t posts_ = 0;

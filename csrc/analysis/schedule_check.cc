@@ -260,7 +260,7 @@ ScheduleCheckResult checkSchedule(const Plan& plan, const ScheduleCheckOptions& 
   if (!findings.issues_.empty()) throw ValidationError(std::move(findings.issues_));
   return {findings.truncated_, findings.steps_per_rank_, findings.posts_,
           options.want_trace ? buildTrace(plan, findings) : P2pTrace{},
-          std::move(findings.notes_)};
+          std::move(findings.notes_), std::move(findings.capture_blocker_)};
 }
 
 P2pTrace traceP2p(const Plan& plan, const ScheduleCheckOptions& options) {

@@ -22,6 +22,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -57,6 +58,13 @@ struct ScheduleCheckResult {
   // or group whose latest post no wait follows on some rank (the run joins
   // it at its end).
   std::vector<ValidationError::Issue> notes;
+  // What stops a run of the plan from being captured into a graph and
+  // replayed (the first such instruction over all ranks, with a sentence
+  // saying why): a host-mode wait, a post on a backend that is not
+  // capturable, an allocation whose size changes within a run. Empty: a
+  // run can be captured, and the checks above prove that every rank
+  // captures the same communications in the same order.
+  std::optional<ValidationError::Issue> capture_blocker;
 };
 
 ScheduleCheckResult checkSchedule(const Plan& plan, const ScheduleCheckOptions& options = {});

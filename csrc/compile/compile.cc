@@ -35,12 +35,30 @@ CompiledProgram compile(const Program& program, const CompileOptions& options) {
     out.steps_per_rank = r.steps_per_rank;
     out.communications = r.communications;
     out.notes = std::move(r.notes);
+    out.capture_blocker = std::move(r.capture_blocker);
     if (peer_mapped) out.trace = std::move(r.p2p);
   } else if (peer_mapped) {
     out.trace = traceP2p(plan, check);
     checkPeerNodes(plan, out.trace, check.nodes);  // unchecked programs still get this rule
   }
   return out;
+}
+
+void requireCapturable(const CompiledProgram& compiled) {
+  HIR_CHECK_AS(UsageError, compiled.checked,
+               "graph mode needs the cross-rank check, which proves that a run can be captured "
+               "and that every rank captures the same communications; it was turned off "
+               "(check_schedule = false, or --no-schedule-check)");
+  HIR_CHECK_AS(UsageError, !compiled.truncated,
+               "graph mode needs the cross-rank check to cover whole runs, but it covered only "
+               "the first {} steps of each rank's run (a run this long cannot be proven "
+               "capturable)",
+               compiled.steps_per_rank);
+  if (compiled.capture_blocker) {
+    ValidationError::Issue issue = *compiled.capture_blocker;
+    issue.message = "a run cannot be captured into a graph: " + issue.message;
+    throw ValidationError({std::move(issue)});
+  }
 }
 
 }  // namespace hir

@@ -45,11 +45,19 @@ struct CompiledProgram {
   int64_t communications = 0;  // posts over all ranks in one run (when checked)
   // What the check found legal but likely unmeant (ScheduleCheckResult::notes).
   std::vector<ValidationError::Issue> notes;
+  // When checked: what stops a graph capture (ScheduleCheckResult::capture_blocker).
+  std::optional<ValidationError::Issue> capture_blocker;
   // Matched send/recv of one run, when a bound backend maps peer memory.
   P2pTrace trace;
 };
 
 // Throws ParseError, ValidationError or ProgramError naming the place.
 CompiledProgram compile(const Program& program, const CompileOptions& options);
+
+// What graph mode (EvaluatorOptions::graph, `hir run --graph`) needs of a
+// compiled program: the cross-rank check ran over whole runs (UsageError
+// otherwise) and found nothing that stops a capture (ValidationError naming
+// the node).
+void requireCapturable(const CompiledProgram& compiled);
 
 }  // namespace hir

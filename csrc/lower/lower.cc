@@ -441,7 +441,8 @@ class Lowerer {
   int backendIndex(const BackendCaps& caps) {
     for (std::size_t i = 0; i < plan_.backends.size(); ++i)
       if (plan_.backends[i].name == caps.name) return static_cast<int>(i);
-    plan_.backends.push_back(PlanBackend{caps.name, caps.maps_peer_memory, caps.post_order});
+    plan_.backends.push_back(
+        PlanBackend{caps.name, caps.maps_peer_memory, caps.post_order, caps.capturable});
     return static_cast<int>(plan_.backends.size()) - 1;
   }
 

@@ -76,6 +76,7 @@ struct PlanBackend {
   std::string name;
   bool maps_peer_memory = false;  // BackendCaps::maps_peer_memory
   PostOrder post_order = PostOrder::kFree;  // BackendCaps::post_order
+  bool capturable = false;                  // BackendCaps::capturable
 };
 
 struct PlanGroup {
