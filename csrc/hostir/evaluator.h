@@ -39,6 +39,25 @@ struct EvaluatorOptions {
   // timed by events on their streams); see Evaluator::traceEvents(). Needs a
   // device with timing events.
   bool trace = false;
+  // Capture a run into a graph once and replay it (CUDA graphs): run 1 runs
+  // as usual (allocations, exchanges and the libraries' connections are
+  // made there), run 2 is captured and then launched, and every later run
+  // is one launch of that graph, with no per-node host work. Needs a device
+  // with graphs (cuda), backends whose posts are capturable (nccl), and a
+  // program the cross-rank check proved capturable: it must check (no
+  // check_schedule = false), cover whole runs, and find no host-mode wait
+  // and no allocation that changes size within a run. Otherwise the
+  // constructor throws, naming the node. Every rank must ask for it alike.
+  // Not with trace. Check nodes keep working; their executions in the graph
+  // are counted together (CheckFailure::replayed).
+  bool graph = false;
+};
+
+// What graph mode did (Evaluator::graphStats()).
+struct GraphStats {
+  bool captured = false;
+  double capture_ms = 0;   // host time of the captured run: capture and instantiation
+  uint64_t launches = 0;   // runs that launched the graph (the captured run included)
 };
 
 // A check node that found wrong elements on this rank. Counts are per
@@ -59,6 +78,9 @@ struct CheckFailure {
   uint64_t wrong_min = 0, wrong_max = 0;        // wrong elements in one failing execution
   uint64_t elements_min = 0, elements_max = 0;  // elements in one execution
   bool exact = true;
+  // Some of the failing executions were in a graph (EvaluatorOptions::graph):
+  // the captured run and its replays are counted together.
+  bool replayed = false;
   struct Element {
     int64_t index;
     double got, expected;
@@ -95,7 +117,9 @@ class Evaluator {
   Evaluator& operator=(const Evaluator&) = delete;
 
   // Binds a caller-owned buffer to an input or output allocation. It must
-  // hold at least the allocation's bytes when the Allocate node runs.
+  // hold at least the allocation's bytes when the Allocate node runs. In
+  // graph mode a bind() after the capture drops the graph (it holds the old
+  // addresses); the next run is captured again.
   void bind(std::string_view name, void* data, std::size_t bytes);
 
   // Enqueues one run on `stream` (cudaStream_t for cuda; nullptr: stream 0).
@@ -106,6 +130,8 @@ class Evaluator {
   RunReport report() const;
 
   const Plan& plan() const;
+  // With EvaluatorOptions::graph: the capture and the launches so far.
+  GraphStats graphStats() const;
   // Exchanges by share_mem_handles (ipc) that went through the bootstrap so
   // far; one of memory already exchanged is skipped and not counted. For tests.
   int64_t exchanges() const;

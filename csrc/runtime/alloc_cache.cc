@@ -108,4 +108,11 @@ void AllocCache::endRun() {
   for (Block& b : blocks_) b.live = false;
 }
 
+void AllocCache::forgetUsers() {
+  for (Block& b : blocks_) {
+    b.comm_users.clear();
+    b.stream_mask = 0;
+  }
+}
+
 }  // namespace hir

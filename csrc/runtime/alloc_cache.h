@@ -85,6 +85,10 @@ class AllocCache {
 
   // The end of a run: every allocation goes back to its cache.
   void endRun();
+  // The host saw everything enqueued so far complete: nothing that used a
+  // block needs waiting for any more (before and after a graph capture,
+  // which may not wait on events from outside it).
+  void forgetUsers();
   // After a failure: memory may still be in use by a stuck communication,
   // so it is leaked rather than freed under it.
   void leak();

@@ -21,6 +21,7 @@ Diagnostics::Diagnostics(const Plan& plan, Device& dev, int rank)
   executed_.resize(plan.checks.size());
   current_.assign(plan.checks.size(), nullptr);
   check_executions_.assign(plan.checks.size(), 0);
+  captured_executions_.assign(plan.checks.size(), 0);
   check_contexts_.resize(plan.checks.size());
 }
 
@@ -158,7 +159,9 @@ std::string Diagnostics::flightReport(const FlightRecorder& recorder, EventPool&
     // a stream that has not finished (it, or later work there, holds the
     // stream); unknown: the device failed, or the stream was not asked.
     const char* state = "unknown";
-    if (e.event >= 0) {
+    if (e.captured) {
+      state = "graph";
+    } else if (e.event >= 0) {
       try {
         state = dev_.query(events[e.event]) ? "done" : "PENDING";
       } catch (const std::exception&) {
@@ -185,7 +188,9 @@ std::string Diagnostics::flightReport(const FlightRecorder& recorder, EventPool&
                        state, pc.name, what, plan_.nodes[pc.node].path,
                        ctx.empty() ? "" : " (" + ctx + ")", plan_.backends[pc.backend].name,
                        e.run, e.stream,
-                       e.joined >= 0 ? " (joined: in the stream's order)" : "");
+                       e.captured          ? " (captured: every later run replays it)"
+                       : e.joined >= 0     ? " (joined: in the stream's order)"
+                                           : "");
   });
   return out;
 }
@@ -195,7 +200,8 @@ int64_t Diagnostics::beginCheck(int check, const int64_t* scalars) {
   if (exec < kMaxCheckContexts)
     for (int slot : plan_.nodes[plan_.checks[check].node].loop_slots)
       check_contexts_[check].push_back(scalars[slot]);
-  if (exec >= kRecordedExecutions) {
+  if (capturing_) ++captured_executions_[check];
+  if (exec >= kRecordedExecutions || capturing_) {
     current_[check] = shared_ + check;
     return exec;
   }
@@ -212,6 +218,12 @@ int64_t Diagnostics::beginCheck(int check, const int64_t* scalars) {
   --spare.left;
   executed_[check].push_back(current_[check]);
   return exec;
+}
+
+void Diagnostics::replayed() {
+  replays_ = true;
+  for (std::size_t i = 0; i < check_executions_.size(); ++i)
+    check_executions_[i] += captured_executions_[i];
 }
 
 RunReport Diagnostics::report() const {
@@ -237,6 +249,7 @@ RunReport Diagnostics::report() const {
     r.elements_checked += shared.checked;
     if (shared.mismatches > 0) {
       f.exact = false;
+      f.replayed = replays_ || captured_executions_[i] > 0;
       ++f.failed_executions;
       f.mismatches += shared.mismatches;
       if (!first) first = &shared;
@@ -281,9 +294,15 @@ std::string RunReport::format() const {
                        f.context.empty() ? "" : " (" + f.context + ")", f.tensor);
     if (f.wrong_max == 0) {
       // Only executions counted together failed.
-      out += fmt::format("{} wrong element{} in executions past the first {} (of {})",
-                         f.mismatches, f.mismatches == 1 ? "" : "s",
-                         Diagnostics::kRecordedExecutions, f.executions);
+      if (f.replayed)
+        out += fmt::format("{} wrong element{} in executions counted together (the captured "
+                           "graph's and its replays', and any past the first {}) (of {})",
+                           f.mismatches, f.mismatches == 1 ? "" : "s",
+                           Diagnostics::kRecordedExecutions, f.executions);
+      else
+        out += fmt::format("{} wrong element{} in executions past the first {} (of {})",
+                           f.mismatches, f.mismatches == 1 ? "" : "s",
+                           Diagnostics::kRecordedExecutions, f.executions);
     } else {
       out += fmt::format("{} wrong element{} of {} in {}{} of {} execution{}",
                          span(f.wrong_min, f.wrong_max), f.wrong_max == 1 ? "" : "s",

@@ -62,6 +62,12 @@ class Diagnostics {
   int64_t beginCheck(int check, const int64_t* scalars);
   CheckRecord* record(int check) const { return current_[check]; }
   RunReport report() const;
+  // Graph capture. While capturing, every check execution writes its node's
+  // shared record: the graph replays those writes, so the captured
+  // executions and all their replays count together, as executions past
+  // kRecordedExecutions do. replayed() counts one more replay of them.
+  void setCapturing(bool on) { capturing_ = on; }
+  void replayed();
 
  private:
   const Plan& plan_;
@@ -78,6 +84,9 @@ class Diagnostics {
   std::vector<CheckRecord*> current_;                // per check: its latest execution's
   bool leak_ = false;
   std::vector<int64_t> check_executions_;
+  bool capturing_ = false;
+  bool replays_ = false;                       // a captured run was replayed
+  std::vector<int64_t> captured_executions_;   // per check: executions in the capture
   std::vector<std::vector<int64_t>> check_contexts_;  // per check: flat loop values
 };
 

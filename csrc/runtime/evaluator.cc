@@ -127,6 +127,12 @@ struct Evaluator::Impl {
   std::vector<KernelCall> kernel_calls;
   std::vector<int> kernel_call_at;  // per pc: index into kernel_calls, or -1
   std::unique_ptr<Tracer> tracer;   // options.trace: the timeline (runtime/trace.h)
+  // options.graph: the captured run, once made (run 2), and what it cost.
+  std::unique_ptr<Graph> graph;
+  bool capturing = false;
+  bool recapture = false;  // bind() dropped the graph: the next run captures again
+  GraphStats graph_stats;
+  std::chrono::steady_clock::time_point capture_start;
 
   Impl(Session& s, const Program& program, const EvaluatorOptions& o)
       : session(s),
@@ -145,6 +151,7 @@ struct Evaluator::Impl {
                AllocCache::UserWaits{[this](const AllocCache::Block& b) { orderAfterUsers(b); },
                                      [this](const AllocCache::Block& b) { drainUsers(b); }}),
         routes(plan, compiled.trace, rank) {
+    if (opts.graph) requireGraphMode();  // before any backend is set up
     for (const PlanTeam& t : plan.teams) team_rank.push_back(teamRankOf(t, rank));
     // The report before anything is aborted; from the watchdog's thread
     // (the host is stuck somewhere) without recording on streams.
@@ -201,6 +208,19 @@ struct Evaluator::Impl {
     if (opts.trace) tracer = std::make_unique<Tracer>(dev, plan, rank, opts.timeout);
   }
 
+  // Graph mode needs a device with graphs, and the cross-rank check's word
+  // that a run can be captured and that every rank captures the same
+  // communications (it compared every rank's sequence of them).
+  void requireGraphMode() const {
+    HIR_CHECK_AS(UsageError, !opts.trace,
+                 "graph mode and tracing cannot be combined: a trace times every node of a run "
+                 "on the host, and a replayed graph has no per-node host work");
+    HIR_CHECK_AS(UsageError, dev.supports(DeviceFeature::Graphs),
+                 "graph mode needs a device with graphs (cuda); device '{}' has none",
+                 dev.kind());
+    requireCapturable(compiled);
+  }
+
   // Each kernel node's registered kernel, for this device.
   void bindKernels() {
     kernel_call_at.assign(plan.code.size(), -1);
@@ -244,6 +264,11 @@ struct Evaluator::Impl {
       diag.leak();
     }
     watchdog.tick(-1);
+    // The graph before the backends: NCCL keeps resources for the
+    // operations a graph holds, and destroying a communicator waits until
+    // the graphs that use it are gone. (A graph still running is freed when
+    // it completes.)
+    graph.reset();
     // Backends first: they finish with the memory (ipc: peers are done with
     // our blocks once our own communications completed), and the streams
     // given to postJoined outlive them.
@@ -629,6 +654,8 @@ struct Evaluator::Impl {
       s0 = w.get();
     }
     streams[0].stream = s0;
+    if (graph) return replay(*s0);
+    if (opts.graph && (runs == 2 || recapture)) beginCapture(*s0);
     if (tracer) tracer->startRun(*s0);
     for (StreamState& s : streams) s.used_this_run = false;
     current = 0;
@@ -659,15 +686,19 @@ struct Evaluator::Impl {
       // and a post to an aborted backend throws).
       if (failure.failed()) throw RuntimeError("the run was aborted");
       finishRun();
+      if (capturing) endCapture(*s0);
       HIR_LOG_DEBUG(Subsys::Eval, "run {} enqueued", runs);
     } catch (const ProgramError& e) {
+      abandonCapture(*s0);
       failure.fail(e.what());
       throw ProgramError(fmt::format("{}: {}", at(pc), e.what()));
     } catch (const TimeoutError& e) {
+      abandonCapture(*s0);
       // A host-mode wait ran out of time: say where, what is pending and
       // what was posted last.
       throw TimeoutError(failure.messageAt(at(pc), e.what()));
     } catch (const RuntimeError& e) {
+      abandonCapture(*s0);
       // A backend's own timeout or a device failure came first, an exchange
       // between ranks failed, or the watchdog aborted a call that had no
       // timeout (then it is a timeout).
@@ -677,8 +708,107 @@ struct Evaluator::Impl {
       if (dynamic_cast<const BackendError*>(&e)) throw BackendError(message);
       throw RuntimeError(message);
     } catch (const std::exception& e) {
+      abandonCapture(*s0);
       failure.fail(e.what());
       throw;
+    }
+  }
+
+  // ---------------------------------------------------------------- graphs
+  // Before the captured run: the host waits for the runs so far, so that
+  // no waits on their events (which CUDA forbids inside a capture) are
+  // needed; then everything that would wait on them forgets them.
+  void beginCapture(Stream& s0) {
+    try {
+      synchronizeAll();
+    } catch (const std::exception& e) {
+      failure.fail(e.what());
+      throw;
+    }
+    forgetEvents();
+    for (auto& b : backends) b->setCapturing(true);
+    diag.setCapturing(true);
+    graph_stats.capture_ms = 0;
+    capture_start = std::chrono::steady_clock::now();
+    dev.beginCapture(s0);
+    capturing = true;
+    recapture = false;
+    HIR_LOG_INFO(Subsys::Eval, "run {}: capturing a graph", runs);
+  }
+
+  // The events recorded so far are not waited on again: communications'
+  // and groups' done events, the flight recorder's, the blocks' users.
+  void forgetEvents() {
+    for (CommState& cs : comms) {
+      setLastDone(cs, -1);
+      cs.pending = false;
+    }
+    for (GroupState& g : groups) {
+      events.unref(g.event);
+      g.event = -1;
+      g.done = nullptr;
+    }
+    allocs.forgetUsers();
+  }
+
+  // After the captured run's last node: the graph, launched once for this
+  // run. Events recorded in the capture cannot be asked about: forgotten.
+  void endCapture(Stream& s0) {
+    capturing = false;
+    diag.setCapturing(false);
+    for (auto& b : backends) b->setCapturing(false);
+    graph = dev.endCapture(s0);
+    forgetEvents();
+    flight.markCaptured([this](int e) { events.unref(e); });
+    graph_stats.captured = true;
+    graph_stats.capture_ms =
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() -
+                                                  capture_start)
+            .count();
+    HIR_LOG_INFO(Subsys::Eval, "run {}: graph captured in {:.2f} ms", runs,
+                 graph_stats.capture_ms);
+    replayLaunch(s0);
+  }
+
+  // A failure inside the captured run: the capture is ended (its graph
+  // dropped) so that the stream leaves capture mode; the run then fails as
+  // any run does.
+  void abandonCapture(Stream& s0) {
+    if (!capturing) return;
+    capturing = false;
+    diag.setCapturing(false);
+    try {
+      (void)dev.endCapture(s0);
+    } catch (const std::exception&) {
+    }
+    for (auto& b : backends) b->setCapturing(false);
+  }
+
+  // A graph holds the addresses it was captured with: a new binding drops
+  // it, and the next run is captured again (after the host synchronized).
+  void graphRebound() {
+    if (!graph) return;
+    graph.reset();
+    recapture = true;
+    HIR_LOG_INFO(Subsys::Eval, "a bind() after run {} drops the graph; the next run captures "
+                 "again", runs);
+  }
+
+  void replayLaunch(Stream& s0) {
+    dev.launchGraph(*graph, s0);
+    ++graph_stats.launches;
+  }
+
+  // A run of a captured program: one launch; the checks count the
+  // executions it repeats.
+  void replay(Stream& s0) {
+    try {
+      replayLaunch(s0);
+      diag.replayed();
+    } catch (const std::exception& e) {
+      failure.fail(e.what());
+      throw BackendError(fmt::format("run {} (a graph replay): on rank {}: {}", runs, rank,
+                                     e.what()));
     }
   }
 
@@ -759,6 +889,7 @@ Evaluator::~Evaluator() = default;
 
 void Evaluator::bind(std::string_view name, void* data, std::size_t bytes) {
   impl_->allocs.bind(name, data, bytes);
+  impl_->graphRebound();
 }
 
 void Evaluator::run(void* stream) { impl_->run(stream); }
@@ -766,6 +897,7 @@ void Evaluator::synchronize() { impl_->synchronize(); }
 RunReport Evaluator::report() const { return impl_->diag.report(); }
 const Plan& Evaluator::plan() const { return impl_->plan; }
 int64_t Evaluator::exchanges() const { return impl_->exchanges; }
+GraphStats Evaluator::graphStats() const { return impl_->graph_stats; }
 std::string Evaluator::traceEvents() const {
   return impl_->tracer ? impl_->tracer->events() : std::string();
 }

@@ -22,6 +22,7 @@ int FlightRecorder::record(int slot, const PostArgs& p, const Post& post) {
   e.stream = post.stream;
   e.joined = post.joined;
   e.event = post.event;
+  e.captured = false;
   e.peer = -1;
   e.root = -1;
   if (isPointToPoint(c.type)) {

@@ -40,6 +40,7 @@ class FlightRecorder {
     int event = -1;      // its done event in the EventPool, or -1 (joined)
     int loops = 0;       // loop indices stored in loop_values
     bool more_loops = false;  // the node has more than kMaxLoops loops around it
+    bool captured = false;    // posted while a graph was captured: every replay repeats it
     std::array<int64_t, kMaxLoops> loop_values{};
   };
 
@@ -61,6 +62,19 @@ class FlightRecorder {
   // one's.
   int record(int slot, const PostArgs& p, const Post& post);
 
+  // After a graph capture: the entries' events were recorded inside the
+  // capture, where nobody may ask them. Each entry gives its event back
+  // through `give_back(event)` and is marked captured.
+  template <class F>
+  void markCaptured(F&& give_back) {
+    for (Entry& e : ring_) {
+      if (e.seq == 0) continue;
+      give_back(e.event);
+      e.event = -1;
+      e.joined = -1;
+      e.captured = true;
+    }
+  }
   // The reports may be made on the watchdog's thread while the host thread
   // is blocked in a post (Watchdog): the count is published with release
   // after its entry is written, and read with acquire, so that the entries

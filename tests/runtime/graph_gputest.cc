@@ -1,0 +1,341 @@
+// Graph mode on GPUs (EvaluatorOptions::graph): run 1 eager, run 2 captured,
+// later runs replayed. Results are compared with the host reference on data
+// seeded by rank, loop index and run: the caller uploads a new input before
+// every run and poisons the output, so a replay that did not really run,
+// or ran on stale data, fails. At any world size (1 GPU per rank).
+#include <cuda_runtime_api.h>
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <hostir/error.h>
+#include <hostir/evaluator.h>
+#include <hostir/json.h>
+#include <hostir/session.h>
+#include "device/cuda/test_kernels.h"
+#include "support/gpu_test.h"
+
+namespace hir {
+namespace {
+
+void cudaOk(cudaError_t e, const char* what) {
+  ASSERT_EQ(e, cudaSuccess) << what << ": " << cudaGetErrorString(e);
+}
+
+EvaluatorOptions graphOptions(bool graph = true) {
+  EvaluatorOptions o;
+  o.timeout = test::testTimeout();
+  o.graph = graph;
+  return o;
+}
+
+// The caller's input allreduced into the caller's output; then, in a loop,
+// on two streams: an allgather, a reduce_scatter of its result, a
+// broadcast from a root that moves with the loop index, and a matmul, each
+// output poisoned before and checked after (the caller checks `out`).
+// Checks per run: iters * 4.
+constexpr int kIters = 3;
+const char* kMixed = R"JSON({
+  "format": "hostir/1", "name": "graph_mixed", "params": {"n": 1024, "iters": 3, "m": 32},
+  "inputs": ["in"], "outputs": ["out"],
+  "body": [
+    {"op": "allocate", "name": "in", "dtype": "float32", "shape": ["n"]},
+    {"op": "allocate", "name": "out", "dtype": "float32", "shape": ["n"]},
+    {"op": "allocate", "name": "g", "dtype": "float32", "shape": ["world", "n"]},
+    {"op": "allocate", "name": "rs", "dtype": "float32", "shape": ["n"]},
+    {"op": "allocate", "name": "b", "dtype": "int32", "shape": ["n"]},
+    {"op": "allocate", "name": "ma", "dtype": "float32", "shape": ["m", "m"]},
+    {"op": "allocate", "name": "mb", "dtype": "float32", "shape": ["m", "m"]},
+    {"op": "allocate", "name": "mo", "dtype": "float32", "shape": ["m", "m"]},
+    {"op": "communication", "name": "ar_in", "type": "allreduce", "input": "in", "output": "out",
+     "reduce": "sum", "backend": "nccl"},
+    {"op": "wait", "communication": "ar_in"},
+    {"op": "for", "index": "i", "stop": "iters", "body": [
+      {"op": "set_stream", "stream": 1},
+      {"op": "sync_stream", "stream": 0},
+      {"op": "allocate", "name": "x", "dtype": "float32", "shape": ["n"]},
+      {"op": "fill", "tensor": "x", "value": "rank * 100 + i", "step": 1},
+      {"op": "fill", "tensor": "g", "value": -1},
+      {"op": "communication", "name": "ag", "type": "allgather", "input": "x", "output": "g",
+       "backend": "nccl"},
+      {"op": "wait", "communication": "ag"},
+      {"op": "check", "tensor": "g[world - 1]", "value": "(world - 1) * 100 + i", "step": 1},
+      {"op": "set_stream", "stream": 0},
+      {"op": "sync_stream", "stream": 1},
+      {"op": "fill", "tensor": "rs", "value": -1},
+      {"op": "communication", "name": "rsc", "type": "reduce_scatter", "input": "g",
+       "output": "rs", "reduce": "sum", "backend": "nccl"},
+      {"op": "wait", "communication": "rsc"},
+      {"op": "check", "tensor": "rs", "value": "world * (rank * 100 + i)", "step": "world"},
+      {"op": "fill", "tensor": "b", "value": "(rank == i % world) * (7 * i + 1) - 1", "step": 1},
+      {"op": "communication", "name": "bc", "type": "broadcast", "input": "b", "output": "b",
+       "root": "i % world", "backend": "nccl"},
+      {"op": "wait", "communication": "bc"},
+      {"op": "check", "tensor": "b", "value": "7 * i", "step": 1},
+      {"op": "fill", "tensor": "ma", "value": 1, "step": 0},
+      {"op": "fill", "tensor": "mb", "value": "i + rank", "step": 0},
+      {"op": "fill", "tensor": "mo", "value": -1, "step": 0},
+      {"op": "matmul", "a": "ma", "b": "mb", "out": "mo"},
+      {"op": "check", "tensor": "mo", "value": "m * (i + rank)", "step": 0},
+      {"op": "deallocate", "name": "x"}
+    ]}
+  ]})JSON";
+
+struct CallerBuffers {
+  cudaStream_t stream = nullptr;
+  float *in = nullptr, *out = nullptr, *host = nullptr;
+  std::size_t n = 0;
+  explicit CallerBuffers(std::size_t count) : n(count) {
+    cudaOk(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
+    cudaOk(cudaMalloc(reinterpret_cast<void**>(&in), n * sizeof(float)), "cudaMalloc");
+    cudaOk(cudaMalloc(reinterpret_cast<void**>(&out), n * sizeof(float)), "cudaMalloc");
+    cudaOk(cudaMallocHost(reinterpret_cast<void**>(&host), n * sizeof(float)),
+           "cudaMallocHost");
+  }
+  ~CallerBuffers() {
+    (void)cudaFreeHost(host);
+    (void)cudaFree(out);
+    (void)cudaFree(in);
+    (void)cudaStreamDestroy(stream);
+  }
+};
+
+float seeded(int rank, int run, std::size_t k) {
+  return static_cast<float>(rank * 10000 + run * 100 + static_cast<int>(k % 97));
+}
+
+// Runs kMixed `runs` times on the caller's stream with a fresh input every
+// run; checks the caller's output on the host after each run.
+void runMixed(bool graph, int runs, RunReport* report, GraphStats* stats) {
+  const int rank = test::world().rank(), world = test::world().world();
+  constexpr std::size_t kN = 1024;
+  Session session(test::world(), SessionOptions{"cuda"});
+  CallerBuffers buf(kN);
+  {
+    Evaluator ev(session, parseProgram(kMixed), graphOptions(graph));
+    ev.bind("in", buf.in, kN * sizeof(float));
+    ev.bind("out", buf.out, kN * sizeof(float));
+    auto caller = session.device().wrapStream(buf.stream);
+    for (int run = 0; run < runs; ++run) {
+      for (std::size_t k = 0; k < kN; ++k) buf.host[k] = seeded(rank, run, k);
+      cudaOk(cudaMemcpyAsync(buf.in, buf.host, kN * sizeof(float), cudaMemcpyHostToDevice,
+                             buf.stream),
+             "upload");
+      cudaOk(cudaMemsetAsync(buf.out, 0xff, kN * sizeof(float), buf.stream), "poison");
+      ev.run(buf.stream);
+      cudaOk(cudaMemcpyAsync(buf.host, buf.out, kN * sizeof(float), cudaMemcpyDeviceToHost,
+                             buf.stream),
+             "download");
+      session.device().synchronize(*caller, test::testTimeout());
+      for (std::size_t k = 0; k < kN; ++k) {
+        float expected = 0;
+        for (int r = 0; r < world; ++r) expected += seeded(r, run, k);
+        ASSERT_EQ(buf.host[k], expected) << (graph ? "graph" : "eager") << " run " << run
+                                         << ", element " << k;
+      }
+    }
+    ev.synchronize();
+    *report = ev.report();
+    *stats = ev.graphStats();
+  }
+}
+
+TEST(GraphMode, ReplaysComputeWhatEagerRunsComputeOnFreshInputsEveryRun) {
+  HIR_REQUIRE_GPUS(1);
+  constexpr int kRuns = 6;
+  RunReport eager, graph;
+  GraphStats eager_stats, graph_stats;
+  runMixed(false, kRuns, &eager, &eager_stats);
+  if (HasFatalFailure()) return;
+  runMixed(true, kRuns, &graph, &graph_stats);
+  if (HasFatalFailure()) return;
+  EXPECT_TRUE(eager.ok()) << eager.format();
+  EXPECT_TRUE(graph.ok()) << graph.format();
+  const uint64_t per_run = kIters * 4;
+  EXPECT_EQ(eager.checks_run, kRuns * per_run);
+  EXPECT_EQ(graph.checks_run, kRuns * per_run);
+  EXPECT_EQ(graph.elements_checked, eager.elements_checked);
+  EXPECT_FALSE(eager_stats.captured);
+  EXPECT_EQ(eager_stats.launches, 0u);
+  EXPECT_TRUE(graph_stats.captured);
+  EXPECT_EQ(graph_stats.launches, static_cast<uint64_t>(kRuns - 1));  // runs 2 .. kRuns
+  EXPECT_GT(graph_stats.capture_ms, 0.0);
+}
+
+// A check that expects the wrong value: every execution fails, in the eager
+// run and in the graph's, and the replays' failures are counted.
+TEST(GraphMode, WrongResultsInReplaysAreFoundAndCounted) {
+  HIR_REQUIRE_GPUS(1);
+  const char* text = R"({
+    "format": "hostir/1", "name": "graph_wrong", "params": {"n": 256},
+    "body": [
+      {"op": "allocate", "name": "x", "dtype": "int32", "shape": ["n"]},
+      {"op": "for", "index": "i", "stop": 2, "body": [
+        {"op": "fill", "tensor": "x", "value": "rank + i", "step": 1},
+        {"op": "communication", "name": "ar", "type": "allreduce", "input": "x", "output": "x",
+         "reduce": "sum", "backend": "nccl"},
+        {"op": "wait", "communication": "ar"},
+        {"op": "check", "tensor": "x", "value": "world * (world - 1) / 2 + world * i + 1",
+         "step": "world"}]}]})";
+  Session session(test::world(), SessionOptions{"cuda"});
+  Evaluator ev(session, parseProgram(text), graphOptions());
+  for (int run = 0; run < 5; ++run) ev.run();
+  ev.synchronize();
+  const RunReport r = ev.report();
+  ASSERT_EQ(r.failures.size(), 1u) << r.format();
+  const CheckFailure& f = r.failures[0];
+  EXPECT_EQ(f.executions, 10u);
+  EXPECT_EQ(f.mismatches, 10u * 256u);  // every element of every execution
+  EXPECT_TRUE(f.replayed);
+  EXPECT_FALSE(f.exact);
+  EXPECT_EQ(f.failed_executions, 3u);  // 2 eager ones counted exactly, the graph's together
+  EXPECT_EQ(ev.graphStats().launches, 4u);
+}
+
+TEST(GraphMode, AHostModeWaitIsRefusedAtLoadNamingTheNode) {
+  HIR_REQUIRE_GPUS(1);
+  const char* text = R"({
+    "format": "hostir/1", "name": "graph_host_wait", "params": {"n": 16},
+    "body": [
+      {"op": "allocate", "name": "x", "dtype": "float32", "shape": ["n"]},
+      {"op": "communication", "name": "ar", "type": "allreduce", "input": "x", "output": "x",
+       "reduce": "sum", "backend": "nccl"},
+      {"op": "wait", "communication": "ar", "mode": "host"}]})";
+  Session session(test::world(), SessionOptions{"cuda"});
+  try {
+    Evaluator ev(session, parseProgram(text), graphOptions());
+    FAIL() << "a host-mode wait was accepted in graph mode";
+  } catch (const ValidationError& e) {
+    ASSERT_EQ(e.issues().size(), 1u);
+    EXPECT_EQ(e.issues()[0].path, "/body/2");
+    EXPECT_NE(e.issues()[0].message.find("waits on 'ar' in host mode"), std::string::npos)
+        << e.what();
+  }
+}
+
+// The timeout still holds: a replay that cannot complete in time (queued
+// behind the caller's own spin, which outlasts the timeout) ends
+// synchronize() with a TimeoutError that says where, not a hang. (The
+// abort that follows may wait for the spin: the caller's own work is not
+// hostir's to cut short.)
+TEST(GraphMode, SynchronizeAfterAReplayKeepsItsTimeout) {
+  HIR_REQUIRE_GPUS(1);
+  // One rank: a timeout fails the evaluator and aborts its communicators,
+  // which is the fault tests' subject at larger worlds.
+  if (test::world().world() != 1) GTEST_SKIP() << "runs at world 1";
+  const char* text = R"({
+    "format": "hostir/1", "name": "graph_slow", "params": {"n": 16},
+    "body": [
+      {"op": "allocate", "name": "x", "dtype": "float32", "shape": ["n"]},
+      {"op": "communication", "name": "ar", "type": "allreduce", "input": "x", "output": "x",
+       "reduce": "sum", "backend": "nccl"},
+      {"op": "wait", "communication": "ar"}]})";
+  Session session(test::world(), SessionOptions{"cuda"});
+  EvaluatorOptions o = graphOptions();
+  o.timeout = std::chrono::milliseconds(1500);
+  Evaluator ev(session, parseProgram(text), o);
+  ev.run();
+  ev.run();
+  ev.synchronize();
+  // The caller's stream is held by a spin longer than the timeout; the
+  // replay queued behind it cannot finish in time.
+  cudaStream_t stream = nullptr;
+  cudaOk(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
+  {
+    auto caller = session.device().wrapStream(stream);
+    cuda::testSpin(*caller, 4000);
+    ev.run(stream);
+    const auto t0 = std::chrono::steady_clock::now();
+    try {
+      ev.synchronize();
+      ADD_FAILURE() << "synchronize() returned while the replay could not have completed";
+    } catch (const TimeoutError& e) {
+      EXPECT_NE(std::string(e.what()).find("synchronize after run 3: on rank 0"),
+                std::string::npos)
+          << e.what();
+    }
+    const double s =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    EXPECT_GT(s, 1.4) << "synchronize() gave up before the timeout";
+    cudaOk(cudaStreamSynchronize(stream), "cudaStreamSynchronize");  // the device is failed now
+  }
+  cudaOk(cudaStreamDestroy(stream), "cudaStreamDestroy");
+}
+
+// NCCL keeps resources for the send/recv a graph holds, and destroying a
+// communicator waits until the graphs that use it are gone: the evaluator
+// destroys its graph first (it once waited out the whole timeout here).
+TEST(GraphMode, AGraphOfSendsAndRecvsTearsDownPromptly) {
+  HIR_REQUIRE_GPUS(1);
+  const char* text = R"({
+    "format": "hostir/1", "name": "graph_alltoall", "params": {"n": 4},
+    "body": [
+      {"op": "allocate", "name": "x", "dtype": "int32", "shape": ["world", "n"]},
+      {"op": "allocate", "name": "y", "dtype": "int32", "shape": ["world", "n"]},
+      {"op": "fill", "tensor": "x", "value": "rank * 100", "step": 1},
+      {"op": "fill", "tensor": "y", "value": -1},
+      {"op": "communication", "name": "a2a", "type": "alltoall", "input": "x", "output": "y",
+       "backend": "nccl"},
+      {"op": "wait", "communication": "a2a"},
+      {"op": "check", "tensor": "y[0]", "value": "rank * n", "step": 1}]})";
+  Session session(test::world(), SessionOptions{"cuda"});
+  EvaluatorOptions o = graphOptions();
+  o.timeout = std::chrono::seconds(20);
+  auto ev = std::make_unique<Evaluator>(session, parseProgram(text), o);
+  for (int run = 0; run < 4; ++run) ev->run();
+  ev->synchronize();
+  const RunReport r = ev->report();
+  EXPECT_TRUE(r.ok()) << r.format();
+  EXPECT_EQ(r.checks_run, 4u);
+  const auto t0 = std::chrono::steady_clock::now();
+  ev.reset();
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_LT(s, 5.0) << "the teardown waited";
+}
+
+// A graph holds the addresses it was captured with: binding another input
+// buffer after the capture drops it, the next run captures again, and the
+// result is computed from the new buffer.
+TEST(GraphMode, BindingAnotherBufferAfterTheCaptureIsSeenByTheNextRun) {
+  HIR_REQUIRE_GPUS(1);
+  const int world = test::world().world();
+  constexpr std::size_t kN = 256;
+  const char* text = R"({
+    "format": "hostir/1", "name": "graph_rebind", "params": {"n": 256},
+    "inputs": ["in"], "outputs": ["out"],
+    "body": [
+      {"op": "allocate", "name": "in", "dtype": "float32", "shape": ["n"]},
+      {"op": "allocate", "name": "out", "dtype": "float32", "shape": ["n"]},
+      {"op": "communication", "name": "ar", "type": "allreduce", "input": "in", "output": "out",
+       "reduce": "sum", "backend": "nccl"},
+      {"op": "wait", "communication": "ar"}]})";
+  Session session(test::world(), SessionOptions{"cuda"});
+  CallerBuffers a(kN), b(kN);
+  std::vector<float> host(kN);
+  auto upload = [&](float* dst, float value) {
+    for (std::size_t k = 0; k < kN; ++k) host[k] = value + static_cast<float>(k);
+    cudaOk(cudaMemcpy(dst, host.data(), kN * sizeof(float), cudaMemcpyHostToDevice), "upload");
+  };
+  upload(a.in, 1);
+  upload(b.in, 1000);
+  {
+    Evaluator ev(session, parseProgram(text), graphOptions());
+    ev.bind("in", a.in, kN * sizeof(float));
+    ev.bind("out", a.out, kN * sizeof(float));
+    for (int run = 0; run < 3; ++run) ev.run();
+    ev.bind("in", b.in, kN * sizeof(float));
+    ev.run();
+    ev.run();
+    ev.synchronize();
+    EXPECT_EQ(ev.graphStats().launches, 4u);  // runs 2 and 3, then the recaptured 4 and 5
+  }
+  cudaOk(cudaMemcpy(host.data(), a.out, kN * sizeof(float), cudaMemcpyDeviceToHost), "download");
+  for (std::size_t k = 0; k < kN; ++k)
+    ASSERT_EQ(host[k], static_cast<float>(world) * (1000 + static_cast<float>(k))) << k;
+}
+
+}  // namespace
+}  // namespace hir
