@@ -69,6 +69,7 @@ struct Args {
   std::string trace;  // --trace FILE
   std::string json;   // --json FILE ("-": standard output)
   bool progress = true;  // --no-progress: false
+  bool graph = false;    // --graph
   SweepOptions sweep;    // `hir sweep` (iters and warmup above)
   std::vector<std::string> plugins;  // --plugin LIB, in order
   std::vector<std::string> mpirun_args;  // --mpirun-args, split into words (launcher only)
@@ -116,7 +117,7 @@ struct RawArgs {
   std::string program, np, world, device, iters, warmup, timeout, trace, json;
   std::string param_size, minbytes, maxbytes, stepfactor, param_unit, csv;  // sweep
   std::vector<std::string> params, plugins;
-  bool no_schedule_check = false, no_progress = false;
+  bool no_schedule_check = false, no_progress = false, graph = false;
 };
 
 // An option that takes one value: given twice, it is an error (parseArgs
@@ -157,6 +158,9 @@ void addRunningOptions(CLI::App* cmd, RawArgs& raw, const char* check_when) {
             "mpirun's hostfile under --np: start the ranks on the nodes it lists");
   cmd->add_flag("--no-progress", raw.no_progress,
                 "no progress line on standard error (shown for runs longer than 3 s)");
+  cmd->add_flag("--graph", raw.graph,
+                "capture run 2 into a CUDA graph and replay it on later runs (cuda, nccl; at "
+                "least 2 warm-up runs)");
 }
 
 void checkLeftovers(CLI::App& app, CLI::App* cmd) {
@@ -225,6 +229,7 @@ void parseSweepArgs(const RawArgs& raw, Args& a, Given&& given, Forward&& forwar
   o.warmup = a.warmup;
   o.json = a.json;
   o.progress = a.progress;
+  o.graph = a.graph;
 }
 
 // Parses the command line into `a`. Returns -1 to go on, or the exit code
@@ -405,6 +410,17 @@ int parseArgs(int argc, char** argv, Args& a) {
     checkWritable("--json", a.json);
   }
   forward("--json", raw.json);
+  if (raw.graph) {
+    if (!a.schedule_check)
+      throw UsageError("--graph needs the cross-rank check, which proves every rank captures "
+                       "the same communications: drop --no-schedule-check");
+    if (!a.trace.empty())
+      throw UsageError("--graph and --trace cannot be combined: a replayed graph has no per-node "
+                       "host work to trace");
+    a.graph = true;
+    a.warmup = std::max(a.warmup, 2);  // run 1 eager, run 2 captured
+    a.forwarded.push_back("--graph");
+  }
   if (raw.no_progress) {
     a.progress = false;
     a.forwarded.push_back("--no-progress");
@@ -590,6 +606,19 @@ int cmdCheck(const Args& a) {
                                                      "of each rank, the check's bound",
                                                      r.steps_per_rank)
                                        : std::string());
+  // Graph capture (cuda only) needs what this check proves: say whether it holds.
+  if (device != "cuda") return kExitOk;
+  if (r.capture_blocker)
+    std::cout << fmt::format("hir: graph capture (--graph): not possible: {}: {}\n",
+                             r.capture_blocker->path, r.capture_blocker->message);
+  else if (r.truncated)
+    std::cout << "hir: graph capture (--graph): not proven: the check covered only part of a "
+                 "run\n";
+  else
+    std::cout << fmt::format(
+        "hir: graph capture (--graph): possible: every rank captures the same communications "
+        "in the same order ({} per run over all ranks, compared across ranks by this check)\n",
+        r.communications);
   return kExitOk;
 }
 
@@ -609,8 +638,8 @@ int cmdRun(const Args& a) {
     checkGpusForLaunch(kind, *a.np);
     if (a.command == "sweep")
       planSweep(p, a.sweep, *a.np, kind, a.schedule_check);  // every size
-    else
-      checkProgram(p, *a.np, kind, a.schedule_check);
+    else if (CompiledProgram c = checkProgram(p, *a.np, kind, a.schedule_check); a.graph)
+      requireCapturable(c);
     // The progress line (rank 0) is updated in place when this is a terminal.
     setenv("HIR_STDERR_TTY", isatty(STDERR_FILENO) ? "1" : "0", 1);
     if (!text) return launchRanks(a, a.program);
@@ -692,12 +721,14 @@ int runOnRank(const Args& a, Bootstrap* boot) {
     Session session(*boot, so);
     EvaluatorOptions eo;
     eo.timeout = std::chrono::milliseconds(a.timeout_ms);
-    eo.check_schedule = a.schedule_check && !std::getenv("HIR_LAUNCHED_NP");
+    // Graph mode keeps the check on every rank: it is the proof of capture.
+    eo.check_schedule = a.graph || (a.schedule_check && !std::getenv("HIR_LAUNCHED_NP"));
     eo.trace = !a.trace.empty();
+    eo.graph = a.graph;
     if (a.command == "sweep") {
       SweepPlan plan = planSweep(p, a.sweep, world, std::string(session.device().kind()),
                                  eo.check_schedule);
-      eo.check_schedule = false;  // planSweep checked every size
+      eo.check_schedule = a.graph;  // planSweep checked every size
       loading = false;
       return runSweep(session, *boot, plan, a.sweep, eo);
     }
@@ -737,6 +768,7 @@ int runOnRank(const Args& a, Bootstrap* boot) {
       d.warmup = a.warmup;
       for (const Param& param : p.params) d.params.emplace_back(param.name, param.value);
       d.check_nodes = ev.plan().checks.size();
+      if (a.graph) d.graph = ev.graphStats();
       const ProgramVolume volume = commVolumes(ev.plan());
       // With --json -, standard output is the document.
       std::ostream& out = a.json == "-" ? std::cerr : std::cout;

@@ -261,6 +261,9 @@ std::string resultLine(const RunDescription& d, const RunFigures& f, const Progr
                                 plural(static_cast<uint64_t>(d.world), "rank"), d.device,
                                 d.iters == 1 ? "1 timed run" : fmt::format("{} timed runs", d.iters));
   if (d.warmup > 0) out += fmt::format(" after {} warm-up", d.warmup);
+  if (d.graph && d.graph->captured)
+    out += fmt::format(" (graph captured in {} at run 2; later runs replay it)",
+                       formatDuration(d.graph->capture_ms / 1e3));
   out += fmt::format(", {} passed ({} per run{})", plural(f.total.checks_run, "check"),
                      ratio(f.total.checks_run, runs), d.world > 1 ? " over all ranks" : "");
   const Unit u = unitFor(f.mean);
@@ -324,6 +327,12 @@ std::string resultJson(const RunDescription& d, const Plan& plan, const RunFigur
   j["backends"] = std::move(backends);
   j["iters"] = d.iters;
   j["warmup"] = d.warmup;
+  if (d.graph)
+    j["graph"] = {{"captured", d.graph->captured},
+                  {"capture_seconds", d.graph->capture_ms / 1e3},
+                  {"launches", d.graph->launches}};
+  else
+    j["graph"] = nullptr;
   Json params = Json::object();
   for (const auto& [name, value] : d.params) params[name] = value;
   j["params"] = std::move(params);

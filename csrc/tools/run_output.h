@@ -8,6 +8,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <utility>
@@ -100,6 +101,8 @@ struct RunDescription {
   int iters = 1, warmup = 0;
   std::vector<std::pair<std::string, int64_t>> params;  // the program's, after --param
   uint64_t check_nodes = 0;
+  // --graph: rank 0's capture (run 2) and launches; null without --graph.
+  std::optional<GraphStats> graph;
 };
 
 // rank 0's line on standard output: "hir: ok: ..." or "hir: FAILED: ...".

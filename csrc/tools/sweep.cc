@@ -40,6 +40,7 @@ Compiled compileAt(const Program& program, const SweepOptions& o, int64_t value,
   co.device = device_kind;
   co.check_schedule = check_schedule;
   CompiledProgram compiled = compile(c.program, co);
+  if (o.graph) requireCapturable(compiled);
   c.volume = commVolumes(compiled.plan);
   if (!c.volume.complete)
     throw UsageError(fmt::format("the sweep needs the bytes each communication moves: {}",

@@ -26,6 +26,7 @@ struct SweepOptions {
   int iters = 20, warmup = 5;  // -n, -w
   std::string json, csv;       // --json FILE, --csv FILE ("-": standard output)
   bool progress = true;
+  bool graph = false;          // --graph: every size's program must be capturable
 };
 
 // "8", "64K", "1M", "2G" (K = 1024 bytes, k as well): bytes. Throws

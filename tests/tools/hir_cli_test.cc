@@ -575,5 +575,50 @@ INSTANTIATE_TEST_SUITE_P(Invalid, InvalidExample,
                            return n;
                          });
 
+// --graph (CUDA graphs) asks for what only the cuda device, a capturable
+// backend and the cross-rank check give: each missing piece is exit 2
+// before anything runs, with a line that says which.
+TEST(HirCli, GraphModeRefusesWhatCannotBeCaptured) {
+  CommandResult host = hir({"run", example("alltoall.json"), "--device", "host", "--graph"});
+  EXPECT_EQ(host.exit_code, 2) << host.out << host.err;
+  EXPECT_NE(host.err.find("graph mode needs a device with graphs (cuda); device 'host' has none"),
+            std::string::npos)
+      << host.err;
+  CommandResult unchecked =
+      hir({"run", example("alltoall.json"), "--graph", "--no-schedule-check"});
+  EXPECT_EQ(unchecked.exit_code, 2);
+  EXPECT_NE(unchecked.err.find("--graph needs the cross-rank check"), std::string::npos)
+      << unchecked.err;
+  CommandResult traced = hir({"run", example("alltoall.json"), "--graph", "--trace", "t.json"});
+  EXPECT_EQ(traced.exit_code, 2);
+  EXPECT_NE(traced.err.find("--graph and --trace cannot be combined"), std::string::npos)
+      << traced.err;
+  EXPECT_NE(hir({"run", "--help"}).out.find("--graph"), std::string::npos);
+  EXPECT_NE(hir({"sweep", "--help"}).out.find("--graph"), std::string::npos);
+}
+
+// `hir check --device cuda` says whether a run can be captured, and names
+// the node that stops it (only in a build with the nccl backend).
+TEST(HirCli, CheckForCudaSaysWhetherARunCanBeCaptured) {
+  CommandResult ok = hir({"check", example("alltoall.json"), "--world", "2", "--device", "cuda"});
+  if (ok.exit_code == 2 && ok.err.find("nccl") != std::string::npos)
+    GTEST_SKIP() << "this build has no nccl backend: " << ok.err;
+  ASSERT_EQ(ok.exit_code, 0) << ok.out << ok.err;
+  EXPECT_NE(ok.out.find("hir: graph capture (--graph): possible: every rank captures the same "
+                        "communications in the same order (2 per run over all ranks"),
+            std::string::npos)
+      << ok.out;
+  CommandResult blocked =
+      hir({"check", example("allreduce.json"), "--world", "2", "--device", "cuda"});
+  ASSERT_EQ(blocked.exit_code, 0) << blocked.err;
+  EXPECT_NE(blocked.out.find("hir: graph capture (--graph): not possible: /body/16: on rank 0: "
+                             "waits on 'ar_prod' in host mode"),
+            std::string::npos)
+      << blocked.out;
+  // On the host device (no graphs) the line is left out.
+  CommandResult host = hir({"check", example("alltoall.json"), "--world", "2"});
+  EXPECT_EQ(host.out.find("graph capture"), std::string::npos) << host.out;
+}
+
 }  // namespace
 }  // namespace hir::test

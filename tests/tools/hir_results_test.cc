@@ -66,6 +66,7 @@ TEST(HirResults, RunJsonHasTheProgramTimesCommunicationsAndChecks) {
   EXPECT_EQ(j["iters"], 3);
   EXPECT_EQ(j["warmup"], 1);
   EXPECT_EQ(j["params"]["n"], 1000);
+  EXPECT_TRUE(j["graph"].is_null());  // no --graph
 
   const Json& t = j["seconds_per_run"];
   ASSERT_EQ(t["ranks"].size(), 2u);
