@@ -24,6 +24,11 @@
 // call; hir: the joined post, or post + stream wait with --detached), post =
 // host time inside post() alone (the enqueue time unless --detached).
 // Messages up to 64 KiB get three times --reps repetitions.
+// --graph 1: each loop (raw: the NCCL calls; hir: the posts, through
+// Device::beginCapture and Backend::setCapturing as the evaluator's graph
+// mode does) is captured once per operation and size into a CUDA graph, and
+// every repetition times one launch of it (nccl-tests -G); enqueue is then
+// the host time of that launch per iteration.
 #include <cuda.h>  // driver API types only (entry points, no libcuda link)
 #include <cuda_runtime_api.h>
 #include <nccl.h>
@@ -79,6 +84,7 @@ struct Options {
   bool raw_events = false;  // diagnosis: record an event after every raw op
   bool detached = false;    // hir: post() + wait() instead of postJoined(), as the
                             // evaluator does for a wait that does not follow the post
+  bool graph = false;       // capture each loop into a CUDA graph, time its launches
 };
 
 bool parseSwitch(const std::string& flag, const std::string& text) {
@@ -114,7 +120,7 @@ int parseOptions(int argc, char** argv, Options& o) {
              "sendrecv. Sizes take K, M, G suffixes (KiB, MiB, GiB). An option may be given\n"
              "once; values as `--opt value` or `--opt=value`.");
   std::string min, max, factor, iters, warmup, reps, ops, dtype, csv, api_costs, raw_events,
-      detached;
+      detached, graph;
   auto single = [&](const char* name, std::string& into, const char* type, const char* help) {
     bench::singleOption(app, name, into, type, help);
   };
@@ -131,6 +137,8 @@ int parseOptions(int argc, char** argv, Options& o) {
   single("--raw-events", raw_events, "0|1",
          "diagnosis: raw records an event after every op (default 0)");
   single("--detached", detached, "0|1", "hir posts detached: post() + wait() (default 0)");
+  single("--graph", graph, "0|1",
+         "capture each timed loop into a CUDA graph and time its launches (default 0)");
   return bench::parse(app, argc, argv, "hir_comm_bench", [&] {
     using bench::parseInteger;
     auto bytes = [](const char* flag, const std::string& text) {
@@ -151,6 +159,7 @@ int parseOptions(int argc, char** argv, Options& o) {
     if (given("--api-costs")) o.api_costs = parseSwitch("--api-costs", api_costs);
     if (given("--raw-events")) o.raw_events = parseSwitch("--raw-events", raw_events);
     if (given("--detached")) o.detached = parseSwitch("--detached", detached);
+    if (given("--graph")) o.graph = parseSwitch("--graph", graph);
     HIR_CHECK_AS(UsageError, o.min_bytes <= o.max_bytes, "--min ({}) must not exceed --max ({})",
                  o.min_bytes, o.max_bytes);
     HIR_CHECK_AS(UsageError, !o.ops.empty(), "--ops names no operation");
@@ -445,6 +454,69 @@ class Bench {
     return out;
   }
 
+  // --graph: one loop of `iters` operations of each side, captured.
+  struct Graphs {
+    cudaGraphExec_t raw = nullptr;
+    std::unique_ptr<Graph> hir;
+    ~Graphs() {
+      if (raw) (void)cudaGraphExecDestroy(raw);
+    }
+  };
+
+  void captureLoops(const std::string& op, const Shape& s, const std::vector<PostArgs>& args,
+                    int iters, Graphs& g) {
+    cudaOk(cudaStreamBeginCapture(raw_stream_, cudaStreamCaptureModeThreadLocal),
+           "cudaStreamBeginCapture");
+    for (int i = 0; i < iters; ++i) rawOnce(op, s);
+    cudaGraph_t graph = nullptr;
+    cudaOk(cudaStreamEndCapture(raw_stream_, &graph), "cudaStreamEndCapture");
+    cudaOk(cudaGraphInstantiate(&g.raw, graph, 0), "cudaGraphInstantiate");
+    cudaOk(cudaGraphDestroy(graph), "cudaGraphDestroy");
+    device_->synchronize(*current_, kTimeout);
+    backend_->setCapturing(true);
+    device_->beginCapture(*current_);
+    hirLoop(args, iters);
+    g.hir = device_->endCapture(*current_);
+    backend_->setCapturing(false);
+  }
+
+  Sample timeRawGraph(cudaGraphExec_t g, int iters) {
+    boot_.barrier();
+    cudaOk(cudaEventRecord(start_, raw_stream_), "cudaEventRecord");
+    const auto t0 = Clock::now();
+    cudaOk(cudaGraphLaunch(g, raw_stream_), "cudaGraphLaunch");
+    const auto t1 = Clock::now();
+    cudaOk(cudaEventRecord(stop_, raw_stream_), "cudaEventRecord");
+    Sample out;
+    out.gpu_us = elapsedUs(start_, stop_) / iters;
+    out.enqueue_us = std::chrono::duration<double, std::micro>(t1 - t0).count() / iters;
+    return out;
+  }
+
+  Sample timeHirGraph(Graph& g, int iters) {
+    cudaStream_t cur = cuda::nativeStream(*current_, "bench");
+    boot_.barrier();
+    cudaOk(cudaEventRecord(start_, cur), "cudaEventRecord");
+    const auto t0 = Clock::now();
+    device_->launchGraph(g, *current_);
+    const auto t1 = Clock::now();
+    cudaOk(cudaEventRecord(stop_, cur), "cudaEventRecord");
+    Sample out;
+    out.gpu_us = elapsedUs(start_, stop_) / iters;
+    out.enqueue_us = std::chrono::duration<double, std::micro>(t1 - t0).count() / iters;
+    out.post_us = out.enqueue_us;
+    return out;
+  }
+
+  // As the evaluator posts a communication that the next node waits for
+  // (lowering marks it joined): the loop is the posts alone, like the raw
+  // loop is the NCCL calls alone (no clock read per iteration either).
+  void hirLoop(const std::vector<PostArgs>& args, int iters) {
+    for (int i = 0; i < iters; ++i)
+      if (!backend_->postJoined(args, *current_, *done_))
+        backend_->wait(*done_, *current_, WaitMode::Stream, kTimeout);
+  }
+
   Sample timeHir(const std::vector<PostArgs>& args, int iters) {
     cudaStream_t cur = cuda::nativeStream(*current_, "bench");
     boot_.barrier();
@@ -452,12 +524,7 @@ class Bench {
     double post_us = 0;
     const auto t0 = Clock::now();
     if (!o_.detached) {
-      // As the evaluator posts a communication that the next node waits for
-      // (lowering marks it joined): the loop is the posts alone, like the raw
-      // loop is the NCCL calls alone (no clock read per iteration either).
-      for (int i = 0; i < iters; ++i)
-        if (!backend_->postJoined(args, *current_, *done_))
-          backend_->wait(*done_, *current_, WaitMode::Stream, kTimeout);
+      hirLoop(args, iters);
     } else {
       for (int i = 0; i < iters; ++i) {
         const auto p0 = Clock::now();
@@ -495,6 +562,18 @@ class Bench {
       timeRaw(op, s, o_.warmup);
       timeHir(args, o_.warmup);
     }
+    Graphs graphs;
+    if (o_.graph) {
+      captureLoops(op, s, args, iters, graphs);
+      timeRawGraph(graphs.raw, iters);  // the first launch uploads the graph
+      timeHirGraph(*graphs.hir, iters);
+    }
+    auto raw_sample = [&] {
+      return o_.graph ? timeRawGraph(graphs.raw, iters) : timeRaw(op, s, iters);
+    };
+    auto hir_sample = [&] {
+      return o_.graph ? timeHirGraph(*graphs.hir, iters) : timeHir(args, iters);
+    };
     std::vector<double> raw_us, hir_us, raw_enq, hir_enq, hir_post;
     // Small messages are cheap to repeat and the noisiest: three times the
     // repetitions.
@@ -502,11 +581,11 @@ class Bench {
     for (int rep = 0; rep < reps; ++rep) {
       Sample raw, hir;
       if (rep % 2 == 0) {
-        raw = timeRaw(op, s, iters);
-        hir = timeHir(args, iters);
+        raw = raw_sample();
+        hir = hir_sample();
       } else {
-        hir = timeHir(args, iters);
-        raw = timeRaw(op, s, iters);
+        hir = hir_sample();
+        raw = raw_sample();
       }
       raw_us.push_back(maxOverRanks(raw.gpu_us));
       hir_us.push_back(maxOverRanks(hir.gpu_us));
@@ -541,11 +620,12 @@ class Bench {
   void printHeader() const {
     if (rank_ != 0) return;
     std::printf("# hir_comm_bench: %d rank(s), device %s, dtype %s, reps %d (%d up to 64 KiB; "
-                "median of the slowest rank), nccl %d%s%s\n",
+                "median of the slowest rank), nccl %d%s%s%s\n",
                 world_, device_->describe().c_str(), std::string(toString(o_.dtype)).c_str(),
                 o_.reps, 3 * o_.reps, NCCL_VERSION_CODE,
                 o_.raw_events ? "; raw records an event after every op" : "",
-                o_.detached ? "; hir posts detached (post + wait)" : "");
+                o_.detached ? "; hir posts detached (post + wait)" : "",
+                o_.graph ? "; each loop captured in a CUDA graph, launches timed" : "");
     std::printf("# time per op in us (CUDA events); busbw in GB/s; enq = host us per iteration; "
                 "post = host us in post()\n");
     std::printf("%-15s %8s %12s %10s %10s %9s %9s %8s %8s %8s %8s\n", "op", "size", "count",
@@ -571,16 +651,16 @@ class Bench {
       return;
     }
     out << "world,op,dtype,bytes,count,raw_us,hir_us,raw_algbw,raw_busbw,hir_algbw,hir_busbw,"
-           "hir_over_raw,raw_enqueue_us,hir_enqueue_us,hir_post_us\n";
+           "hir_over_raw,raw_enqueue_us,hir_enqueue_us,hir_post_us,graph\n";
     for (const Row& r : rows_) {
       const double f = r.shape.bus_factor;
       out << fmt::format("{},{},{},{},{},{:.3f},{:.3f},{:.3f},{:.3f},{:.3f},{:.3f},{:.4f},{:.3f},"
-                         "{:.3f},{:.3f}\n",
+                         "{:.3f},{:.3f},{:d}\n",
                          world_, r.op, toString(o_.dtype), r.shape.bytes, r.shape.count,
                          r.raw.gpu_us, r.hir.gpu_us, algbw(r, r.raw), algbw(r, r.raw) * f,
                          algbw(r, r.hir), algbw(r, r.hir) * f,
                          r.raw.gpu_us > 0 ? r.hir.gpu_us / r.raw.gpu_us : 0, r.raw.enqueue_us,
-                         r.hir.enqueue_us, r.hir.post_us);
+                         r.hir.enqueue_us, r.hir.post_us, o_.graph ? 1 : 0);
     }
   }
 

@@ -198,6 +198,31 @@ if [ "$run_examples" = 1 ]; then
       done
       record "examples np=$n" "$p" "$f" "$s" "${failures:+failed:$failures}"
     done
+    # Graph mode (--graph): an example the check calls capturable must pass
+    # with its runs replayed from a graph; any other must be refused at
+    # load (exit 2) with the node that stops the capture.
+    for n in "${sizes[@]}"; do
+      p=0 f=0 s=0 failures=""
+      for ex in "$root"/ir_examples/*.json; do
+        [ -e "$ex" ] || continue
+        name=$(basename "$ex" .json)
+        ws=$(world_size_of "$ex" world_size)
+        mws=$(world_size_of "$ex" min_world_size)
+        if { [ -n "$ws" ] && [ "$ws" != "$n" ]; } || { [ -n "$mws" ] && [ "$mws" -gt "$n" ]; }; then
+          s=$((s + 1))
+          continue
+        fi
+        log_header "$log" "$name on $n rank(s), --graph"
+        want=2
+        if "$hir" check "$ex" --world "$n" --device cuda 2>&1 | tee -a "$log" |
+            grep -q 'graph capture (--graph): possible'; then want=0; fi
+        timeout 600 "$hir" run "$ex" --np "$n" --device cuda --graph --iters 5 >>"$log" 2>&1
+        rc=$?
+        echo "exit status: $rc (expected $want)" >>"$log"
+        if [ "$rc" = "$want" ]; then p=$((p + 1)); else f=$((f + 1)); failures+=" $name"; fi
+      done
+      record "graph examples np=$n" "$p" "$f" "$s" "${failures:+failed:$failures}"
+    done
   fi
 fi
 
@@ -282,7 +307,7 @@ if [ "$run_bench" = 1 ]; then
     if [ -s "$csv" ]; then
       # shellcheck disable=SC2034  # every CSV column is named, a few are used
       while IFS=, read -r world op dtype bytes count raw_us hir_us raw_alg raw_bus hir_alg \
-          hir_bus ratio raw_enq hir_enq post; do
+          hir_bus ratio raw_enq hir_enq post _graph; do
         case "$op:$bytes" in
           allreduce:8|allreduce:16777216|allreduce:1073741824|allgather:1073741824|\
           reduce_scatter:1073741824|sendrecv:8|sendrecv:1073741824|alltoall:1073741824)

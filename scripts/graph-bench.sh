@@ -1,0 +1,136 @@
+#!/usr/bin/env bash
+# Small operations with and without CUDA graphs, side by side in one run on a
+# GPU machine (issue: CUDA graphs), at 1, 2 and all GPUs:
+#   raw NCCL (hir_comm_bench's raw loop, 100 ops), eager and captured in a graph;
+#   hir's nccl backend (the same loop of posts), eager and captured;
+#   hir run (the whole evaluator, a loop of 100 ops per run,
+#   bench/graph/*.json), eager and --graph, the median of --reps runs of
+#   `hir run`, each the slowest rank's mean over 20 timed runs.
+# Sizes: allreduce 8 B, allgather 256 B in all, send/recv 8 B (hir run:
+# a ping-pong, one way; comm_bench: a ring exchange, as nccl-tests).
+#
+#   bash scripts/graph-bench.sh [--build DIR] [--reps N]
+#
+# Needs a build with CUDA (scripts/gpu-check.sh makes build-gpu). Writes
+# graph-bench.log, graph-bench.csv and graph-bench.txt under ${OUT:-gpu-out}
+# and prints the table last. NCCL_NVLS_ENABLE=0 always.
+set -u -o pipefail
+
+root=$(cd "$(dirname "$0")/.." && pwd)
+out=${OUT:-$root/gpu-out}
+build=${BUILD_DIR:-$root/build-gpu}
+reps=5
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --build) shift; build=$1 ;;
+    --reps) shift; reps=$1 ;;
+    -h|--help) sed -n '2,16p' "$0"; exit 0 ;;
+    *) echo "graph-bench: unknown option $1" >&2; exit 2 ;;
+  esac
+  shift
+done
+export NCCL_NVLS_ENABLE=0
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+mkdir -p "$out"
+log="$out/graph-bench.log"
+csv="$out/graph-bench.csv"
+: >"$log"
+echo "np,what,op,bytes,mode,us_per_op,capture_ms" >"$csv"
+hir="$build/bin/hir"
+bench="$build/bin/hir_comm_bench"
+for b in "$hir" "$bench"; do
+  [ -x "$b" ] || { echo "graph-bench: $b is not built (run scripts/gpu-check.sh first)" >&2; exit 1; }
+done
+
+gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
+sizes=()
+for n in 1 2 "${gpus:-0}"; do
+  if [ "$n" -lt 1 ] || [ "$n" -gt "${gpus:-0}" ]; then continue; fi
+  case " ${sizes[*]:-} " in *" $n "*) ;; *) sizes+=("$n") ;; esac
+done
+[ "${#sizes[@]}" -gt 0 ] || { echo "graph-bench: no GPU" >&2; exit 1; }
+mpirun_cmd=(mpirun --allow-run-as-root -x NCCL_NVLS_ENABLE --bind-to none)
+status=0
+
+for n in "${sizes[@]}"; do
+  # Raw NCCL and the backend's posts, eager and in a graph.
+  for g in 0 1; do
+    part="$out/comm-graph$g-np$n.csv"
+    printf '\n===== hir_comm_bench np=%s --graph %s =====\n' "$n" "$g" >>"$log"
+    if timeout 600 "${mpirun_cmd[@]}" -np "$n" "$bench" --ops allreduce,allgather,sendrecv \
+        --min 8 --max 8K --factor 32 --iters 100 --reps "$reps" --api-costs 0 --graph "$g" \
+        --csv "$part" >>"$log" 2>&1; then
+      python3 - "$part" "$n" "$g" >>"$csv" <<'PY'
+import csv, sys
+path, n, g = sys.argv[1], sys.argv[2], sys.argv[3]
+mode = "graph" if g == "1" else "eager"
+for r in csv.DictReader(open(path)):
+    if (r["op"], r["bytes"]) in {("allreduce", "8"), ("allgather", "256"), ("sendrecv", "8")}:
+        print(f"{n},raw nccl,{r['op']},{r['bytes']},{mode},{float(r['raw_us']):.3f},")
+        print(f"{n},hir backend,{r['op']},{r['bytes']},{mode},{float(r['hir_us']):.3f},")
+PY
+    else
+      echo "graph-bench: hir_comm_bench np=$n --graph $g failed (see graph-bench.log)" >&2
+      status=1
+    fi
+  done
+  # The evaluator: hir run, eager and --graph.
+  for prog in allreduce allgather pingpong; do
+    file="$root/bench/graph/${prog}_loop.json"
+    case $prog in
+      allreduce) params=(--param n=2); op=allreduce; bytes=8; per=100 ;;
+      allgather) params=(--param "n=$((64 / n))"); op=allgather; bytes=256; per=100 ;;
+      pingpong) params=(--param n=2); op=sendrecv; bytes=8; per=200 ;;  # one way
+    esac
+    if [ "$prog" = pingpong ] && [ "$n" -lt 2 ]; then continue; fi
+    if [ "$prog" = allgather ] && [ $((64 % n)) != 0 ]; then continue; fi
+    for mode in eager graph; do
+      flag=()
+      [ "$mode" = graph ] && flag=(--graph)
+      times=()
+      for ((r = 0; r < reps; r++)); do
+        json="$out/hir-run.json"
+        printf '\n===== hir run %s np=%s %s (%s) =====\n' "$prog" "$n" "$mode" "$r" >>"$log"
+        if timeout 300 "$hir" run "$file" --np "$n" --device cuda "${params[@]}" --param k=100 \
+            --iters 20 --warmup 3 --no-progress "${flag[@]}" --json "$json" >>"$log" 2>&1; then
+          times+=("$(python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); g=d.get("graph") or {}; print(d["seconds_per_run"]["max"], g.get("capture_seconds", 0))' "$json")")
+        else
+          echo "graph-bench: hir run $prog np=$n $mode failed (see graph-bench.log)" >&2
+          status=1
+        fi
+      done
+      [ "${#times[@]}" -gt 0 ] || continue
+      printf '%s\n' "${times[@]}" | python3 -c '
+import statistics, sys
+n, op, nbytes, mode, per = sys.argv[1:6]
+rows = [tuple(map(float, l.split())) for l in sys.stdin if l.strip()]
+us = statistics.median(r[0] for r in rows) * 1e6 / int(per)
+cap = statistics.median(r[1] for r in rows) * 1e3
+print(f"{n},hir run,{op},{nbytes},{mode},{us:.3f},{cap:.3f}" if mode == "graph" else f"{n},hir run,{op},{nbytes},{mode},{us:.3f},")
+' "$n" "$op" "$bytes" "$mode" "$per" >>"$csv"
+    done
+  done
+done
+
+# The table: one row per (np, op), us per operation.
+python3 - "$csv" >"$out/graph-bench.txt" <<'PY'
+import csv, sys
+rows = list(csv.DictReader(open(sys.argv[1])))
+key = lambda r: (int(r["np"]), r["op"])
+cols = [("hir run", "eager"), ("hir run", "graph"), ("hir backend", "eager"),
+        ("hir backend", "graph"), ("raw nccl", "eager"), ("raw nccl", "graph")]
+print("# us per operation (medians); sendrecv: hir run = ping-pong one way, the others a ring exchange")
+print(f"{'np':>3} {'op':<10} {'bytes':>6} " + " ".join(f"{w[:7]+' '+m[:5]:>13}" for w, m in cols) +
+      f" {'capture ms':>10} {'graph/raw graph':>15}")
+for k in sorted({key(r) for r in rows}):
+    sel = [r for r in rows if key(r) == k]
+    val = {(r["what"], r["mode"]): float(r["us_per_op"]) for r in sel}
+    cap = next((r["capture_ms"] for r in sel if r["capture_ms"]), "")
+    b = sel[0]["bytes"]
+    cells = " ".join(f"{val[c]:>13.2f}" if c in val else f"{'-':>13}" for c in cols)
+    ratio = (val[("hir run", "graph")] / val[("raw nccl", "graph")]
+             if ("hir run", "graph") in val and ("raw nccl", "graph") in val else None)
+    print(f"{k[0]:>3} {k[1]:<10} {b:>6} {cells} {cap:>10} {ratio if ratio is None else round(ratio, 3)!s:>15}")
+PY
+cat "$out/graph-bench.txt"
+exit $status
