@@ -438,20 +438,30 @@ class Bench {
     return ms * 1000.0;
   }
 
-  Sample timeRaw(const std::string& op, const Shape& s, int iters) {
+  // `enqueue` (the work of `iters` operations) on `stream`, between two
+  // timing events, after a barrier: GPU time and host enqueue time per op.
+  template <class Enqueue>
+  Sample timed(cudaStream_t stream, int iters, Enqueue&& enqueue) {
     boot_.barrier();
-    cudaOk(cudaEventRecord(start_, raw_stream_), "cudaEventRecord");
+    cudaOk(cudaEventRecord(start_, stream), "cudaEventRecord");
     const auto t0 = Clock::now();
-    for (int i = 0; i < iters; ++i) {
-      rawOnce(op, s);
-      if (o_.raw_events) cudaOk(cudaEventRecord(raw_done_, raw_stream_), "cudaEventRecord");
-    }
+    enqueue();
     const auto t1 = Clock::now();
-    cudaOk(cudaEventRecord(stop_, raw_stream_), "cudaEventRecord");
+    cudaOk(cudaEventRecord(stop_, stream), "cudaEventRecord");
     Sample out;
     out.gpu_us = elapsedUs(start_, stop_) / iters;
     out.enqueue_us = std::chrono::duration<double, std::micro>(t1 - t0).count() / iters;
+    out.post_us = out.enqueue_us;
     return out;
+  }
+
+  Sample timeRaw(const std::string& op, const Shape& s, int iters) {
+    return timed(raw_stream_, iters, [&] {
+      for (int i = 0; i < iters; ++i) {
+        rawOnce(op, s);
+        if (o_.raw_events) cudaOk(cudaEventRecord(raw_done_, raw_stream_), "cudaEventRecord");
+      }
+    });
   }
 
   // --graph: one loop of `iters` operations of each side, captured.
@@ -481,31 +491,13 @@ class Bench {
   }
 
   Sample timeRawGraph(cudaGraphExec_t g, int iters) {
-    boot_.barrier();
-    cudaOk(cudaEventRecord(start_, raw_stream_), "cudaEventRecord");
-    const auto t0 = Clock::now();
-    cudaOk(cudaGraphLaunch(g, raw_stream_), "cudaGraphLaunch");
-    const auto t1 = Clock::now();
-    cudaOk(cudaEventRecord(stop_, raw_stream_), "cudaEventRecord");
-    Sample out;
-    out.gpu_us = elapsedUs(start_, stop_) / iters;
-    out.enqueue_us = std::chrono::duration<double, std::micro>(t1 - t0).count() / iters;
-    return out;
+    return timed(raw_stream_, iters,
+                 [&] { cudaOk(cudaGraphLaunch(g, raw_stream_), "cudaGraphLaunch"); });
   }
 
   Sample timeHirGraph(Graph& g, int iters) {
-    cudaStream_t cur = cuda::nativeStream(*current_, "bench");
-    boot_.barrier();
-    cudaOk(cudaEventRecord(start_, cur), "cudaEventRecord");
-    const auto t0 = Clock::now();
-    device_->launchGraph(g, *current_);
-    const auto t1 = Clock::now();
-    cudaOk(cudaEventRecord(stop_, cur), "cudaEventRecord");
-    Sample out;
-    out.gpu_us = elapsedUs(start_, stop_) / iters;
-    out.enqueue_us = std::chrono::duration<double, std::micro>(t1 - t0).count() / iters;
-    out.post_us = out.enqueue_us;
-    return out;
+    return timed(cuda::nativeStream(*current_, "bench"), iters,
+                 [&] { device_->launchGraph(g, *current_); });
   }
 
   // As the evaluator posts a communication that the next node waits for
@@ -518,27 +510,17 @@ class Bench {
   }
 
   Sample timeHir(const std::vector<PostArgs>& args, int iters) {
-    cudaStream_t cur = cuda::nativeStream(*current_, "bench");
-    boot_.barrier();
-    cudaOk(cudaEventRecord(start_, cur), "cudaEventRecord");
     double post_us = 0;
-    const auto t0 = Clock::now();
-    if (!o_.detached) {
-      hirLoop(args, iters);
-    } else {
+    Sample out = timed(cuda::nativeStream(*current_, "bench"), iters, [&] {
+      if (!o_.detached) return hirLoop(args, iters);
       for (int i = 0; i < iters; ++i) {
         const auto p0 = Clock::now();
         backend_->post(args, *current_, *done_);
         post_us += std::chrono::duration<double, std::micro>(Clock::now() - p0).count();
         backend_->wait(*done_, *current_, WaitMode::Stream, kTimeout);
       }
-    }
-    const auto t1 = Clock::now();
-    cudaOk(cudaEventRecord(stop_, cur), "cudaEventRecord");
-    Sample out;
-    out.gpu_us = elapsedUs(start_, stop_) / iters;
-    out.enqueue_us = std::chrono::duration<double, std::micro>(t1 - t0).count() / iters;
-    out.post_us = o_.detached ? post_us / iters : out.enqueue_us;
+    });
+    if (o_.detached) out.post_us = post_us / iters;
     return out;
   }
 

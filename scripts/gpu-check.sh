@@ -179,49 +179,39 @@ if [ "$run_examples" = 1 ]; then
   elif [ "${#sizes[@]}" -eq 0 ]; then
     record "examples" - - - "no GPU: skipped"
   else
-    for n in "${sizes[@]}"; do
-      p=0 f=0 s=0 failures=""
-      for ex in "$root"/ir_examples/*.json; do
-        [ -e "$ex" ] || continue
-        name=$(basename "$ex" .json)
-        ws=$(world_size_of "$ex" world_size)
-        mws=$(world_size_of "$ex" min_world_size)
-        if { [ -n "$ws" ] && [ "$ws" != "$n" ]; } || { [ -n "$mws" ] && [ "$mws" -gt "$n" ]; }; then
-          s=$((s + 1))
-          continue
-        fi
-        log_header "$log" "$name on $n rank(s)"
-        timeout 600 "$hir" run "$ex" --np "$n" --device cuda >>"$log" 2>&1
-        rc=$?
-        echo "exit status: $rc" >>"$log"
-        if [ "$rc" = 0 ]; then p=$((p + 1)); else f=$((f + 1)); failures+=" $name"; fi
+    # Every example at every world size, as is; then with --graph, where an
+    # example the check calls capturable must pass with its runs replayed
+    # from a graph and any other must be refused at load (exit 2) with the
+    # node that stops the capture.
+    for mode in eager graph; do
+      for n in "${sizes[@]}"; do
+        p=0 f=0 s=0 failures=""
+        for ex in "$root"/ir_examples/*.json; do
+          [ -e "$ex" ] || continue
+          name=$(basename "$ex" .json)
+          ws=$(world_size_of "$ex" world_size)
+          mws=$(world_size_of "$ex" min_world_size)
+          if { [ -n "$ws" ] && [ "$ws" != "$n" ]; } || { [ -n "$mws" ] && [ "$mws" -gt "$n" ]; }; then
+            s=$((s + 1))
+            continue
+          fi
+          want=0 flags=()
+          if [ "$mode" = graph ]; then
+            flags=(--graph --iters 5)
+            "$hir" check "$ex" --world "$n" --device cuda >"$out/check.tmp" 2>&1
+            grep -q 'graph capture (--graph): possible' "$out/check.tmp" || want=2
+            rm -f "$out/check.tmp"
+          fi
+          log_header "$log" "$name on $n rank(s)${flags:+, ${flags[*]}}"
+          timeout 600 "$hir" run "$ex" --np "$n" --device cuda "${flags[@]}" >>"$log" 2>&1
+          rc=$?
+          echo "exit status: $rc (expected $want)" >>"$log"
+          if [ "$rc" = "$want" ]; then p=$((p + 1)); else f=$((f + 1)); failures+=" $name"; fi
+        done
+        label="examples np=$n"
+        [ "$mode" = graph ] && label="graph examples np=$n"
+        record "$label" "$p" "$f" "$s" "${failures:+failed:$failures}"
       done
-      record "examples np=$n" "$p" "$f" "$s" "${failures:+failed:$failures}"
-    done
-    # Graph mode (--graph): an example the check calls capturable must pass
-    # with its runs replayed from a graph; any other must be refused at
-    # load (exit 2) with the node that stops the capture.
-    for n in "${sizes[@]}"; do
-      p=0 f=0 s=0 failures=""
-      for ex in "$root"/ir_examples/*.json; do
-        [ -e "$ex" ] || continue
-        name=$(basename "$ex" .json)
-        ws=$(world_size_of "$ex" world_size)
-        mws=$(world_size_of "$ex" min_world_size)
-        if { [ -n "$ws" ] && [ "$ws" != "$n" ]; } || { [ -n "$mws" ] && [ "$mws" -gt "$n" ]; }; then
-          s=$((s + 1))
-          continue
-        fi
-        log_header "$log" "$name on $n rank(s), --graph"
-        want=2
-        if "$hir" check "$ex" --world "$n" --device cuda 2>&1 | tee -a "$log" |
-            grep -q 'graph capture (--graph): possible'; then want=0; fi
-        timeout 600 "$hir" run "$ex" --np "$n" --device cuda --graph --iters 5 >>"$log" 2>&1
-        rc=$?
-        echo "exit status: $rc (expected $want)" >>"$log"
-        if [ "$rc" = "$want" ]; then p=$((p + 1)); else f=$((f + 1)); failures+=" $name"; fi
-      done
-      record "graph examples np=$n" "$p" "$f" "$s" "${failures:+failed:$failures}"
     done
   fi
 fi
