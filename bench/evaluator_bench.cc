@@ -157,10 +157,14 @@ int main(int argc, char** argv) {
   registerNoopKernel();
   for (const Case& c : cases()) {
     // Communications: few enough that the backend's queues never fill
-    // (then an enqueue would wait for completions).
+    // (then an enqueue would wait for completions); on cuda the same for
+    // every node that launches a kernel (CUDA's launch queue holds about a
+    // thousand: past it, a launch waits for the GPU).
     const std::string kind = c.kind;
     const bool comm = kind.find("wait") != std::string::npos || c.complete;
-    const int64_t iters = comm ? 200 : 20000;
+    const bool launches = kind == "fill" || kind == "copy" || kind == "check" || kind == "add" ||
+                          kind == "matmul" || kind == "sync_stream";
+    const int64_t iters = comm ? 200 : launches && deviceName() == "cuda" ? 500 : 20000;
     benchmark::RegisterBenchmark(fmt::format("{}/{}", deviceName(), c.kind).c_str(), BM_Node, &c)
         ->Arg(iters)
         ->Unit(benchmark::kMillisecond);

@@ -9,16 +9,18 @@
 // - diagnostics.h: node paths, pending reports, check results;
 // - flight_recorder.h: the last communications posted, for those reports;
 // - failure.h: a failure aborts the backends and the queued work, once;
-// - watchdog.h: the bound on time spent without progress.
+// - watchdog.h: the bound on time spent without progress;
+// - graph_capture.h: graph mode's capture and replays.
 //
 // Per-node work is integer arithmetic on the scalar slots, a few device
 // calls (enqueue, record, wait) and no allocation in steady state, except the
 // host device's task closures.
 //
-// About 760 lines, over the usual 600: one executor per instruction and
-// the run's failure paths (where each error surfaces, what the watchdog
-// reports) all act on the one Impl state; what could leave it has (the
-// failure itself, the watchdog, the flight recorder, the diagnostics).
+// About 850 lines, over the usual 600: one executor per instruction, the
+// run's failure paths (where each error surfaces, what the watchdog
+// reports) and what a graph capture must forget all act on the one Impl
+// state; what could leave it has (the failure itself, the watchdog, the
+// flight recorder, the diagnostics, graph mode's state machine).
 #include <hostir/evaluator.h>
 
 #include <algorithm>
@@ -39,6 +41,7 @@
 #include "runtime/diagnostics.h"
 #include "runtime/failure.h"
 #include "runtime/flight_recorder.h"
+#include "runtime/graph_capture.h"
 #include "runtime/peer_routes.h"
 #include "runtime/run_state.h"
 #include "runtime/trace.h"
@@ -127,12 +130,7 @@ struct Evaluator::Impl {
   std::vector<KernelCall> kernel_calls;
   std::vector<int> kernel_call_at;  // per pc: index into kernel_calls, or -1
   std::unique_ptr<Tracer> tracer;   // options.trace: the timeline (runtime/trace.h)
-  // options.graph: the captured run, once made (run 2), and what it cost.
-  std::unique_ptr<Graph> graph;
-  bool capturing = false;
-  bool recapture = false;  // bind() dropped the graph: the next run captures again
-  GraphStats graph_stats;
-  std::chrono::steady_clock::time_point capture_start;
+  GraphCapture graph;  // options.graph (runtime/graph_capture.h)
 
   Impl(Session& s, const Program& program, const EvaluatorOptions& o)
       : session(s),
@@ -150,7 +148,8 @@ struct Evaluator::Impl {
         allocs(plan, dev,
                AllocCache::UserWaits{[this](const AllocCache::Block& b) { orderAfterUsers(b); },
                                      [this](const AllocCache::Block& b) { drainUsers(b); }}),
-        routes(plan, compiled.trace, rank) {
+        routes(plan, compiled.trace, rank),
+        graph(o.graph, dev, backends, diag, graphHooks()) {
     if (opts.graph) requireGraphMode();  // before any backend is set up
     for (const PlanTeam& t : plan.teams) team_rank.push_back(teamRankOf(t, rank));
     // The report before anything is aborted; from the watchdog's thread
@@ -268,7 +267,7 @@ struct Evaluator::Impl {
     // operations a graph holds, and destroying a communicator waits until
     // the graphs that use it are gone. (A graph still running is freed when
     // it completes.)
-    graph.reset();
+    graph.release();
     // Backends first: they finish with the memory (ipc: peers are done with
     // our blocks once our own communications completed), and the streams
     // given to postJoined outlive them.
@@ -654,8 +653,8 @@ struct Evaluator::Impl {
       s0 = w.get();
     }
     streams[0].stream = s0;
-    if (graph) return replay(*s0);
-    if (opts.graph && (runs == 2 || recapture)) beginCapture(*s0);
+    if (graph.replaying()) return replay(*s0);
+    if (graph.captures(runs)) graph.begin(*s0, runs);
     if (tracer) tracer->startRun(*s0);
     for (StreamState& s : streams) s.used_this_run = false;
     current = 0;
@@ -686,19 +685,19 @@ struct Evaluator::Impl {
       // and a post to an aborted backend throws).
       if (failure.failed()) throw RuntimeError("the run was aborted");
       finishRun();
-      if (capturing) endCapture(*s0);
+      if (graph.capturing()) graph.end(*s0, runs);
       HIR_LOG_DEBUG(Subsys::Eval, "run {} enqueued", runs);
     } catch (const ProgramError& e) {
-      abandonCapture(*s0);
+      graph.abandon(*s0);
       failure.fail(e.what());
       throw ProgramError(fmt::format("{}: {}", at(pc), e.what()));
     } catch (const TimeoutError& e) {
-      abandonCapture(*s0);
+      graph.abandon(*s0);
       // A host-mode wait ran out of time: say where, what is pending and
       // what was posted last.
       throw TimeoutError(failure.messageAt(at(pc), e.what()));
     } catch (const RuntimeError& e) {
-      abandonCapture(*s0);
+      graph.abandon(*s0);
       // A backend's own timeout or a device failure came first, an exchange
       // between ranks failed, or the watchdog aborted a call that had no
       // timeout (then it is a timeout).
@@ -708,36 +707,17 @@ struct Evaluator::Impl {
       if (dynamic_cast<const BackendError*>(&e)) throw BackendError(message);
       throw RuntimeError(message);
     } catch (const std::exception& e) {
-      abandonCapture(*s0);
+      graph.abandon(*s0);
       failure.fail(e.what());
       throw;
     }
   }
 
   // ---------------------------------------------------------------- graphs
-  // Before the captured run: the host waits for the runs so far, so that
-  // no waits on their events (which CUDA forbids inside a capture) are
-  // needed; then everything that would wait on them forgets them.
-  void beginCapture(Stream& s0) {
-    try {
-      synchronizeAll();
-    } catch (const std::exception& e) {
-      failure.fail(e.what());
-      throw;
-    }
-    forgetEvents();
-    for (auto& b : backends) b->setCapturing(true);
-    diag.setCapturing(true);
-    graph_stats.capture_ms = 0;
-    capture_start = std::chrono::steady_clock::now();
-    dev.beginCapture(s0);
-    capturing = true;
-    recapture = false;
-    HIR_LOG_INFO(Subsys::Eval, "run {}: capturing a graph", runs);
-  }
-
   // The events recorded so far are not waited on again: communications'
-  // and groups' done events, the flight recorder's, the blocks' users.
+  // and groups' done events, the blocks' users (before and after a
+  // capture, which may not wait on events from outside it, and whose
+  // events nobody may ask about).
   void forgetEvents() {
     for (CommState& cs : comms) {
       setLastDone(cs, -1);
@@ -751,60 +731,23 @@ struct Evaluator::Impl {
     allocs.forgetUsers();
   }
 
-  // After the captured run's last node: the graph, launched once for this
-  // run. Events recorded in the capture cannot be asked about: forgotten.
-  void endCapture(Stream& s0) {
-    capturing = false;
-    diag.setCapturing(false);
-    for (auto& b : backends) b->setCapturing(false);
-    graph = dev.endCapture(s0);
-    forgetEvents();
-    flight.markCaptured([this](int e) { events.unref(e); });
-    graph_stats.captured = true;
-    graph_stats.capture_ms =
-        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() -
-                                                  capture_start)
-            .count();
-    HIR_LOG_INFO(Subsys::Eval, "run {}: graph captured in {:.2f} ms", runs,
-                 graph_stats.capture_ms);
-    replayLaunch(s0);
+  GraphCapture::Hooks graphHooks() {
+    return {[this] {
+              try {
+                synchronizeAll();
+              } catch (const std::exception& e) {
+                failure.fail(e.what());
+                throw;
+              }
+            },
+            [this] { forgetEvents(); },
+            [this] { flight.markCaptured([this](int e) { events.unref(e); }); }};
   }
 
-  // A failure inside the captured run: the capture is ended (its graph
-  // dropped) so that the stream leaves capture mode; the run then fails as
-  // any run does.
-  void abandonCapture(Stream& s0) {
-    if (!capturing) return;
-    capturing = false;
-    diag.setCapturing(false);
-    try {
-      (void)dev.endCapture(s0);
-    } catch (const std::exception&) {
-    }
-    for (auto& b : backends) b->setCapturing(false);
-  }
-
-  // A graph holds the addresses it was captured with: a new binding drops
-  // it, and the next run is captured again (after the host synchronized).
-  void graphRebound() {
-    if (!graph) return;
-    graph.reset();
-    recapture = true;
-    HIR_LOG_INFO(Subsys::Eval, "a bind() after run {} drops the graph; the next run captures "
-                 "again", runs);
-  }
-
-  void replayLaunch(Stream& s0) {
-    dev.launchGraph(*graph, s0);
-    ++graph_stats.launches;
-  }
-
-  // A run of a captured program: one launch; the checks count the
-  // executions it repeats.
+  // A run of a captured program.
   void replay(Stream& s0) {
     try {
-      replayLaunch(s0);
-      diag.replayed();
+      graph.replay(s0);
     } catch (const std::exception& e) {
       failure.fail(e.what());
       throw BackendError(fmt::format("run {} (a graph replay): on rank {}: {}", runs, rank,
@@ -889,7 +832,7 @@ Evaluator::~Evaluator() = default;
 
 void Evaluator::bind(std::string_view name, void* data, std::size_t bytes) {
   impl_->allocs.bind(name, data, bytes);
-  impl_->graphRebound();
+  impl_->graph.rebound(impl_->runs);
 }
 
 void Evaluator::run(void* stream) { impl_->run(stream); }
@@ -897,7 +840,7 @@ void Evaluator::synchronize() { impl_->synchronize(); }
 RunReport Evaluator::report() const { return impl_->diag.report(); }
 const Plan& Evaluator::plan() const { return impl_->plan; }
 int64_t Evaluator::exchanges() const { return impl_->exchanges; }
-GraphStats Evaluator::graphStats() const { return impl_->graph_stats; }
+GraphStats Evaluator::graphStats() const { return impl_->graph.stats(); }
 std::string Evaluator::traceEvents() const {
   return impl_->tracer ? impl_->tracer->events() : std::string();
 }
