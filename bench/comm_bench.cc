@@ -85,6 +85,7 @@ struct Options {
   bool detached = false;    // hir: post() + wait() instead of postJoined(), as the
                             // evaluator does for a wait that does not follow the post
   bool graph = false;       // capture each loop into a CUDA graph, time its launches
+  bool symmetric = false;   // buffers in NCCL symmetric windows (nccl-tests -R 2)
 };
 
 bool parseSwitch(const std::string& flag, const std::string& text) {
@@ -120,7 +121,7 @@ int parseOptions(int argc, char** argv, Options& o) {
              "sendrecv. Sizes take K, M, G suffixes (KiB, MiB, GiB). An option may be given\n"
              "once; values as `--opt value` or `--opt=value`.");
   std::string min, max, factor, iters, warmup, reps, ops, dtype, csv, api_costs, raw_events,
-      detached, graph;
+      detached, graph, symmetric;
   auto single = [&](const char* name, std::string& into, const char* type, const char* help) {
     bench::singleOption(app, name, into, type, help);
   };
@@ -137,6 +138,8 @@ int parseOptions(int argc, char** argv, Options& o) {
   single("--raw-events", raw_events, "0|1",
          "diagnosis: raw records an event after every op (default 0)");
   single("--detached", detached, "0|1", "hir posts detached: post() + wait() (default 0)");
+  single("--symmetric", symmetric, "0|1",
+         "buffers in NCCL symmetric windows, for raw NCCL and the backend (default 0)");
   single("--graph", graph, "0|1",
          "capture each timed loop into a CUDA graph and time its launches (default 0)");
   return bench::parse(app, argc, argv, "hir_comm_bench", [&] {
@@ -160,6 +163,7 @@ int parseOptions(int argc, char** argv, Options& o) {
     if (given("--raw-events")) o.raw_events = parseSwitch("--raw-events", raw_events);
     if (given("--detached")) o.detached = parseSwitch("--detached", detached);
     if (given("--graph")) o.graph = parseSwitch("--graph", graph);
+    if (given("--symmetric")) o.symmetric = parseSwitch("--symmetric", symmetric);
     HIR_CHECK_AS(UsageError, o.min_bytes <= o.max_bytes, "--min ({}) must not exceed --max ({})",
                  o.min_bytes, o.max_bytes);
     HIR_CHECK_AS(UsageError, !o.ops.empty(), "--ops names no operation");
@@ -255,8 +259,26 @@ class Bench {
     // max_bytes), filled with small values (no NaN or denormal slowdowns).
     el_ = dtypeSize(o.dtype);
     buffer_bytes_ = std::max(o.max_bytes, std::size_t{256});
-    in_ = device_->allocate(buffer_bytes_);
-    out_ = device_->allocate(buffer_bytes_);
+    if (o.symmetric) {
+      // The backend's symmetric memory (registered with its communicator),
+      // registered with the raw communicator as well.
+      const int world_team[] = {0};
+      in_ = backend_->allocateSymmetric(buffer_bytes_, world_team);
+      out_ = backend_->allocateSymmetric(buffer_bytes_, world_team);
+      HIR_CHECK_AS(UsageError, in_ != nullptr && out_ != nullptr,
+                   "--symmetric 1: this NCCL has no symmetric windows (2.27 and later)");
+#if NCCL_VERSION_CODE >= NCCL_VERSION(2, 27, 0)
+      for (void* p : {in_, out_}) {
+        raw_windows_.emplace_back();
+        ncclOk(ncclCommWindowRegister(raw_comm_, p, buffer_bytes_, &raw_windows_.back(),
+                                      NCCL_WIN_COLL_SYMMETRIC),
+               "ncclCommWindowRegister");
+      }
+#endif
+    } else {
+      in_ = device_->allocate(buffer_bytes_);
+      out_ = device_->allocate(buffer_bytes_);
+    }
     device_->fill(device_->defaultStream(), in_, o.dtype, buffer_bytes_ / el_, 1, 0);
     device_->fill(device_->defaultStream(), out_, o.dtype, buffer_bytes_ / el_, 1, 0);
     device_->synchronize(device_->defaultStream(), kTimeout);
@@ -270,14 +292,20 @@ class Bench {
     } catch (const std::exception& e) {
       std::fprintf(stderr, "bench teardown: %s\n", e.what());
     }
+#if NCCL_VERSION_CODE >= NCCL_VERSION(2, 27, 0)
+    for (auto it = raw_windows_.rbegin(); it != raw_windows_.rend(); ++it)
+      (void)ncclCommWindowDeregister(raw_comm_, *it);
+#endif
     ncclCommDestroy(raw_comm_);
     cudaEventDestroy(start_);
     cudaEventDestroy(stop_);
     cudaEventDestroy(raw_done_);
     cudaStreamDestroy(raw_stream_);
-    backend_.reset();
-    device_->deallocate(in_);
-    device_->deallocate(out_);
+    if (!o_.symmetric) {
+      device_->deallocate(in_);
+      device_->deallocate(out_);
+    }
+    backend_.reset();  // frees symmetric buffers
   }
 
   void run() {
@@ -602,12 +630,13 @@ class Bench {
   void printHeader() const {
     if (rank_ != 0) return;
     std::printf("# hir_comm_bench: %d rank(s), device %s, dtype %s, reps %d (%d up to 64 KiB; "
-                "median of the slowest rank), nccl %d%s%s%s\n",
+                "median of the slowest rank), nccl %d%s%s%s%s\n",
                 world_, device_->describe().c_str(), std::string(toString(o_.dtype)).c_str(),
                 o_.reps, 3 * o_.reps, NCCL_VERSION_CODE,
                 o_.raw_events ? "; raw records an event after every op" : "",
                 o_.detached ? "; hir posts detached (post + wait)" : "",
-                o_.graph ? "; each loop captured in a CUDA graph, launches timed" : "");
+                o_.graph ? "; each loop captured in a CUDA graph, launches timed" : "",
+                o_.symmetric ? "; buffers in NCCL symmetric windows" : "");
     std::printf("# time per op in us (CUDA events); busbw in GB/s; enq = host us per iteration; "
                 "post = host us in post()\n");
     std::printf("%-15s %8s %12s %10s %10s %9s %9s %8s %8s %8s %8s\n", "op", "size", "count",
@@ -633,16 +662,17 @@ class Bench {
       return;
     }
     out << "world,op,dtype,bytes,count,raw_us,hir_us,raw_algbw,raw_busbw,hir_algbw,hir_busbw,"
-           "hir_over_raw,raw_enqueue_us,hir_enqueue_us,hir_post_us,graph\n";
+           "hir_over_raw,raw_enqueue_us,hir_enqueue_us,hir_post_us,graph,symmetric\n";
     for (const Row& r : rows_) {
       const double f = r.shape.bus_factor;
       out << fmt::format("{},{},{},{},{},{:.3f},{:.3f},{:.3f},{:.3f},{:.3f},{:.3f},{:.4f},{:.3f},"
-                         "{:.3f},{:.3f},{:d}\n",
+                         "{:.3f},{:.3f},{:d},{:d}\n",
                          world_, r.op, toString(o_.dtype), r.shape.bytes, r.shape.count,
                          r.raw.gpu_us, r.hir.gpu_us, algbw(r, r.raw), algbw(r, r.raw) * f,
                          algbw(r, r.hir), algbw(r, r.hir) * f,
                          r.raw.gpu_us > 0 ? r.hir.gpu_us / r.raw.gpu_us : 0, r.raw.enqueue_us,
-                         r.hir.enqueue_us, r.hir.post_us, o_.graph ? 1 : 0);
+                         r.hir.enqueue_us, r.hir.post_us, o_.graph ? 1 : 0,
+                         o_.symmetric ? 1 : 0);
     }
   }
 
@@ -657,6 +687,9 @@ class Bench {
   cudaStream_t raw_stream_ = nullptr;
   cudaEvent_t start_ = nullptr, stop_ = nullptr;  // with timing
   cudaEvent_t raw_done_ = nullptr;                // --raw-events
+#if NCCL_VERSION_CODE >= NCCL_VERSION(2, 27, 0)
+  std::vector<ncclWindow_t> raw_windows_;  // --symmetric
+#endif
   std::size_t el_ = 4, buffer_bytes_ = 0;
   void* in_ = nullptr;
   void* out_ = nullptr;

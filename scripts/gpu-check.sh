@@ -297,7 +297,7 @@ if [ "$run_bench" = 1 ]; then
     if [ -s "$csv" ]; then
       # shellcheck disable=SC2034  # every CSV column is named, a few are used
       while IFS=, read -r world op dtype bytes count raw_us hir_us raw_alg raw_bus hir_alg \
-          hir_bus ratio raw_enq hir_enq post _graph; do
+          hir_bus ratio raw_enq hir_enq post _graph _symmetric; do
         case "$op:$bytes" in
           allreduce:8|allreduce:16777216|allreduce:1073741824|allgather:1073741824|\
           reduce_scatter:1073741824|sendrecv:8|sendrecv:1073741824|alltoall:1073741824)

@@ -1,19 +1,23 @@
 #!/usr/bin/env bash
 # Small operations with and without CUDA graphs, side by side in one run on a
 # GPU machine (issue: CUDA graphs), at 1, 2 and all GPUs:
-#   raw NCCL (hir_comm_bench's raw loop, 100 ops), eager and captured in a graph;
-#   hir's nccl backend (the same loop of posts), eager and captured;
+#   raw NCCL (hir_comm_bench's raw loop, 100 ops), eager, captured in a
+#   graph, and captured with its buffers in NCCL symmetric windows
+#   (nccl-tests -G and -R 2 -G);
+#   hir's nccl backend (the same loop of posts), the same three ways;
 #   hir run (the whole evaluator, a loop of 100 ops per run,
-#   bench/graph/*.json), eager and --graph, the median of --reps runs of
-#   `hir run`, each the slowest rank's mean over 20 timed runs.
+#   bench/graph/*.json), eager, --graph --symmetric-memory off, and --graph
+#   --symmetric-memory on; the median of --reps runs of `hir run`, each the
+#   slowest rank's mean over 20 timed runs.
 # Sizes: allreduce 8 B, allgather 256 B in all, send/recv 8 B (hir run:
 # a ping-pong, one way; comm_bench: a ring exchange, as nccl-tests).
 #
 #   bash scripts/graph-bench.sh [--build DIR] [--reps N]
 #
-# Needs a build with CUDA (scripts/gpu-check.sh makes build-gpu). Writes
-# graph-bench.log, graph-bench.csv and graph-bench.txt under ${OUT:-gpu-out}
-# and prints the table last. NCCL_NVLS_ENABLE=0 always.
+# Needs a build with CUDA (scripts/gpu-check.sh makes build-gpu). Writes two
+# files under ${OUT:-gpu-out} (the device tool brings back few): graph-bench.log
+# (every command's output, then the CSV of every figure) and graph-bench.txt
+# (the table, also printed last). NCCL_NVLS_ENABLE=0 always.
 set -u -o pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -33,7 +37,9 @@ export NCCL_NVLS_ENABLE=0
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 mkdir -p "$out"
 log="$out/graph-bench.log"
-csv="$out/graph-bench.csv"
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+csv="$tmp/graph-bench.csv"
 : >"$log"
 echo "np,what,op,bytes,mode,us_per_op,capture_ms" >"$csv"
 hir="$build/bin/hir"
@@ -53,24 +59,25 @@ mpirun_cmd=(mpirun --allow-run-as-root -x NCCL_NVLS_ENABLE --bind-to none)
 status=0
 
 for n in "${sizes[@]}"; do
-  # Raw NCCL and the backend's posts, eager and in a graph.
-  for g in 0 1; do
-    part="$out/comm-graph$g-np$n.csv"
-    printf '\n===== hir_comm_bench np=%s --graph %s =====\n' "$n" "$g" >>"$log"
+  # Raw NCCL and the backend's posts: eager, in a graph, and in a graph with
+  # the buffers in NCCL symmetric windows (nccl-tests -R 2 -G).
+  for variant in "0 0 eager" "1 0 graph" "1 1 graph+sym"; do
+    read -r g sym mode <<<"$variant"
+    part="$tmp/comm-$mode-np$n.csv"
+    printf '\n===== hir_comm_bench np=%s --graph %s --symmetric %s =====\n' "$n" "$g" "$sym" >>"$log"
     if timeout 600 "${mpirun_cmd[@]}" -np "$n" "$bench" --ops allreduce,allgather,sendrecv \
         --min 8 --max 8K --factor 32 --iters 100 --reps "$reps" --api-costs 0 --graph "$g" \
-        --csv "$part" >>"$log" 2>&1; then
-      python3 - "$part" "$n" "$g" >>"$csv" <<'PY'
+        --symmetric "$sym" --csv "$part" >>"$log" 2>&1; then
+      python3 - "$part" "$n" "$mode" >>"$csv" <<'PY'
 import csv, sys
-path, n, g = sys.argv[1], sys.argv[2], sys.argv[3]
-mode = "graph" if g == "1" else "eager"
+path, n, mode = sys.argv[1], sys.argv[2], sys.argv[3]
 for r in csv.DictReader(open(path)):
     if (r["op"], r["bytes"]) in {("allreduce", "8"), ("allgather", "256"), ("sendrecv", "8")}:
         print(f"{n},raw nccl,{r['op']},{r['bytes']},{mode},{float(r['raw_us']):.3f},")
         print(f"{n},hir backend,{r['op']},{r['bytes']},{mode},{float(r['hir_us']):.3f},")
 PY
     else
-      echo "graph-bench: hir_comm_bench np=$n --graph $g failed (see graph-bench.log)" >&2
+      echo "graph-bench: hir_comm_bench np=$n $mode failed (see graph-bench.log)" >&2
       status=1
     fi
   done
@@ -84,12 +91,15 @@ PY
     esac
     if [ "$prog" = pingpong ] && [ "$n" -lt 2 ]; then continue; fi
     if [ "$prog" = allgather ] && [ $((64 % n)) != 0 ]; then continue; fi
-    for mode in eager graph; do
-      flag=()
-      [ "$mode" = graph ] && flag=(--graph)
+    for mode in eager graph graph+sym; do
+      case $mode in
+        eager) flag=(--symmetric-memory off) ;;
+        graph) flag=(--graph --symmetric-memory off) ;;
+        graph+sym) flag=(--graph --symmetric-memory on) ;;
+      esac
       times=()
       for ((r = 0; r < reps; r++)); do
-        json="$out/hir-run.json"
+        json="$tmp/hir-run.json"
         printf '\n===== hir run %s np=%s %s (%s) =====\n' "$prog" "$n" "$mode" "$r" >>"$log"
         if timeout 300 "$hir" run "$file" --np "$n" --device cuda "${params[@]}" --param k=100 \
             --iters 20 --warmup 3 --no-progress "${flag[@]}" --json "$json" >>"$log" 2>&1; then
@@ -106,7 +116,7 @@ n, op, nbytes, mode, per = sys.argv[1:6]
 rows = [tuple(map(float, l.split())) for l in sys.stdin if l.strip()]
 us = statistics.median(r[0] for r in rows) * 1e6 / int(per)
 cap = statistics.median(r[1] for r in rows) * 1e3
-print(f"{n},hir run,{op},{nbytes},{mode},{us:.3f},{cap:.3f}" if mode == "graph" else f"{n},hir run,{op},{nbytes},{mode},{us:.3f},")
+print(f"{n},hir run,{op},{nbytes},{mode},{us:.3f},{cap:.3f}" if mode != "eager" else f"{n},hir run,{op},{nbytes},{mode},{us:.3f},")
 ' "$n" "$op" "$bytes" "$mode" "$per" >>"$csv"
     done
   done
@@ -117,20 +127,22 @@ python3 - "$csv" >"$out/graph-bench.txt" <<'PY'
 import csv, sys
 rows = list(csv.DictReader(open(sys.argv[1])))
 key = lambda r: (int(r["np"]), r["op"])
-cols = [("hir run", "eager"), ("hir run", "graph"), ("hir backend", "eager"),
-        ("hir backend", "graph"), ("raw nccl", "eager"), ("raw nccl", "graph")]
+cols = [(w, m) for w in ("hir run", "hir backend", "raw nccl")
+        for m in ("eager", "graph", "graph+sym")]
 print("# us per operation (medians); sendrecv: hir run = ping-pong one way, the others a ring exchange")
-print(f"{'np':>3} {'op':<10} {'bytes':>6} " + " ".join(f"{w[:7]+' '+m[:5]:>13}" for w, m in cols) +
-      f" {'capture ms':>10} {'graph/raw graph':>15}")
+print(f"{'np':>3} {'op':<10} {'bytes':>6} " + " ".join(f"{w[:7]+' '+m:>17}" for w, m in cols) +
+      f" {'capture ms':>10} {'best graph/raw':>15}")
 for k in sorted({key(r) for r in rows}):
     sel = [r for r in rows if key(r) == k]
     val = {(r["what"], r["mode"]): float(r["us_per_op"]) for r in sel}
     cap = next((r["capture_ms"] for r in sel if r["capture_ms"]), "")
     b = sel[0]["bytes"]
-    cells = " ".join(f"{val[c]:>13.2f}" if c in val else f"{'-':>13}" for c in cols)
-    ratio = (val[("hir run", "graph")] / val[("raw nccl", "graph")]
-             if ("hir run", "graph") in val and ("raw nccl", "graph") in val else None)
+    cells = " ".join(f"{val[c]:>17.2f}" if c in val else f"{'-':>17}" for c in cols)
+    best = lambda w: min((val[(w, m)] for m in ("graph", "graph+sym") if (w, m) in val),
+                         default=None)
+    ratio = best("hir run") / best("raw nccl") if best("hir run") and best("raw nccl") else None
     print(f"{k[0]:>3} {k[1]:<10} {b:>6} {cells} {cap:>10} {ratio if ratio is None else round(ratio, 3)!s:>15}")
 PY
+{ printf '\n===== every figure (CSV) =====\n'; cat "$csv"; } >>"$log"
 cat "$out/graph-bench.txt"
 exit $status

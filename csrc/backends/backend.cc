@@ -40,6 +40,7 @@ void Backend::shareMemHandles(std::span<const ShareItem> items) {
 
 void Backend::abort() {}
 void Backend::setCapturing(bool) {}
+void* Backend::allocateSymmetric(std::size_t, std::span<const int>) { return nullptr; }
 
 namespace {
 

@@ -136,6 +136,10 @@ struct BackendCaps {
   // correctly. ipc does not qualify yet: its semaphore values are the
   // sequence numbers of the messages, which a replay would repeat.
   bool capturable = false;
+  // Can place the allocations its collectives use in memory of its own
+  // (Backend::allocateSymmetric): nccl's symmetric windows (NCCL >= 2.27),
+  // which NCCL's symmetric kernels need.
+  bool symmetric_memory = false;
   // Preference of "auto" (higher first) among those that support a query;
   // below 1, "auto" never picks it.
   int auto_priority = 0;
@@ -243,6 +247,15 @@ class Backend {
   // which streams already saw which events forgets it at both calls.
   // Default: nothing to forget.
   virtual void setCapturing(bool capturing);
+  // Optional, for a backend whose caps say symmetric_memory: `bytes` of
+  // memory for an allocation that every rank allocates with the same size
+  // and that collectives of the teams `teams` (indices into
+  // BackendContext::teams) use. Called at load, after setup(), on every
+  // rank in the same order (a collective over those teams, whose members
+  // register the memory with them); the backend keeps the memory until its
+  // teardown. Null: declined (the device allocates it as usual), the same
+  // answer on every rank. Default: null.
+  virtual void* allocateSymmetric(std::size_t bytes, std::span<const int> teams);
 
  protected:
   Device* device_ = nullptr;

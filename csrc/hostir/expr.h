@@ -85,6 +85,8 @@ class CompiledExpr {
                               const std::function<int(std::string_view)>& slot_of);
   bool isConstant() const { return code_.size() == 1 && code_[0].op == ExprOp::Const; }
   int64_t eval(const int64_t* slots) const;
+  // The slots it reads, in program order (a slot may repeat).
+  std::vector<int> slots() const;
   const std::string& text() const { return text_; }
 
  private:

@@ -242,6 +242,13 @@ CompiledExpr CompiledExpr::compile(const Expr& e,
   return c;
 }
 
+std::vector<int> CompiledExpr::slots() const {
+  std::vector<int> out;
+  for (const Step& s : code_)
+    if (s.op == ExprOp::Var) out.push_back(static_cast<int>(s.arg));
+  return out;
+}
+
 int64_t CompiledExpr::eval(const int64_t* slots) const {
   HIR_INTERNAL_ASSERT(!code_.empty(), "evaluating an empty CompiledExpr");
   int64_t stack[kEvalStackSize];

@@ -30,6 +30,7 @@ class Lowerer {
     addScalar("rank", 0);
     addScalar("world", options_.world);
     for (const Param& p : program_.params) addScalar(p.name, p.value);
+    plan_.globals = static_cast<int>(plan_.scalar_names.size());
     plan_.teams.push_back(PlanTeam{worldRanks()});
 
     declareAll(program_.body);
@@ -442,7 +443,8 @@ class Lowerer {
     for (std::size_t i = 0; i < plan_.backends.size(); ++i)
       if (plan_.backends[i].name == caps.name) return static_cast<int>(i);
     plan_.backends.push_back(
-        PlanBackend{caps.name, caps.maps_peer_memory, caps.post_order, caps.capturable});
+        PlanBackend{caps.name, caps.maps_peer_memory, caps.post_order, caps.capturable,
+                    caps.symmetric_memory});
     return static_cast<int>(plan_.backends.size()) - 1;
   }
 

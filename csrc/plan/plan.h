@@ -77,6 +77,7 @@ struct PlanBackend {
   bool maps_peer_memory = false;  // BackendCaps::maps_peer_memory
   PostOrder post_order = PostOrder::kFree;  // BackendCaps::post_order
   bool capturable = false;                  // BackendCaps::capturable
+  bool symmetric_memory = false;            // BackendCaps::symmetric_memory
 };
 
 struct PlanGroup {
@@ -215,6 +216,7 @@ struct Plan {
   int world = 1;
   std::vector<std::string> scalar_names;  // slot -> name (loop slots: index name)
   std::vector<int64_t> scalar_init;       // initial values; rank slot is 0 here
+  int globals = 2;                        // slots [0, globals): rank, world, the params
   std::vector<Instr> code;
   std::vector<PlanAlloc> allocs;
   std::vector<PlanComm> comms;

@@ -17,7 +17,7 @@ AllocCache::~AllocCache() {
     }
   };
   for (Block& b : blocks_)
-    if (b.cached) quietly([&] { dev_.deallocate(b.cached); });
+    if (b.cached && !b.adopted) quietly([&] { dev_.deallocate(b.cached); });
   for (void* p : retired_) quietly([&] { dev_.deallocate(p); });
 }
 
@@ -59,11 +59,13 @@ AllocCache::Block& AllocCache::allocate(int slot, const int64_t* scalars, int st
       // The shape changed: the old block goes once nothing uses it.
       waits_.on_host(a);
       // Peers may have mapped a peer-mapped block: it lives until teardown.
+      // An adopted one is its backend's to free.
       if (pa.peer_mapped)
         retired_.push_back(a.cached);
-      else
+      else if (!a.adopted)
         dev_.deallocate(a.cached);
       a.cached = nullptr;
+      a.adopted = false;
       a.comm_users.clear();
       a.stream_mask = 0;
     }
@@ -106,6 +108,15 @@ AllocCache::Span AllocCache::resolve(const PlanRef& ref, const int64_t* scalars,
 
 void AllocCache::endRun() {
   for (Block& b : blocks_) b.live = false;
+}
+
+void AllocCache::adopt(int slot, void* p, std::size_t bytes) {
+  Block& a = blocks_[slot];
+  HIR_INTERNAL_ASSERT(a.cached == nullptr && !a.live, "adopt('{}') after its first allocation",
+                      plan_.allocs[slot].name);
+  a.cached = p;
+  a.cached_bytes = bytes;
+  a.adopted = true;
 }
 
 void AllocCache::forgetUsers() {

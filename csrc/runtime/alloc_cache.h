@@ -43,6 +43,7 @@ class AllocCache {
     uint64_t generation = 0;
     std::size_t generation_bytes = 0;
     uint64_t exchanged_generation = 0;  // at the last exchange that covered it
+    bool adopted = false;  // `cached` is a backend's memory (adopt()): never freed here
   };
 
   // How the earlier users of a block (its comm_users and stream_mask) are
@@ -82,6 +83,11 @@ class AllocCache {
 
   Block& operator[](int slot) { return blocks_[slot]; }
   const Block& operator[](int slot) const { return blocks_[slot]; }
+
+  // Gives node `slot` a block of a backend's memory (Backend::
+  // allocateSymmetric) of `bytes`, before its first Allocate; the backend
+  // frees it, never this cache.
+  void adopt(int slot, void* p, std::size_t bytes);
 
   // The end of a run: every allocation goes back to its cache.
   void endRun();

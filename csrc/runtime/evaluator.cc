@@ -131,6 +131,7 @@ struct Evaluator::Impl {
   std::vector<int> kernel_call_at;  // per pc: index into kernel_calls, or -1
   std::unique_ptr<Tracer> tracer;   // options.trace: the timeline (runtime/trace.h)
   GraphCapture graph;  // options.graph (runtime/graph_capture.h)
+  std::vector<std::string> symmetric;  // allocations placed by placeSymmetric()
 
   Impl(Session& s, const Program& program, const EvaluatorOptions& o)
       : session(s),
@@ -178,6 +179,7 @@ struct Evaluator::Impl {
         backends.back()->setup(ctx);
         watchdog.tick(-1);
       }
+      placeSymmetric();  // collective too: registration with the teams
     }
     HIR_LOG_INFO(Subsys::Eval, "loaded '{}' on {}: {} instructions, {} communications, {} "
                  "backend(s)",
@@ -218,6 +220,56 @@ struct Evaluator::Impl {
                  "graph mode needs a device with graphs (cuda); device '{}' has none",
                  dev.kind());
     requireCapturable(compiled);
+  }
+
+  // EvaluatorOptions::symmetric_memory: the allocations every rank makes
+  // alike and that only one symmetric-memory backend's collectives use get
+  // that backend's memory now, in plan order (the same on every rank, as
+  // the backend's registration with the teams needs).
+  void placeSymmetric() {
+    using S = EvaluatorOptions::Symmetric;
+    if (opts.symmetric_memory == S::Off || (opts.symmetric_memory == S::Auto && !opts.graph))
+      return;
+    std::vector<int64_t> fixed = plan.scalar_init;
+    fixed[kRankSlot] = rank;
+    for (std::size_t a = 0; a < plan.allocs.size(); ++a) {
+      const PlanAlloc& pa = plan.allocs[a];
+      if (pa.bindable || pa.peer_mapped) continue;
+      bool same_everywhere = true;  // shape of params and world only
+      for (const CompiledExpr& e : pa.shape)
+        for (int s : e.slots())
+          if (s == kRankSlot || s >= plan.globals) same_everywhere = false;
+      if (!same_everywhere) continue;
+      int backend = -1;
+      bool eligible = true;
+      std::vector<int> teams;
+      for (const PlanComm& c : plan.comms) {
+        const bool uses = (c.input && c.input->alloc == static_cast<int>(a)) ||
+                          (c.output && c.output->alloc == static_cast<int>(a));
+        if (!uses || isPointToPoint(c.type)) continue;
+        if (!plan.backends[c.backend].symmetric_memory || (backend >= 0 && backend != c.backend)) {
+          eligible = false;
+          break;
+        }
+        backend = c.backend;
+        if (std::find(teams.begin(), teams.end(), c.team) == teams.end()) teams.push_back(c.team);
+      }
+      if (!eligible || backend < 0) continue;
+      Layout layout;
+      try {
+        evalLayout(pa, fixed.data(), layout);
+      } catch (const ProgramError&) {
+        continue;  // the run reports it at the node
+      }
+      if (layout.bytes == 0) continue;
+      void* p = backends[backend]->allocateSymmetric(layout.bytes, teams);
+      watchdog.tick(-1);
+      if (p == nullptr) continue;
+      allocs.adopt(static_cast<int>(a), p, layout.bytes);
+      symmetric.push_back(pa.name);
+      HIR_LOG_INFO(Subsys::Eval, "'{}' ({} bytes) placed in {}'s symmetric memory", pa.name,
+                   layout.bytes, plan.backends[backend].name);
+    }
   }
 
   // Each kernel node's registered kernel, for this device.
@@ -841,6 +893,9 @@ RunReport Evaluator::report() const { return impl_->diag.report(); }
 const Plan& Evaluator::plan() const { return impl_->plan; }
 int64_t Evaluator::exchanges() const { return impl_->exchanges; }
 GraphStats Evaluator::graphStats() const { return impl_->graph.stats(); }
+const std::vector<std::string>& Evaluator::symmetricAllocations() const {
+  return impl_->symmetric;
+}
 std::string Evaluator::traceEvents() const {
   return impl_->tracer ? impl_->tracer->events() : std::string();
 }

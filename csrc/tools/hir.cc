@@ -70,6 +70,7 @@ struct Args {
   std::string json;   // --json FILE ("-": standard output)
   bool progress = true;  // --no-progress: false
   bool graph = false;    // --graph
+  EvaluatorOptions::Symmetric symmetric = EvaluatorOptions::Symmetric::Auto;  // --symmetric-memory
   SweepOptions sweep;    // `hir sweep` (iters and warmup above)
   std::vector<std::string> plugins;  // --plugin LIB, in order
   std::vector<std::string> mpirun_args;  // --mpirun-args, split into words (launcher only)
@@ -114,7 +115,7 @@ void checkTraceTarget(const std::string& path) {
 // "010" as octal; 2.4 also takes "1_000".)
 struct RawArgs {
   std::string mpirun_args, hostfile;  // run: the launcher's
-  std::string program, np, world, device, iters, warmup, timeout, trace, json;
+  std::string program, np, world, device, iters, warmup, timeout, trace, json, symmetric;
   std::string param_size, minbytes, maxbytes, stepfactor, param_unit, csv;  // sweep
   std::vector<std::string> params, plugins;
   bool no_schedule_check = false, no_progress = false, graph = false;
@@ -158,6 +159,9 @@ void addRunningOptions(CLI::App* cmd, RawArgs& raw, const char* check_when) {
             "mpirun's hostfile under --np: start the ranks on the nodes it lists");
   cmd->add_flag("--no-progress", raw.no_progress,
                 "no progress line on standard error (shown for runs longer than 3 s)");
+  addSingle(cmd, "--symmetric-memory", raw.symmetric, "MODE",
+            "auto (default: on with --graph), on, off: collectives' buffers in NCCL's symmetric "
+            "windows");
   cmd->add_flag("--graph", raw.graph,
                 "capture run 2 into a CUDA graph and replay it on later runs (cuda, nccl; at "
                 "least 2 warm-up runs)");
@@ -410,6 +414,14 @@ int parseArgs(int argc, char** argv, Args& a) {
     checkWritable("--json", a.json);
   }
   forward("--json", raw.json);
+  if (given("--symmetric-memory")) {
+    static constexpr std::pair<EvaluatorOptions::Symmetric, std::string_view> kModes[] = {
+        {EvaluatorOptions::Symmetric::Auto, "auto"},
+        {EvaluatorOptions::Symmetric::On, "on"},
+        {EvaluatorOptions::Symmetric::Off, "off"}};
+    a.symmetric = parseEnum(kModes, raw.symmetric, "--symmetric-memory", "symmetric memory mode");
+  }
+  forward("--symmetric-memory", raw.symmetric);
   if (raw.graph) {
     if (!a.schedule_check)
       throw UsageError("--graph needs the cross-rank check, which proves every rank captures "
@@ -725,6 +737,7 @@ int runOnRank(const Args& a, Bootstrap* boot) {
     eo.check_schedule = a.graph || (a.schedule_check && !std::getenv("HIR_LAUNCHED_NP"));
     eo.trace = !a.trace.empty();
     eo.graph = a.graph;
+    eo.symmetric_memory = a.symmetric;
     if (a.command == "sweep") {
       SweepPlan plan = planSweep(p, a.sweep, world, std::string(session.device().kind()),
                                  eo.check_schedule);
@@ -769,6 +782,7 @@ int runOnRank(const Args& a, Bootstrap* boot) {
       for (const Param& param : p.params) d.params.emplace_back(param.name, param.value);
       d.check_nodes = ev.plan().checks.size();
       if (a.graph) d.graph = ev.graphStats();
+      d.symmetric = ev.symmetricAllocations();
       const ProgramVolume volume = commVolumes(ev.plan());
       // With --json -, standard output is the document.
       std::ostream& out = a.json == "-" ? std::cerr : std::cout;

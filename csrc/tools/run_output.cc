@@ -333,6 +333,7 @@ std::string resultJson(const RunDescription& d, const Plan& plan, const RunFigur
                   {"launches", d.graph->launches}};
   else
     j["graph"] = nullptr;
+  j["symmetric_allocations"] = d.symmetric;
   Json params = Json::object();
   for (const auto& [name, value] : d.params) params[name] = value;
   j["params"] = std::move(params);

@@ -103,6 +103,8 @@ struct RunDescription {
   uint64_t check_nodes = 0;
   // --graph: rank 0's capture (run 2) and launches; null without --graph.
   std::optional<GraphStats> graph;
+  // Allocations placed in symmetric memory (Evaluator::symmetricAllocations).
+  std::vector<std::string> symmetric;
 };
 
 // rank 0's line on standard output: "hir: ok: ..." or "hir: FAILED: ...".

@@ -4,6 +4,7 @@
 // every run and poisons the output, so a replay that did not really run,
 // or ran on stale data, fails. At any world size (1 GPU per rank).
 #include <cuda_runtime_api.h>
+#include <nccl.h>
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -20,6 +21,13 @@
 
 namespace hir {
 namespace {
+
+// The NCCL library in use (not the headers) is at least major.minor.
+bool ncclVersionAtLeast(int major, int minor, int* version) {
+  *version = 0;
+  if (ncclGetVersion(version) != ncclSuccess) return false;
+  return *version >= major * 10000 + minor * 100;
+}
 
 void cudaOk(cudaError_t e, const char* what) {
   ASSERT_EQ(e, cudaSuccess) << what << ": " << cudaGetErrorString(e);
@@ -335,6 +343,53 @@ TEST(GraphMode, BindingAnotherBufferAfterTheCaptureIsSeenByTheNextRun) {
   cudaOk(cudaMemcpy(host.data(), a.out, kN * sizeof(float), cudaMemcpyDeviceToHost), "download");
   for (std::size_t k = 0; k < kN; ++k)
     ASSERT_EQ(host[k], static_cast<float>(world) * (1000 + static_cast<float>(k))) << k;
+}
+
+// NCCL's symmetric windows (EvaluatorOptions::symmetric_memory): in graph
+// mode (Auto) and eagerly (On), the buffers of the collectives are placed
+// in them (when the NCCL in use has windows, 2.27 and later) and every
+// result stays right; Off places nothing.
+TEST(SymmetricMemory, NcclWindowsHoldTheCollectivesBuffersAndResultsStayRight) {
+  HIR_REQUIRE_GPUS(1);
+  const char* text = R"({
+    "format": "hostir/1", "name": "symmetric", "params": {"n": 512, "iters": 3},
+    "body": [
+      {"op": "allocate", "name": "x", "dtype": "float32", "shape": ["n"]},
+      {"op": "allocate", "name": "y", "dtype": "float32", "shape": ["n"]},
+      {"op": "allocate", "name": "g", "dtype": "float32", "shape": ["world", "n"]},
+      {"op": "for", "index": "i", "stop": "iters", "body": [
+        {"op": "fill", "tensor": "x", "value": "rank + i", "step": 1},
+        {"op": "fill", "tensor": "y", "value": -1},
+        {"op": "communication", "name": "ar", "type": "allreduce", "input": "x", "output": "y",
+         "reduce": "sum", "backend": "nccl"},
+        {"op": "wait", "communication": "ar"},
+        {"op": "check", "tensor": "y", "value": "world * (world - 1) / 2 + world * i",
+         "step": "world"},
+        {"op": "fill", "tensor": "g", "value": -1},
+        {"op": "communication", "name": "ag", "type": "allgather", "input": "x", "output": "g",
+         "backend": "nccl"},
+        {"op": "wait", "communication": "ag"},
+        {"op": "check", "tensor": "g[world - 1]", "value": "world - 1 + i", "step": 1}]}]})";
+  int version = 0;
+  const bool windows = ncclVersionAtLeast(2, 27, &version);
+  using S = EvaluatorOptions::Symmetric;
+  for (auto [graph, mode] : {std::pair{true, S::Auto}, std::pair{false, S::On},
+                             std::pair{false, S::Off}}) {
+    Session session(test::world(), SessionOptions{"cuda"});
+    EvaluatorOptions o = graphOptions(graph);
+    o.symmetric_memory = mode;
+    Evaluator ev(session, parseProgram(text), o);
+    for (int run = 0; run < 4; ++run) ev.run();
+    ev.synchronize();
+    const RunReport r = ev.report();
+    EXPECT_TRUE(r.ok()) << r.format();
+    EXPECT_EQ(r.checks_run, 4u * 3u * 2u);
+    const std::vector<std::string> expected =
+        mode != S::Off && windows ? std::vector<std::string>{"x", "y", "g"}
+                                  : std::vector<std::string>{};
+    EXPECT_EQ(ev.symmetricAllocations(), expected)
+        << "graph " << graph << ", NCCL " << version;
+  }
 }
 
 }  // namespace

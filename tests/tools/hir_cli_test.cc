@@ -593,6 +593,14 @@ TEST(HirCli, GraphModeRefusesWhatCannotBeCaptured) {
   EXPECT_EQ(traced.exit_code, 2);
   EXPECT_NE(traced.err.find("--graph and --trace cannot be combined"), std::string::npos)
       << traced.err;
+  CommandResult mode =
+      hir({"run", example("alltoall.json"), "--symmetric-memory", "sometimes"});
+  EXPECT_EQ(mode.exit_code, 2);
+  EXPECT_NE(mode.err.find("--symmetric-memory: unknown symmetric memory mode 'sometimes'; "
+                          "expected one of \"auto\", \"on\" or \"off\""),
+            std::string::npos)
+      << mode.err;
+  EXPECT_NE(hir({"run", "--help"}).out.find("--symmetric-memory"), std::string::npos);
   EXPECT_NE(hir({"run", "--help"}).out.find("--graph"), std::string::npos);
   EXPECT_NE(hir({"sweep", "--help"}).out.find("--graph"), std::string::npos);
 }

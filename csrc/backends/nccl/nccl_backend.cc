@@ -20,6 +20,14 @@
 #include "device/cuda_interop.h"
 #include <hostir/bootstrap.h>
 
+// NCCL's symmetric windows (ncclMemAlloc + ncclCommWindowRegister with
+// NCCL_WIN_COLL_SYMMETRIC) came with NCCL 2.27.
+#if NCCL_VERSION_CODE >= NCCL_VERSION(2, 27, 0)
+#define HIR_NCCL_HAS_WINDOWS 1
+#else
+#define HIR_NCCL_HAS_WINDOWS 0
+#endif
+
 namespace hir {
 
 namespace {
@@ -128,6 +136,17 @@ struct NcclBackend::State {
 
   // Scratch for inputs that overlap outputs. Outgrown buffers may still be
   // read by enqueued work: they are kept until destruction.
+#if HIR_NCCL_HAS_WINDOWS
+  // allocateSymmetric(): the memory (ncclMemAlloc) and its windows, one per
+  // team communicator it was registered with.
+  struct Window {
+    ncclComm_t comm;
+    ncclWindow_t window;
+  };
+  std::vector<Window> windows;
+  std::vector<void*> symmetric_memory;
+#endif
+
   void* scratch = nullptr;
   std::size_t scratch_bytes = 0;
   std::size_t scratch_used = 0;  // within the current post
@@ -585,6 +604,17 @@ void NcclBackend::State::release() {
       abortAll();
     }
   }
+#if HIR_NCCL_HAS_WINDOWS
+  // Windows before their communicators (deregistering is collective, in the
+  // same order on every rank: the reverse of registration).
+  if (!aborted.load())
+    for (auto it = windows.rbegin(); it != windows.rend(); ++it) {
+      ncclResult_t r = ncclCommWindowDeregister(it->comm, it->window);
+      if (r != ncclSuccess)
+        HIR_LOG_WARN(Subsys::Nccl, "ncclCommWindowDeregister failed: {}", ncclGetErrorString(r));
+    }
+  windows.clear();
+#endif
   if (!aborted.load()) {
     // Split communicators before the world, in the same order on every rank
     // (ncclCommDestroy is an intra-node collective).
@@ -599,7 +629,13 @@ void NcclBackend::State::release() {
   if (drained || !stream) {
     if (scratch) (void)cudaFree(scratch);
     for (void* p : retired) (void)cudaFree(p);
+#if HIR_NCCL_HAS_WINDOWS
+    for (void* p : symmetric_memory) (void)ncclMemFree(p);
+#endif
   }
+#if HIR_NCCL_HAS_WINDOWS
+  symmetric_memory.clear();  // left to the process when work may still use it
+#endif
   scratch = nullptr;
   retired.clear();
   if (inputs_ready) (void)cudaEventDestroy(inputs_ready);
@@ -758,6 +794,48 @@ void NcclBackend::hostWait(Event& done, Duration timeout) {
 
 void NcclBackend::abort() { state_->abortAll(); }
 
+// ncclMemAlloc'd memory, zeroed (as Device::allocate's), registered as a
+// symmetric window with every team communicator of `teams` this rank is a
+// member of. Declined (null, on every rank alike) when the NCCL library in
+// use predates windows (2.27).
+void* NcclBackend::allocateSymmetric(std::size_t bytes, std::span<const int> teams) {
+#if HIR_NCCL_HAS_WINDOWS
+  State& s = *state_;
+  HIR_INTERNAL_ASSERT(s.ready, "nccl: allocateSymmetric before setup");
+  int version = 0;
+  if (ncclGetVersion(&version) != ncclSuccess || version < NCCL_VERSION(2, 27, 0)) return nullptr;
+  cuda::activate(s.ordinal);
+  void* p = nullptr;
+  HIR_NCCL_CHECK(ncclMemAlloc(&p, bytes), s.rank, "symmetric memory");
+  s.symmetric_memory.push_back(p);
+  HIR_CUDA_CHECK(s.ordinal, cudaMemset(p, 0, bytes));
+  for (int team : teams) {
+    HIR_INTERNAL_ASSERT(team >= 0 && team < static_cast<int>(s.teams.size()),
+                        "nccl: allocateSymmetric for team {} of {}", team, s.teams.size());
+    const TeamComm& t = s.teams[team];
+    if (t.comm == nullptr) continue;  // not a member
+    // One window per communicator: teams that reuse one share it.
+    bool registered = false;
+    for (int earlier : teams) {
+      if (earlier == team) break;
+      registered |= s.teams[earlier].comm == t.comm;
+    }
+    if (registered) continue;
+    ncclWindow_t window = nullptr;
+    HIR_NCCL_CHECK(ncclCommWindowRegister(t.comm, p, bytes, &window, NCCL_WIN_COLL_SYMMETRIC),
+                   s.rank, "symmetric memory");
+    s.windows.push_back({t.comm, window});
+  }
+  HIR_LOG_DEBUG(Subsys::Nccl, "{} bytes of symmetric memory registered with {} team(s)", bytes,
+                teams.size());
+  return p;
+#else
+  (void)bytes;
+  (void)teams;
+  return nullptr;
+#endif
+}
+
 // What the posts remember about streams and events (the joins to skip, the
 // latest lane, the tail seen) refers to work before the capture, or to
 // events recorded inside it: forgotten at both ends, so that the first
@@ -789,6 +867,7 @@ BackendCaps NcclBackend::caps() {
   c.auto_priority = kAutoPriority;
   c.post_order = PostOrder::kPerRank;  // one backend stream per rank
   c.capturable = true;  // NCCL operations are capturable; setCapturing() resets the joins
+  c.symmetric_memory = HIR_NCCL_HAS_WINDOWS != 0;  // and the library too, at allocateSymmetric
   return c;
 }
 

@@ -61,6 +61,7 @@ class NcclBackend final : public Backend {
   // watchdog calls it while the posting thread may be blocked in NCCL).
   void abort() override;
   void setCapturing(bool capturing) override;
+  void* allocateSymmetric(std::size_t bytes, std::span<const int> teams) override;
 
   // "cuda" device only; every communication type, dtype and reduce op.
   static BackendCaps caps();
