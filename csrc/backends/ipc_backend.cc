@@ -16,15 +16,19 @@
 //
 // where x.page[w][k] is counter w * 4 + k of rank x's signal page, written
 // only by rank w. The side that copies maps the other's buffer ("imports");
-// the other side's buffer is "exported". Every counter only grows, so a
-// wait for >= q is satisfied by q or any later message, which comes after q
-// on both sides: the messages of one pair and direction (a lane) run in
+// the other side's buffer is "exported". Every counter only grows (modulo
+// 2^32: q is the message's number plus HIR_IPC_SEQ_START, 0 unless a test
+// starts near the wrap, and every wait compares cyclically,
+// (int32)(value - q) >= 0, as cuStreamWaitValue32 does), so a wait for >= q
+// is satisfied by q or any later message, which comes after q on both sides: the messages of one pair and direction (a lane) run in
 // order, on the lane's stream, or on a poster's stream (postJoined) after
 // the lane's earlier messages.
 #include "backends/ipc_backend.h"
 
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <map>
@@ -209,6 +213,10 @@ struct IpcBackend::State {
   std::vector<std::string> nodes;
 
   uint32_t* page = nullptr;  // world x kSignals counters, written by peers
+  uint32_t seq_start = 0;    // HIR_IPC_SEQ_START: message q signals seq_start + q
+  // Per peer: the latest message number posted with it (either direction),
+  // for unblock() from any thread.
+  std::unique_ptr<std::atomic<uint32_t>[]> latest;
   std::size_t page_bytes = 0;
   std::vector<uint8_t> page_handle;               // exported at the first exchange
   std::vector<uint32_t*> peer_pages;              // per peer, once exchanged (ours for ourselves)
@@ -264,10 +272,6 @@ Step IpcBackend::State::resolve(const PostArgs& a) {
                       "ipc: {}: {} rank {} was posted without the peer's address "
                       "(PostArgs::remote), which the evaluator fills from the load-time trace",
                       a.path, direction(a.type), a.peer);
-  HIR_CHECK_AS(BackendError, a.remote.pair_seq <= std::numeric_limits<uint32_t>::max(),
-               "ipc: {}: message #{} between ranks {} and {}: the 32-bit semaphores allow at most "
-               "{} messages per ordered pair of ranks in one evaluator",
-               a.path, a.remote.pair_seq, rank, a.peer, std::numeric_limits<uint32_t>::max());
   uint32_t* peer_page = peer_pages[a.peer];
   HIR_CHECK(peer_page != nullptr,
             "ipc: {}: {} rank {} before any share_mem_handles exchanged with rank {}; list this "
@@ -277,7 +281,11 @@ Step IpcBackend::State::resolve(const PostArgs& a) {
   const int me = rank, peer = a.peer;
   Step s;
   s.lane = &laneFor(a.type, peer);
-  s.seq = static_cast<uint32_t>(a.remote.pair_seq);
+  // Modulo 2^32: the waits compare cyclically.
+  s.seq = static_cast<uint32_t>(seq_start + a.remote.pair_seq);
+  std::atomic<uint32_t>& l = latest[static_cast<std::size_t>(peer)];
+  if (static_cast<int32_t>(s.seq - l.load(std::memory_order_relaxed)) > 0)
+    l.store(s.seq, std::memory_order_relaxed);
   s.bytes = a.count * dtypeSize(a.dtype);
   s.copies = !exportsBuffer(a.type, a.protocol);
   const bool send = a.type == CommType::Send;
@@ -385,15 +393,19 @@ std::string IpcBackend::State::exportError(const ShareItem& item, const std::str
                      direction(item.type), item.peer, what);
 }
 
-// Every counter of our page to 2^31 - 1, which satisfies each of our waits
-// (for message numbers below 2^31) both as an unsigned compare (host device)
-// and as cuStreamWaitValue32's wrap-around compare, (int32)(value - q) >= 0:
-// streams stuck on a peer that will never signal then drain. Failure path
-// only: the messages it releases carry no data.
+// Every counter of our page for a peer to 2^30 past the latest message
+// number posted with that peer, which satisfies each of our waits on it
+// under the cyclic compare, (int32)(value - q) >= 0: streams stuck on a peer
+// that will never signal then drain. Failure path only: the messages it
+// releases carry no data.
 void IpcBackend::State::unblock() {
-  if (page == nullptr || control == nullptr) return;
-  dev->fill(*control, page, DType::Int32, static_cast<std::size_t>(world) * kSignals,
-            std::numeric_limits<int32_t>::max(), 0);
+  if (page == nullptr || control == nullptr || latest == nullptr) return;
+  for (int p = 0; p < world; ++p) {
+    const uint32_t v = latest[static_cast<std::size_t>(p)].load(std::memory_order_relaxed) +
+                       (uint32_t{1} << 30);
+    dev->fill(*control, page + static_cast<std::size_t>(p) * kSignals, DType::Int32, kSignals,
+              static_cast<int32_t>(v), 0);
+  }
 }
 
 void IpcBackend::State::shutdown() noexcept {
@@ -506,10 +518,26 @@ void IpcBackend::setup(const BackendContext& ctx) {
   st.peer_pages.assign(static_cast<std::size_t>(st.world), nullptr);
   st.send_lanes.resize(static_cast<std::size_t>(st.world));
   st.recv_lanes.resize(static_cast<std::size_t>(st.world));
-  // Device memory (a peer maps it), zeroed: every counter starts below the
-  // first sequence number, 1.
+  // HIR_IPC_SEQ_START (a test's): message numbers start past it, so that a
+  // test reaches the wrap at 2^32 in a few messages. The same on every rank.
+  if (const char* start = std::getenv("HIR_IPC_SEQ_START"); start != nullptr && *start != '\0') {
+    char* end = nullptr;
+    errno = 0;
+    const unsigned long long v = std::strtoull(start, &end, 10);
+    HIR_CHECK_AS(UsageError,
+                 *end == '\0' && errno == 0 && v <= std::numeric_limits<uint32_t>::max() &&
+                     start[0] != '-',
+                 "HIR_IPC_SEQ_START must be an integer in [0, {}], got '{}'",
+                 std::numeric_limits<uint32_t>::max(), start);
+    st.seq_start = static_cast<uint32_t>(v);
+  }
+  st.latest = std::make_unique<std::atomic<uint32_t>[]>(static_cast<std::size_t>(st.world));
+  for (int p = 0; p < st.world; ++p) st.latest[static_cast<std::size_t>(p)].store(st.seq_start);
+  // Device memory (a peer maps it): every counter starts at the number
+  // before the first message's, seq_start + 1.
   st.page = static_cast<uint32_t*>(d.allocate(st.page_bytes));
-  d.fill(*st.control, st.page, DType::Int32, static_cast<std::size_t>(st.world) * kSignals, 0, 0);
+  d.fill(*st.control, st.page, DType::Int32, static_cast<std::size_t>(st.world) * kSignals,
+         static_cast<int32_t>(st.seq_start), 0);
   d.synchronize(*st.control, ctx.timeout);
 }
 

@@ -840,7 +840,7 @@ void HostDevice::writeValue(Stream& s, uint32_t* addr, uint32_t value) {
 }
 
 // Polls: the writer may be another process, so there is nothing to notify.
-// Values compare as unsigned 32-bit; wrap-around is not handled.
+// Values compare cyclically, (int32)(value - at_least) >= 0, as CUDA's GEQ.
 void HostDevice::waitValue(Stream& s, const uint32_t* addr, uint32_t at_least) {
   HIR_INTERNAL_ASSERT(reinterpret_cast<uintptr_t>(addr) % alignof(uint32_t) == 0,
                       "waitValue: misaligned address {}", static_cast<const void*>(addr));
@@ -854,7 +854,7 @@ void HostDevice::waitValue(Stream& s, const uint32_t* addr, uint32_t at_least) {
     std::atomic_ref<uint32_t> value(*word);
     for (;;) {
       uint32_t seen = value.load(std::memory_order_acquire);
-      if (seen >= at_least || dev->failed.load()) return;
+      if (static_cast<int32_t>(seen - at_least) >= 0 || dev->failed.load()) return;
       HIR_CHECK_AS(BackendError, !dev->closing.load(),
                    "device destroyed while waitValue({}) saw {}, waiting for >= {}",
                    static_cast<void*>(word), seen, at_least);

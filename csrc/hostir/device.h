@@ -15,7 +15,7 @@
 //
 // Optional parts, each with a supports() query: IPC (exporting memory to and
 // mapping memory from another process of the same node) and stream-ordered
-// 32-bit semaphores (write a value; wait until a value is >= a target).
+// 32-bit semaphores (write a value; wait until a value is >= a target, cyclically).
 #pragma once
 
 #include <chrono>
@@ -201,6 +201,9 @@ class Device {
 
   // --- Optional: stream semaphores (supports(DeviceFeature::StreamSemaphore)). ---
   // `addr` is device-visible memory of a uint32 (possibly a peer's, imported).
+  // waitValue waits until (int32_t)(*addr - at_least) >= 0: a cyclic compare,
+  // as cuStreamWaitValue32's GEQ, so values may wrap at 2^32 while a waiter
+  // is less than 2^31 behind.
   virtual void writeValue(Stream& s, uint32_t* addr, uint32_t value);
   virtual void waitValue(Stream& s, const uint32_t* addr, uint32_t at_least);
   // waitValue(s, wait_addr, at_least), copy(s, dst, src, bytes), then

@@ -140,6 +140,39 @@ class IpcProtocol : public ::testing::TestWithParam<Protocol> {
   std::string protocol() const { return protocolName(GetParam()); }
 };
 
+// HIR_IPC_SEQ_START for the length of a test.
+class SeqStart {
+ public:
+  explicit SeqStart(const char* value) { setenv("HIR_IPC_SEQ_START", value, 1); }
+  ~SeqStart() { unsetenv("HIR_IPC_SEQ_START"); }
+};
+
+// Sequence numbers survive the wrap at 2^32: starting six below it, each
+// pair's counters wrap at its 6th message of the first run, and the 200
+// messages of two runs (every posting order on the ring, seeded data,
+// poisoned before each message) all arrive right.
+TEST_P(IpcProtocol, SequenceNumbersSurviveTheWrapAt2To32) {
+  SeqStart start("4294967290");
+  for (int order = 0; order < 3; ++order) {
+    RunReport r = runProgram(ringPatterns(GetParam(), order), 2);
+    EXPECT_TRUE(r.ok()) << "order " << order << ": " << r.format();
+    EXPECT_EQ(r.checks_run, 200u) << "order " << order;
+  }
+}
+
+TEST(Ipc, ASequenceStartThatIsNoUint32IsAUsageError) {
+  SeqStart start("4294967296");
+  try {
+    runProgram(ringPatterns(Protocol::Put, 0), 1);
+    FAIL() << "HIR_IPC_SEQ_START=2^32 was accepted";
+  } catch (const UsageError& e) {
+    EXPECT_NE(std::string(e.what()).find("HIR_IPC_SEQ_START must be an integer in [0, "
+                                         "4294967295], got '4294967296'"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
 // The ring allgather of design §3 through ipc and, on the same data, the
 // backend's own allgather ("auto": MPI on the host, NCCL on GPUs); every
 // chunk of both checked against the seeded pattern on the device.

@@ -680,14 +680,30 @@ TEST(HostDeviceSemaphores, WaitValueOrdersAcrossStreams) {
   dev.deallocate(flag);
 }
 
-TEST(HostDeviceSemaphores, WaitValueOnAReachedValueDoesNotBlock) {
+// The compare is cyclic, (int32)(value - target) >= 0, as CUDA's GEQ:
+// sequence numbers may wrap at 2^32.
+TEST(HostDeviceSemaphores, WaitValueComparesCyclicallyAcrossTheWrap) {
   HostDevice dev;
   auto* flag = static_cast<uint32_t*>(dev.allocate(sizeof(uint32_t)));
   dev.writeValue(dev.defaultStream(), flag, 0xFFFFFFF0u);
-  dev.waitValue(dev.defaultStream(), flag, 3);  // unsigned compare
+  dev.waitValue(dev.defaultStream(), flag, 0xFFFFFFE0u);  // reached long ago
+  dev.waitValue(dev.defaultStream(), flag, 0xFFFFFFF0u);  // reached exactly
+  dev.writeValue(dev.defaultStream(), flag, 5u);          // past the wrap
+  dev.waitValue(dev.defaultStream(), flag, 0xFFFFFFFFu);  // 6 behind 5
+  dev.waitValue(dev.defaultStream(), flag, 5u);
   dev.synchronize(dev.defaultStream(), kLong);
-  EXPECT_EQ(*flag, 0xFFFFFFF0u);
+  EXPECT_EQ(*flag, 5u);
   dev.deallocate(flag);
+}
+
+TEST(HostDeviceSemaphores, AValueBeforeTheWrapDoesNotReachATargetPastIt) {
+  HostDevice dev(Duration(50));
+  auto* flag = static_cast<uint32_t*>(dev.allocate(sizeof(uint32_t)));
+  dev.writeValue(dev.defaultStream(), flag, 0xFFFFFFF0u);
+  dev.waitValue(dev.defaultStream(), flag, 3u);  // 19 ahead: an unsigned compare would pass
+  const std::string msg = messageOf([&] { dev.synchronize(dev.defaultStream(), kLong); });
+  EXPECT_NE(msg.find("waitValue"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("timed out after 50 ms"), std::string::npos) << msg;
 }
 
 // The default signaledCopy (waitValue, copy, writeValue): nothing is copied
