@@ -396,15 +396,17 @@ std::string IpcBackend::State::exportError(const ShareItem& item, const std::str
 // Every counter of our page for a peer to 2^30 past the latest message
 // number posted with that peer, which satisfies each of our waits on it
 // under the cyclic compare, (int32)(value - q) >= 0: streams stuck on a peer
-// that will never signal then drain. Failure path only: the messages it
-// releases carry no data.
+// that will never signal then drain. Written as semaphores are (writeValue,
+// not a fill: a wait may be polling the word, and only a semaphore write is
+// an atomic store for it). Failure path only: the messages it releases
+// carry no data.
 void IpcBackend::State::unblock() {
   if (page == nullptr || control == nullptr || latest == nullptr) return;
   for (int p = 0; p < world; ++p) {
     const uint32_t v = latest[static_cast<std::size_t>(p)].load(std::memory_order_relaxed) +
                        (uint32_t{1} << 30);
-    dev->fill(*control, page + static_cast<std::size_t>(p) * kSignals, DType::Int32, kSignals,
-              static_cast<int32_t>(v), 0);
+    for (int k = 0; k < kSignals; ++k)
+      dev->writeValue(*control, page + static_cast<std::size_t>(p) * kSignals + k, v);
   }
 }
 
