@@ -517,9 +517,21 @@ void MpiBackend::State::shutdown() noexcept {
   ready.reset();
   int finalized = 0;
   MPI_Finalized(&finalized);
-  // After an abort, requests may still be pending on the communicators:
-  // they are left to MPI, with the communicators and ops.
-  if (finalized || aborted->load()) return;
+  if (finalized) return;
+  // After an abort, requests may still be pending on the communicators and
+  // use the ops: neither is freed. Both go to lists kept for the rest of the
+  // process, so that they stay reachable (kept on purpose, not lost:
+  // LeakSanitizer then has nothing to report).
+  if (aborted->load()) {
+    static auto* kept_comms = new std::vector<MPI_Comm>;
+    static auto* kept_ops = new std::vector<MPI_Op>;
+    for (MPI_Comm comm : comms)
+      if (comm != MPI_COMM_NULL) kept_comms->push_back(comm);
+    for (auto& row : ops16)
+      for (MPI_Op& op : row)
+        if (op != MPI_OP_NULL) kept_ops->push_back(op);
+    return;
+  }
   for (MPI_Comm& comm : comms)
     if (comm != MPI_COMM_NULL) MPI_Comm_free(&comm);
   for (auto& row : ops16)
