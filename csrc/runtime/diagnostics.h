@@ -85,7 +85,6 @@ class Diagnostics {
   bool leak_ = false;
   std::vector<int64_t> check_executions_;
   bool capturing_ = false;
-  bool replays_ = false;                       // a captured run was replayed
   std::vector<int64_t> captured_executions_;   // per check: executions in the capture
   std::vector<std::vector<int64_t>> check_contexts_;  // per check: flat loop values
 };

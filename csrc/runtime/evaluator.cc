@@ -232,29 +232,36 @@ struct Evaluator::Impl {
       return;
     std::vector<int64_t> fixed = plan.scalar_init;
     fixed[kRankSlot] = rank;
+    // Per allocation, from one pass over the communications: the one
+    // symmetric-memory backend whose collectives use it (-1: none; -2: a
+    // collective elsewhere too) and their teams.
+    std::vector<int> backend_of(plan.allocs.size(), -1);
+    std::vector<std::vector<int>> teams_of(plan.allocs.size());
+    for (const PlanComm& c : plan.comms) {
+      if (isPointToPoint(c.type)) continue;
+      for (const std::optional<PlanRef>& ref : {c.input, c.output}) {
+        if (!ref) continue;
+        int& b = backend_of[static_cast<std::size_t>(ref->alloc)];
+        if (b == -2) continue;
+        if (!plan.backends[c.backend].symmetric_memory || (b >= 0 && b != c.backend)) {
+          b = -2;
+          continue;
+        }
+        b = c.backend;
+        std::vector<int>& teams = teams_of[static_cast<std::size_t>(ref->alloc)];
+        if (std::find(teams.begin(), teams.end(), c.team) == teams.end()) teams.push_back(c.team);
+      }
+    }
     for (std::size_t a = 0; a < plan.allocs.size(); ++a) {
       const PlanAlloc& pa = plan.allocs[a];
-      if (pa.bindable || pa.peer_mapped) continue;
+      const int backend = backend_of[a];
+      if (backend < 0 || pa.bindable || pa.peer_mapped) continue;
       bool same_everywhere = true;  // shape of params and world only
       for (const CompiledExpr& e : pa.shape)
         for (int s : e.slots())
           if (s == kRankSlot || s >= plan.globals) same_everywhere = false;
       if (!same_everywhere) continue;
-      int backend = -1;
-      bool eligible = true;
-      std::vector<int> teams;
-      for (const PlanComm& c : plan.comms) {
-        const bool uses = (c.input && c.input->alloc == static_cast<int>(a)) ||
-                          (c.output && c.output->alloc == static_cast<int>(a));
-        if (!uses || isPointToPoint(c.type)) continue;
-        if (!plan.backends[c.backend].symmetric_memory || (backend >= 0 && backend != c.backend)) {
-          eligible = false;
-          break;
-        }
-        backend = c.backend;
-        if (std::find(teams.begin(), teams.end(), c.team) == teams.end()) teams.push_back(c.team);
-      }
-      if (!eligible || backend < 0) continue;
+      const std::vector<int>& teams = teams_of[a];
       Layout layout;
       try {
         evalLayout(pa, fixed.data(), layout);

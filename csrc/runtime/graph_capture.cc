@@ -15,19 +15,12 @@ GraphCapture::GraphCapture(bool enabled, Device& dev,
 void GraphCapture::begin(Stream& s0, uint64_t run) {
   hooks_.synchronize_all();
   hooks_.forget_events();
+  start_ = std::chrono::steady_clock::now();
+  dev_.beginCapture(s0);  // first: if it throws, nothing else changed
   for (auto& b : backends_) b->setCapturing(true);
   diag_.setCapturing(true);
-  start_ = std::chrono::steady_clock::now();
   capturing_ = true;
   recapture_ = false;
-  try {
-    dev_.beginCapture(s0);
-  } catch (...) {
-    capturing_ = false;
-    diag_.setCapturing(false);
-    for (auto& b : backends_) b->setCapturing(false);
-    throw;
-  }
   HIR_LOG_INFO(Subsys::Eval, "run {}: capturing a graph", run);
 }
 
