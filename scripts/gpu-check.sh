@@ -3,6 +3,8 @@
 # tests under mpirun at 1, 2 and all GPUs, optionally the host test suite, the
 # examples on the cuda device at the same world sizes, and the communication
 # benchmark; keep full logs under ${OUT:-gpu-out}/ and print a summary last.
+# On a machine of one GPU, the ipc tests and examples also run on 2 ranks
+# sharing it (HIR_SHARE_GPUS=1; NCCL refuses that, ipc does not).
 #
 #   bash scripts/gpu-check.sh [--host-tests] [--no-tests] [--no-examples]
 #                             [--no-bench] [--bench-args "ARGS"] [--jobs N]
@@ -212,6 +214,68 @@ if [ "$run_examples" = 1 ]; then
         [ "$mode" = graph ] && label="graph examples np=$n"
         record "$label" "$p" "$f" "$s" "${failures:+failed:$failures}"
       done
+    done
+  fi
+fi
+
+# ------------------------------------------- 2 ranks sharing the one GPU
+# On a machine of one GPU, the 2-rank paths that do not need NCCL (which
+# refuses two ranks on one GPU) still run: the ipc tests and the ipc
+# examples, with HIR_SHARE_GPUS=1, both ranks on GPU 0. Correctness only:
+# copies within one GPU say nothing of NVLink's speed.
+if [ "$gpus" = 1 ]; then
+  log="$out/tests.log"
+  mpi_tests="$build/tests/hostir_mpi_tests"
+  if [ "$run_tests" = 1 ] && [ -x "$mpi_tests" ]; then
+    log_header "$log" "hostir_mpi_tests Ipc* on the cuda device, 2 ranks sharing GPU 0"
+    piece=$(HIR_SHARE_GPUS=1 HIR_TEST_DEVICE=cuda timeout 900 "${mpirun_cmd[@]}" \
+      -x HIR_TEST_DEVICE -x HIR_SHARE_GPUS -np 2 "$mpi_tests" --gtest_color=no \
+      '--gtest_filter=Ipc*:-IpcFakeNodes*' 2>&1)
+    rc=$?
+    printf '%s\n' "$piece" >>"$log"
+    read -r p f s <<<"$(gtest_counts "$piece")"
+    if [ "$rc" != 0 ] && [ "$f" = 0 ]; then f=1; fi
+    record "ipc (cuda) np=2 shared" "$p" "$f" "$s" "exit $rc"
+  fi
+  if [ "$run_tests" = 1 ] && [ -x "$gpu_tests" ]; then
+    log_header "$log" "hostir_gpu_tests *Ipc* on 2 ranks sharing GPU 0"
+    piece=$(HIR_SHARE_GPUS=1 timeout 900 "${mpirun_cmd[@]}" -x HIR_SHARE_GPUS -np 2 \
+      "$gpu_tests" --gtest_color=no '--gtest_filter=*Ipc*' 2>&1)
+    rc=$?
+    printf '%s\n' "$piece" >>"$log"
+    read -r p f s <<<"$(gtest_counts "$piece")"
+    if [ "$rc" != 0 ] && [ "$f" = 0 ]; then f=1; fi
+    record "gpu tests *Ipc* np=2 shared" "$p" "$f" "$s" "exit $rc"
+  fi
+  hir="$build/bin/hir"
+  if [ "$run_examples" = 1 ] && [ -x "$hir" ]; then
+    log="$out/examples.log"
+    for mode in eager graph; do
+      p=0 f=0 s=0 failures="" skipped=""
+      for ex in "$root"/ir_examples/*_ipc.json; do
+        [ -e "$ex" ] || continue
+        name=$(basename "$ex" .json)
+        want=0 flags=()
+        if [ "$mode" = graph ]; then
+          flags=(--graph --iters 5)
+          "$hir" check "$ex" --world 2 --device cuda >"$out/check.tmp" 2>&1
+          grep -q 'graph capture (--graph): possible' "$out/check.tmp" || want=2
+          rm -f "$out/check.tmp"
+        fi
+        log_header "$log" "$name on 2 ranks sharing GPU 0${flags:+, ${flags[*]}}"
+        piece=$(HIR_SHARE_GPUS=1 timeout 600 "$hir" run "$ex" --np 2 --device cuda \
+          "${flags[@]}" 2>&1)
+        rc=$?
+        printf '%s\n' "$piece" >>"$log"
+        echo "exit status: $rc (expected $want)" >>"$log"
+        if grep -q "Duplicate GPU detected" <<<"$piece"; then
+          s=$((s + 1)) skipped+=" $name"  # it has nccl communications too
+        elif [ "$rc" = "$want" ]; then p=$((p + 1)); else f=$((f + 1)); failures+=" $name"; fi
+      done
+      label="ipc examples np=2 shared"
+      [ "$mode" = graph ] && label="ipc graph examples np=2 sh"
+      record "$label" "$p" "$f" "$s" \
+        "${failures:+failed:$failures; }${skipped:+with nccl, skipped:$skipped}"
     done
   fi
 fi

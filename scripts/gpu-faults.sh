@@ -7,13 +7,17 @@
 # ir_examples/allreduce.json, which completes at once, measured first.
 #
 #   bash scripts/gpu-faults.sh [BUILD_DIR] [--device cuda|host] [--timeout S]
-#                              [--out DIR] [--np N]
+#                              [--out DIR] [--np N] [--cases A,B,..]
+#                              [--baseline PROG]
 #
 # BUILD_DIR defaults to build/ (it needs bin/hir). --device cuda (the
 # default) needs 2 GPUs; --device host runs anywhere (CI, no GPU), with the
 # mpi backend where the programs say "auto". Results go to --out, else $OUT,
 # else gpu-out/: faults.txt (the table, also printed) and faults-<case>.log
-# (each job's output). Exit status: 0 when every case passed.
+# (each job's output). Exit status: 0 when every case passed. --cases runs
+# only the cases named; --baseline times another correct program than
+# ir_examples/allreduce.json for the launch (one without nccl when the ranks
+# share a GPU: HIR_SHARE_GPUS=1 with the ipc cases on a machine of 1 GPU).
 #
 # The cases:
 #   wait_cycle          every rank host-waits on a recv before posting its send (auto: nccl /
@@ -33,6 +37,8 @@ build=""
 device=cuda
 timeout_s=10
 np=2
+cases=""
+baseline=$root/ir_examples/allreduce.json
 out=${OUT:-$root/gpu-out}
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -40,7 +46,9 @@ while [ $# -gt 0 ]; do
     --timeout) shift; timeout_s=${1:-10} ;;
     --out) shift; out=${1:-$out} ;;
     --np) shift; np=${1:-2} ;;
-    -h|--help) sed -n '2,26p' "$0"; exit 0 ;;
+    --cases) shift; cases=${1:-} ;;
+    --baseline) shift; baseline=${1:-$baseline} ;;
+    -h|--help) sed -n '2,31p' "$0"; exit 0 ;;
     -*) echo "gpu-faults: unknown option $1" >&2; exit 2 ;;
     *) build=$1 ;;
   esac
@@ -90,6 +98,9 @@ rank_pid() {
 run_case() {
   local name=$1 program="$data/$2"
   shift 2
+  if [ -n "$cases" ]; then
+    case ",$cases," in *",$name,"*) ;; *) return 0 ;; esac
+  fi
   local log="$out/faults-$name.log" rc t0 t1 secs note="" report=no pid=""
   : >"$log"
   t0=$(now)
@@ -134,13 +145,13 @@ run_case() {
 
 bound=$((timeout_s + 5))
 t0=$(now)
-"$hir" run "$root/ir_examples/allreduce.json" --np "$np" --device "$device" >"$out/faults-launch.log" 2>&1
+"$hir" run "$baseline" --np "$np" --device "$device" >"$out/faults-launch.log" 2>&1
 launch_rc=$?
 launch=$(elapsed "$t0" "$(now)")
 {
   echo "gpu-faults on $(hostname) at $(date '+%F %T'): --device $device --np $np --timeout $timeout_s"
   echo "(bound: exit non-zero within timeout + 5 = $bound s after the launch, which took $launch s"
-  echo " for ir_examples/allreduce.json, exit $launch_rc)"
+  echo " for $(basename "$baseline"), exit $launch_rc)"
   [ "$device" = cuda ] && { nvidia-smi -L 2>/dev/null || echo "nvidia-smi: not available"; }
 } | tee "$table"
 if [ "$launch_rc" != 0 ]; then

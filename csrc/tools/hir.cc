@@ -585,8 +585,10 @@ std::string programTextOnEveryRank(Bootstrap& boot) {
 // before any rank starts (exit 2).
 void checkGpusForLaunch(const std::string& kind, int np) {
   if (kind != "cuda") return;
+  const int gpus = visibleGpuCount();
+  if (gpus > 0 && gpuSharingAllowed()) return;
   const std::string problem =
-      localRanksProblem(np, visibleGpuCount(), fmt::format("--np {} starts {} ranks on this "
+      localRanksProblem(np, gpus, fmt::format("--np {} starts {} ranks on this "
                                                            "machine", np, np),
                         std::getenv("CUDA_VISIBLE_DEVICES"));
   if (!problem.empty()) throw UsageError(problem);
@@ -702,13 +704,14 @@ void refuseHostCommsWithoutMpi(const Program& p, int world, const std::string& d
 // message.
 void checkGpusPerNode(Bootstrap& boot, const std::string& device) {
   if (device == "host") return;
+  const bool sharing = gpuSharingAllowed();
   int32_t mine[2] = {boot.localSize(), visibleGpuCount()};
   std::vector<int32_t> all(2 * static_cast<std::size_t>(boot.world()));
   boot.allgather(mine, all.data(), sizeof mine);
   const std::vector<std::string>& nodes = boot.nodes();
   for (int r = 0; r < boot.world(); ++r) {
     const int local = all[2 * r], gpus = all[2 * r + 1];
-    if (gpus == 0 || (device != "cuda" && device != "auto")) continue;
+    if (gpus == 0 || sharing || (device != "cuda" && device != "auto")) continue;
     const std::string problem = localRanksProblem(
         local, gpus, fmt::format("the MPI job runs {} ranks on {}", local, nodes[r]), nullptr);
     if (!problem.empty()) throw UsageError(problem);

@@ -4,6 +4,10 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdlib>
+
+#include <hostir/error.h>
+
 namespace hir {
 namespace {
 
@@ -32,6 +36,27 @@ TEST(VisibleGpuCount, ZeroSaysWhy) {
   EXPECT_GE(gpus, 0);
   if (gpus == 0) EXPECT_FALSE(why.empty());
   EXPECT_EQ(visibleGpuCount(), gpus);
+}
+
+// HIR_SHARE_GPUS: 1 allows sharing, unset/empty/0 do not, anything else is
+// bad usage naming the value.
+TEST(GpuSharing, OnlyOneAllowsItAndAnyOtherValueIsAUsageError) {
+  const char* before = std::getenv("HIR_SHARE_GPUS");
+  const std::string saved = before ? before : "";
+  unsetenv("HIR_SHARE_GPUS");
+  EXPECT_FALSE(gpuSharingAllowed());
+  setenv("HIR_SHARE_GPUS", "0", 1);
+  EXPECT_FALSE(gpuSharingAllowed());
+  setenv("HIR_SHARE_GPUS", "1", 1);
+  EXPECT_TRUE(gpuSharingAllowed());
+  setenv("HIR_SHARE_GPUS", "yes", 1);
+  try {
+    gpuSharingAllowed();
+    ADD_FAILURE() << "HIR_SHARE_GPUS=yes was accepted";
+  } catch (const UsageError& e) {
+    EXPECT_NE(std::string(e.what()).find("got 'yes'"), std::string::npos) << e.what();
+  }
+  if (before) setenv("HIR_SHARE_GPUS", saved.c_str(), 1); else unsetenv("HIR_SHARE_GPUS");
 }
 
 }  // namespace
