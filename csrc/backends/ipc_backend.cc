@@ -1,4 +1,4 @@
-// The ipc backend (see ipc_backend.h and docs/ipc.md). One file of about 690
+// The ipc backend (see ipc_backend.h and docs/ipc.md). One file of about 800
 // lines: the protocol of a message and the exchange that maps the memory it
 // moves share the backend's state; the work on ipc collectives is where it
 // splits into protocol and exchange.
@@ -20,9 +20,18 @@
 // 2^32: q is the message's number plus HIR_IPC_SEQ_START, 0 unless a test
 // starts near the wrap, and every wait compares cyclically,
 // (int32)(value - q) >= 0, as cuStreamWaitValue32 does), so a wait for >= q
-// is satisfied by q or any later message, which comes after q on both sides: the messages of one pair and direction (a lane) run in
-// order, on the lane's stream, or on a poster's stream (postJoined) after
-// the lane's earlier messages.
+// is satisfied by q or any later message, which comes after q on both
+// sides: the messages of one pair and direction (a lane) run in order, on
+// the lane's stream, or on a poster's stream (postJoined) after the lane's
+// earlier messages.
+//
+// Counted mode (graph mode, BackendContext::graph; HIR_IPC_COUNTED=1 for
+// tests): q is not written into the work by the host but counted on the
+// device, one counter per lane and rank (Device::countedStep), so that a
+// graph's replays of the same work go on numbering. Both ends of a lane count
+// its messages in the same order, from the same start, so they agree on q
+// as the host's numbers do. A release word ends every counted wait on
+// abort().
 #include "backends/ipc_backend.h"
 
 #include <algorithm>
@@ -151,6 +160,16 @@ std::vector<std::string> allgatherStatus(Bootstrap& boot, const std::string& min
   return out;
 }
 
+// HIR_IPC_COUNTED=1: counted mode without graph mode (a test's, so that the
+// host device runs the protocol graphs use). Unset or 0: not.
+bool countedRequested() {
+  const char* v = std::getenv("HIR_IPC_COUNTED");
+  if (v == nullptr || *v == '\0' || std::string_view(v) == "0") return false;
+  HIR_CHECK_AS(UsageError, std::string_view(v) == "1", "HIR_IPC_COUNTED must be 0 or 1, got '{}'",
+               v);
+  return true;
+}
+
 void throwIfAnyFailed(const std::vector<std::string>& problems, std::string_view what) {
   std::string failures;
   int failed = 0;
@@ -168,6 +187,10 @@ struct Lane;
 // A post's op, resolved on the posting thread before anything is enqueued.
 struct Step {
   Lane* lane = nullptr;
+  // Counted mode: q = *counter + offset when the step runs, and the
+  // message's last part advances the counter (see postJoined()).
+  uint32_t* counter = nullptr;
+  uint32_t offset = 1, advance = 1;
   bool copies = false;  // this side copies (it imported the peer's buffer)
   void* dst = nullptr;
   const void* src = nullptr;
@@ -213,6 +236,10 @@ struct IpcBackend::State {
   std::vector<std::string> nodes;
 
   uint32_t* page = nullptr;  // world x kSignals counters, written by peers
+  // Counted mode: this rank's lane counters (sends to each peer, then
+  // receives from each), then the release word; device memory of its own.
+  bool counted = false;
+  uint32_t* counts = nullptr;
   uint32_t seq_start = 0;    // HIR_IPC_SEQ_START: message q signals seq_start + q
   // Per peer: the latest message number posted with it (either direction),
   // for unblock() from any thread.
@@ -242,6 +269,7 @@ struct IpcBackend::State {
     return l;
   }
   Step resolve(const PostArgs& a);
+  uint32_t* releaseWord() const { return counts + 2 * static_cast<std::size_t>(world); }
   void enqueue(const Step& s, Stream& current);
   // Makes `on` wait for the lane's earlier messages, unless they ran on `on`
   // itself or on `covered` (whose work `on` already waits for).
@@ -281,6 +309,8 @@ Step IpcBackend::State::resolve(const PostArgs& a) {
   const int me = rank, peer = a.peer;
   Step s;
   s.lane = &laneFor(a.type, peer);
+  if (counted)
+    s.counter = counts + (a.type == CommType::Send ? 0 : world) + static_cast<std::size_t>(peer);
   // Modulo 2^32: the waits compare cyclically.
   s.seq = static_cast<uint32_t>(seq_start + a.remote.pair_seq);
   std::atomic<uint32_t>& l = latest[static_cast<std::size_t>(peer)];
@@ -316,16 +346,35 @@ Step IpcBackend::State::resolve(const PostArgs& a) {
 }
 
 void IpcBackend::State::announce(Stream& on, const Step& s) {
-  if (!s.copies) dev->writeValue(on, s.signal, s.seq);
+  if (s.copies) return;
+  if (s.counter == nullptr) return dev->writeValue(on, s.signal, s.seq);
+  dev->countedStep(on,
+                   CountedStep{.counter = s.counter, .offset = s.offset, .signal_addr = s.signal});
 }
 
 void IpcBackend::State::transfer(Stream& on, const Step& s) {
   if (!s.copies) return;
-  dev->signaledCopy(on, s.dst, s.src, s.bytes, s.await, s.seq, s.signal, s.seq);
+  if (s.counter == nullptr)
+    return dev->signaledCopy(on, s.dst, s.src, s.bytes, s.await, s.seq, s.signal, s.seq);
+  dev->countedStep(on, CountedStep{.counter = s.counter,
+                                   .offset = s.offset,
+                                   .advance = s.advance,
+                                   .wait_addr = s.await,
+                                   .release = releaseWord(),
+                                   .dst = s.dst,
+                                   .src = s.src,
+                                   .bytes = s.bytes,
+                                   .signal_addr = s.signal});
 }
 
 void IpcBackend::State::await(Stream& on, const Step& s) {
-  if (!s.copies) dev->waitValue(on, s.await, s.seq);
+  if (s.copies) return;
+  if (s.counter == nullptr) return dev->waitValue(on, s.await, s.seq);
+  dev->countedStep(on, CountedStep{.counter = s.counter,
+                                   .offset = s.offset,
+                                   .advance = s.advance,
+                                   .wait_addr = s.await,
+                                   .release = releaseWord()});
 }
 
 // On the lane's stream, after the poster's `ready` event and the lane's
@@ -402,6 +451,9 @@ std::string IpcBackend::State::exportError(const ShareItem& item, const std::str
 // carry no data.
 void IpcBackend::State::unblock() {
   if (page == nullptr || control == nullptr || latest == nullptr) return;
+  // Counted waits compare with the device's numbers, which the host may not
+  // know (a graph's replays): they end on the release word instead.
+  if (counts != nullptr) dev->writeValue(*control, releaseWord(), 1);
   for (int p = 0; p < world; ++p) {
     const uint32_t v = latest[static_cast<std::size_t>(p)].load(std::memory_order_relaxed) +
                        (uint32_t{1} << 30);
@@ -465,6 +517,7 @@ void IpcBackend::State::shutdown() noexcept {
     for (void* p : retired) dev->closeImported(p);
     for (void* p : mapped_pages) dev->closeImported(p);
     dev->deallocate(page);
+    if (counts != nullptr) dev->deallocate(counts);
   } catch (...) {
     // Teardown goes on; the device reports its own failures at the next use.
   }
@@ -489,6 +542,7 @@ BackendCaps IpcBackend::caps() {
   c.same_node_only = true;
   c.post_order = PostOrder::kPerPeer;  // one lane per ordered pair of ranks
   c.rank_spaces = {RankSpace::Processes};  // CUDA IPC handles do not open in their exporter
+  c.capturable = true;  // in graph mode its message numbers are counted on the device
   c.auto_priority = 0;
   return c;
 }
@@ -540,7 +594,21 @@ void IpcBackend::setup(const BackendContext& ctx) {
   st.page = static_cast<uint32_t*>(d.allocate(st.page_bytes));
   d.fill(*st.control, st.page, DType::Int32, static_cast<std::size_t>(st.world) * kSignals,
          static_cast<int32_t>(st.seq_start), 0);
+  // Counted mode: the lane counters start where the page does; the release
+  // word at 0.
+  st.counted = ctx.graph || countedRequested();
+  if (st.counted) {
+    HIR_CHECK_AS(BackendError, d.supports(DeviceFeature::CountedSemaphore),
+                 "ipc in graph mode needs counted semaphores, which device {} does not offer",
+                 d.describe());
+    st.counts = static_cast<uint32_t*>(
+        d.allocate((2 * static_cast<std::size_t>(st.world) + 1) * sizeof(uint32_t)));
+    d.fill(*st.control, st.counts, DType::Int32, 2 * static_cast<std::size_t>(st.world),
+           static_cast<int32_t>(st.seq_start), 0);
+    d.fill(*st.control, st.releaseWord(), DType::Int32, 1, 0, 0);
+  }
   d.synchronize(*st.control, ctx.timeout);
+  HIR_LOG_DEBUG(Subsys::Ipc, "message numbers {}", st.counted ? "counted on the device" : "from the host");
 }
 
 void IpcBackend::post(std::span<const PostArgs> ops, Stream& current, Event& done) {
@@ -577,6 +645,28 @@ void IpcBackend::post(std::span<const PostArgs> ops, Stream& current, Event& don
   d.record(done, *st.join);
 }
 
+namespace {
+
+// Counted mode, for the phases of postJoined(): the k-th message of a lane
+// in `steps` is number *counter + k, and the lane's last part enqueued (its
+// last wait if it has a side that does not copy, else its last copy)
+// advances the counter past them all.
+void countInGroup(std::vector<Step>& steps) {
+  std::map<uint32_t*, uint32_t> n;  // counter -> messages so far
+  for (Step& s : steps) {
+    s.offset = ++n[s.counter];
+    s.advance = 0;
+  }
+  for (auto& [counter, total] : n) {
+    Step* last = nullptr;
+    for (Step& s : steps)
+      if (s.counter == counter && (last == nullptr || !s.copies || last->copies)) last = &s;
+    last->advance = total;
+  }
+}
+
+}  // namespace
+
 // Everything on `current`: first the signals of the sides that do not copy,
 // then the copies (each after its peer's signal), then the remaining waits.
 // A copy waits only for a signal that its peer's post gives before any of
@@ -595,6 +685,7 @@ bool IpcBackend::postJoined(std::span<const PostArgs> ops, Stream& current, Even
     steps.push_back(st.resolve(a));
     addLane(lanes, steps.back().lane);
   }
+  if (st.counted) countInGroup(steps);
   for (Lane* l : lanes) st.follow(*l, current, nullptr);
   for (const Step& s : steps) st.announce(current, s);
   for (const Step& s : steps) st.transfer(current, s);
@@ -711,6 +802,15 @@ void IpcBackend::abort() {
     state_->unblock();
   } catch (...) {
   }
+}
+
+void IpcBackend::setCapturing(bool) {
+  State& st = *state_;
+  std::lock_guard lock(st.post_mutex);
+  HIR_INTERNAL_ASSERT(st.counted, "ipc: a graph capture without graph mode at setup (its message "
+                      "numbers would repeat in every replay)");
+  for (auto* lanes : {&st.send_lanes, &st.recv_lanes})
+    for (Lane& l : *lanes) l.on = nullptr;
 }
 
 int64_t IpcBackend::exchanges() const { return state_->exchanges; }

@@ -53,11 +53,16 @@ class IpcBackend final : public Backend {
   // Collective over the world, on every rank even with no items.
   void shareMemHandles(std::span<const ShareItem> items) override;
   // Releases this rank's own semaphore waits (every counter of its signal
-  // page to 2^31 - 1, on the host and cuda devices alike: a GPU stream
-  // blocked in cuStreamWaitValue32 or in the fused copy kernel drains);
+  // page to 2^30 past the latest message number, and in counted mode the
+  // release word, on the host and cuda devices alike: a GPU stream blocked
+  // in cuStreamWaitValue32 or in a copy or counted kernel drains);
   // later posts throw, and teardown waits for nothing and leaks the page
   // and the mappings (peers may still write into them). Any thread.
   void abort() override;
+  // Forgets where each lane's last messages ran (their events were recorded
+  // before the capture, or inside it). Graph mode counts the message numbers
+  // on the device (BackendContext::graph), so a replay numbers on.
+  void setCapturing(bool capturing) override;
 
   // host or cuda device; send and recv; any dtype; peers on this node only.
   static BackendCaps caps();

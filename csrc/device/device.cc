@@ -46,6 +46,9 @@ std::unique_ptr<Graph> Device::endCapture(Stream&) {
   throwUnsupported(*this, "graphs", "endCapture");
 }
 void Device::launchGraph(Graph&, Stream&) { throwUnsupported(*this, "graphs", "launchGraph"); }
+void Device::countedStep(Stream&, const CountedStep&) {
+  throwUnsupported(*this, "counted semaphores", "countedStep");
+}
 void Device::signaledCopy(Stream& s, void* dst, const void* src, std::size_t bytes,
                           const uint32_t* wait_addr, uint32_t at_least, uint32_t* signal_addr,
                           uint32_t value) {

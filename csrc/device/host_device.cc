@@ -430,6 +430,7 @@ bool HostDevice::supports(DeviceFeature f) const {
     case DeviceFeature::Compute: return true;
     case DeviceFeature::Timing: return true;
     case DeviceFeature::Graphs: return false;  // no graph of host tasks (yet)
+    case DeviceFeature::CountedSemaphore: return true;
   }
   return false;
 }
@@ -839,32 +840,83 @@ void HostDevice::writeValue(Stream& s, uint32_t* addr, uint32_t value) {
       [addr, value] { std::atomic_ref<uint32_t>(*addr).store(value, std::memory_order_release); });
 }
 
+namespace {
+
 // Polls: the writer may be another process, so there is nothing to notify.
 // Values compare cyclically, (int32)(value - at_least) >= 0, as CUDA's GEQ.
+// Ends early when `release` (may be null) becomes non-zero. `what` names the
+// call in errors.
+void pollValue(HostDevice::Impl* dev, uint32_t* word, uint32_t at_least, uint32_t* release,
+               const char* what) {
+  Duration limit = dev->streamWait();
+  auto deadline = deadlineAfter(limit);
+  auto pause = std::chrono::microseconds(1);
+  std::atomic_ref<uint32_t> value(*word);
+  for (;;) {
+    uint32_t seen = value.load(std::memory_order_acquire);
+    if (static_cast<int32_t>(seen - at_least) >= 0 || dev->failed.load()) return;
+    if (release != nullptr && std::atomic_ref<uint32_t>(*release).load(std::memory_order_acquire))
+      return;
+    HIR_CHECK_AS(BackendError, !dev->closing.load(),
+                 "device destroyed while {}({}) saw {}, waiting for >= {}", what,
+                 static_cast<void*>(word), seen, at_least);
+    HIR_CHECK_AS(BackendError, Clock::now() < deadline,
+                 "stream wait timed out after {} ms: {}({}) saw {}, waiting for >= {}",
+                 limit.count(), what, static_cast<void*>(word), seen, at_least);
+    std::this_thread::sleep_for(pause);
+    pause = std::min<std::chrono::microseconds>(pause * 2, std::chrono::milliseconds(1));
+  }
+}
+
+}  // namespace
+
 void HostDevice::waitValue(Stream& s, const uint32_t* addr, uint32_t at_least) {
   HIR_INTERNAL_ASSERT(reinterpret_cast<uintptr_t>(addr) % alignof(uint32_t) == 0,
                       "waitValue: misaligned address {}", static_cast<const void*>(addr));
   Impl* dev = impl_.get();
   // atomic_ref needs a non-const object; the task only loads through it.
   auto* word = const_cast<uint32_t*>(addr);
-  impl_->stream(s).worker().enqueue([dev, word, at_least] {
-    Duration limit = dev->streamWait();
-    auto deadline = deadlineAfter(limit);
-    auto pause = std::chrono::microseconds(1);
-    std::atomic_ref<uint32_t> value(*word);
-    for (;;) {
-      uint32_t seen = value.load(std::memory_order_acquire);
-      if (static_cast<int32_t>(seen - at_least) >= 0 || dev->failed.load()) return;
-      HIR_CHECK_AS(BackendError, !dev->closing.load(),
-                   "device destroyed while waitValue({}) saw {}, waiting for >= {}",
-                   static_cast<void*>(word), seen, at_least);
-      HIR_CHECK_AS(BackendError, Clock::now() < deadline,
-                   "stream wait timed out after {} ms: waitValue({}) saw {}, waiting for >= {}",
-                   limit.count(), static_cast<void*>(word), seen, at_least);
-      std::this_thread::sleep_for(pause);
-      pause = std::min<std::chrono::microseconds>(pause * 2, std::chrono::milliseconds(1));
-    }
-  });
+  impl_->stream(s).worker().enqueue(
+      [dev, word, at_least] { pollValue(dev, word, at_least, nullptr, "waitValue"); });
+}
+
+// Three parts in stream order: the wait (a task), the copy (the device's
+// own), the signal (a task); each computes v when it runs, and the last
+// task advances the counter.
+void HostDevice::countedStep(Stream& s, const CountedStep& step) {
+  HIR_INTERNAL_ASSERT(step.counter != nullptr, "countedStep without a counter");
+  for (const void* a : {static_cast<const void*>(step.counter),
+                        static_cast<const void*>(step.wait_addr),
+                        static_cast<const void*>(step.release),
+                        static_cast<const void*>(step.signal_addr)})
+    HIR_INTERNAL_ASSERT(reinterpret_cast<uintptr_t>(a) % alignof(uint32_t) == 0,
+                        "countedStep: misaligned address {}", a);
+  Impl* dev = impl_.get();
+  uint32_t* counter = step.counter;
+  const uint32_t offset = step.offset;
+  const bool signals = step.signal_addr != nullptr;
+  if (step.wait_addr != nullptr || (!signals && step.advance != 0)) {
+    auto* word = const_cast<uint32_t*>(step.wait_addr);
+    auto* release = const_cast<uint32_t*>(step.release);
+    const uint32_t advance = signals ? 0 : step.advance;
+    impl_->stream(s).worker().enqueue([dev, counter, offset, advance, word, release] {
+      std::atomic_ref<uint32_t> c(*counter);
+      const uint32_t v = c.load(std::memory_order_relaxed) + offset;
+      if (word != nullptr) pollValue(dev, word, v, release, "countedStep");
+      if (advance != 0) c.store(v - offset + advance, std::memory_order_relaxed);
+    });
+  }
+  if (step.bytes > 0) copy(s, step.dst, step.src, step.bytes);
+  if (signals) {
+    uint32_t* signal = step.signal_addr;
+    const uint32_t advance = step.advance;
+    impl_->stream(s).worker().enqueue([counter, offset, advance, signal] {
+      std::atomic_ref<uint32_t> c(*counter);
+      const uint32_t base = c.load(std::memory_order_relaxed);
+      std::atomic_ref<uint32_t>(*signal).store(base + offset, std::memory_order_release);
+      if (advance != 0) c.store(base + advance, std::memory_order_relaxed);
+    });
+  }
 }
 
 // --------------------------------------------------------------- registry

@@ -115,6 +115,7 @@ class HostDevice : public Device {
 
   void writeValue(Stream& s, uint32_t* addr, uint32_t value) override;
   void waitValue(Stream& s, const uint32_t* addr, uint32_t at_least) override;
+  void countedStep(Stream& s, const CountedStep& step) override;
 
   // Sets the sticky error ("cancelled: <why>"): blocked stream tasks stop
   // waiting, queued ones are skipped, later calls that synchronize throw.

@@ -73,6 +73,11 @@ struct BackendContext {
   // teams[i]: world ranks in team order; teams[0] is every rank in order.
   std::vector<std::vector<int>> teams;
   Duration timeout{300000};
+  // Graph mode (EvaluatorOptions::graph): from the first run on, the posts
+  // may be captured into a graph and replayed, so a capturable backend
+  // whose work carries values that change from run to run (ipc's message
+  // numbers) keeps them on the device from the start.
+  bool graph = false;
 };
 
 // A set of values of a small enum (bit i: the value whose underlying value
@@ -133,8 +138,8 @@ struct BackendCaps {
   // Its posts may be captured into a graph and replayed (the evaluator's
   // graph mode, Backend::setCapturing): a post only enqueues device work,
   // never waits on the host, and a replay of that work repeats the post
-  // correctly. ipc does not qualify yet: its semaphore values are the
-  // sequence numbers of the messages, which a replay would repeat.
+  // correctly (nccl; ipc, whose message numbers are then counted on the
+  // device: BackendContext::graph).
   bool capturable = false;
   // Can place the allocations its collectives use in memory of its own
   // (Backend::allocateSymmetric): nccl's symmetric windows (NCCL >= 2.27),

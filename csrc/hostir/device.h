@@ -14,8 +14,10 @@
 //   throws BackendError with its message.
 //
 // Optional parts, each with a supports() query: IPC (exporting memory to and
-// mapping memory from another process of the same node) and stream-ordered
-// 32-bit semaphores (write a value; wait until a value is >= a target, cyclically).
+// mapping memory from another process of the same node), stream-ordered
+// 32-bit semaphores (write a value; wait until a value is >= a target,
+// cyclically), and the same with values counted on the device (so that a
+// graph's replays go on counting).
 #pragma once
 
 #include <chrono>
@@ -79,6 +81,32 @@ enum class DeviceFeature : uint8_t {
   Compute,          // matmul / add
   Timing,           // createTimingEvent / elapsedMs
   Graphs,           // beginCapture / endCapture / launchGraph
+  CountedSemaphore,  // countedStep
+};
+
+// One step of a semaphore protocol whose value is not the host's but
+// v = *counter + offset, with `counter` in this device's memory and read when
+// the step runs: captured into a graph, every replay counts on. In order,
+// each part optional (null pointer, 0 bytes):
+// - wait until (int32_t)(*wait_addr - v) >= 0 (the cyclic compare of
+//   waitValue), or until *release != 0 (release: this device's memory, set
+//   when the protocol gives up; the step then goes on without its data);
+// - copy dst[0, bytes) = src[0, bytes);
+// - store v into *signal_addr, after the copy is visible to whoever sees
+//   the value (release at system scope);
+// - *counter += advance.
+// `counter` is touched only by the steps of one lane, which run in order
+// (one stream, or streams ordered by events).
+struct CountedStep {
+  uint32_t* counter = nullptr;
+  uint32_t offset = 0;
+  uint32_t advance = 0;
+  const uint32_t* wait_addr = nullptr;
+  const uint32_t* release = nullptr;
+  void* dst = nullptr;
+  const void* src = nullptr;
+  std::size_t bytes = 0;
+  uint32_t* signal_addr = nullptr;
 };
 
 // out[m, n] (+)= op(a)[m, k] * op(b)[k, n], row-major, where op(x) is x or
@@ -213,6 +241,11 @@ class Device {
   virtual void signaledCopy(Stream& s, void* dst, const void* src, std::size_t bytes,
                             const uint32_t* wait_addr, uint32_t at_least, uint32_t* signal_addr,
                             uint32_t value);
+
+  // --- Optional: counted semaphores (supports(DeviceFeature::CountedSemaphore)):
+  // enqueues `step` (see CountedStep) on `s`. cuda: kernels (one for copies up
+  // to HIR_CUDA_KERNEL_COPY_MAX), capturable; host: stream tasks. ---
+  virtual void countedStep(Stream& s, const CountedStep& step);
 };
 
 // Device factories, registered by name ("host", and "cuda" when built with

@@ -167,6 +167,7 @@ struct Evaluator::Impl {
     ctx.device = &dev;
     ctx.bootstrap = &boot;
     ctx.timeout = opts.timeout;
+    ctx.graph = opts.graph;
     for (const PlanTeam& t : plan.teams) ctx.teams.push_back(t.ranks);
     {
       // Setup is collective (communicators, node names): a peer that never

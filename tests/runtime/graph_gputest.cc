@@ -345,6 +345,88 @@ TEST(GraphMode, BindingAnotherBufferAfterTheCaptureIsSeenByTheNextRun) {
     ASSERT_EQ(host[k], static_cast<float>(world) * (1000 + static_cast<float>(k))) << k;
 }
 
+// ipc in graph mode: its message numbers are counted on the device, so
+// every replay pairs its messages anew. The caller's input goes round the
+// ring (get, a kernel copy) into the caller's output; in a loop, a group of
+// put messages of 4 MiB (copy engine between counting kernels), posted
+// joined, each poisoned before and checked after. Eager and graph runs on
+// fresh inputs every run, and another input buffer bound after run 4. At world 1 every message is to the rank itself;
+// gpu-check also runs it on 2 ranks sharing a GPU (HIR_SHARE_GPUS=1).
+const char* kIpcRing = R"JSON({
+  "format": "hostir/1", "name": "graph_ipc_ring", "params": {"n": 1024, "m": 1048576, "iters": 3},
+  "inputs": ["in"], "outputs": ["out"],
+  "body": [
+    {"op": "allocate", "name": "in", "dtype": "float32", "shape": ["n"]},
+    {"op": "allocate", "name": "out", "dtype": "float32", "shape": ["n"]},
+    {"op": "allocate", "name": "x", "dtype": "float32", "shape": ["n"]},
+    {"op": "allocate", "name": "y", "dtype": "float32", "shape": ["n"]},
+    {"op": "allocate", "name": "a", "dtype": "int32", "shape": ["m"]},
+    {"op": "allocate", "name": "b", "dtype": "int32", "shape": ["m"]},
+    {"op": "copy", "src": "in", "dst": "x"},
+    {"op": "fill", "tensor": "y", "value": -1},
+    {"op": "communication", "name": "s", "type": "send", "tensor": "x",
+     "peer": "(rank + 1) % world", "backend": "ipc", "protocol": "get"},
+    {"op": "communication", "name": "r", "type": "recv", "tensor": "y",
+     "peer": "(rank - 1 + world) % world", "backend": "ipc", "protocol": "get"},
+    {"op": "wait", "communication": "s"},
+    {"op": "wait", "communication": "r"},
+    {"op": "copy", "src": "y", "dst": "out"},
+    {"op": "for", "index": "i", "stop": "iters", "body": [
+      {"op": "fill", "tensor": "a", "value": "rank * 100000 + i * 1000", "step": 1},
+      {"op": "fill", "tensor": "b", "value": -1},
+      {"op": "group", "name": "g", "body": [
+        {"op": "communication", "name": "sa", "type": "send", "tensor": "a",
+         "peer": "(rank + 1) % world", "backend": "ipc", "protocol": "put"},
+        {"op": "communication", "name": "rb", "type": "recv", "tensor": "b",
+         "peer": "(rank - 1 + world) % world", "backend": "ipc", "protocol": "put"}]},
+      {"op": "wait", "communication": "g"},
+      {"op": "check", "tensor": "b", "value": "(rank - 1 + world) % world * 100000 + i * 1000",
+       "step": 1}]}]})JSON";
+
+TEST(GraphModeIpc, ReplaysOfARingPairEveryMessageAnewOnFreshInputs) {
+  HIR_REQUIRE_GPUS(1);
+  const int rank = test::world().rank(), world = test::world().world();
+  const int prev = (rank - 1 + world) % world;
+  constexpr std::size_t kN = 1024;
+  constexpr int kRuns = 6, kLoop = 3;
+  Session session(test::world(), SessionOptions{"cuda"});
+  for (bool graph : {false, true}) {
+    CallerBuffers buf(kN), other(kN);
+    Evaluator ev(session, parseProgram(kIpcRing), graphOptions(graph));
+    float* in = buf.in;
+    ev.bind("in", in, kN * sizeof(float));
+    ev.bind("out", buf.out, kN * sizeof(float));
+    auto caller = session.device().wrapStream(buf.stream);
+    for (int run = 0; run < kRuns; ++run) {
+      // After run 4, another input: the graph is captured again, and the
+      // device's message numbers go on from where the replays left them.
+      if (run == 4) {
+        in = other.in;
+        ev.bind("in", in, kN * sizeof(float));
+      }
+      for (std::size_t k = 0; k < kN; ++k) buf.host[k] = seeded(rank, run, k);
+      cudaOk(cudaMemcpyAsync(in, buf.host, kN * sizeof(float), cudaMemcpyHostToDevice,
+                             buf.stream),
+             "upload");
+      cudaOk(cudaMemsetAsync(buf.out, 0xff, kN * sizeof(float), buf.stream), "poison");
+      ev.run(buf.stream);
+      cudaOk(cudaMemcpyAsync(buf.host, buf.out, kN * sizeof(float), cudaMemcpyDeviceToHost,
+                             buf.stream),
+             "download");
+      session.device().synchronize(*caller, test::testTimeout());
+      for (std::size_t k = 0; k < kN; ++k)
+        ASSERT_EQ(buf.host[k], seeded(prev, run, k))
+            << (graph ? "graph" : "eager") << " run " << run << ", element " << k;
+    }
+    ev.synchronize();
+    const RunReport r = ev.report();
+    EXPECT_TRUE(r.ok()) << (graph ? "graph: " : "eager: ") << r.format();
+    EXPECT_EQ(r.checks_run, static_cast<uint64_t>(kRuns * kLoop));
+    EXPECT_EQ(ev.graphStats().captured, graph);
+    EXPECT_EQ(ev.graphStats().launches, graph ? static_cast<uint64_t>(kRuns - 1) : 0u);
+  }
+}
+
 // NCCL's symmetric windows (EvaluatorOptions::symmetric_memory): in graph
 // mode (Auto) and eagerly (On), the buffers of the collectives are placed
 // in them (when the NCCL in use has windows, 2.27 and later) and every

@@ -623,6 +623,11 @@ TEST(HirCli, CheckForCudaSaysWhetherARunCanBeCaptured) {
                              "waits on 'ar_prod' in host mode"),
             std::string::npos)
       << blocked.out;
+  // ipc is capturable: its message numbers are counted on the device.
+  CommandResult ipc =
+      hir({"check", example("ring_exchange_ipc.json"), "--world", "2", "--device", "cuda"});
+  ASSERT_EQ(ipc.exit_code, 0) << ipc.err;
+  EXPECT_NE(ipc.out.find("hir: graph capture (--graph): possible"), std::string::npos) << ipc.out;
   // On the host device (no graphs) the line is left out.
   CommandResult host = hir({"check", example("alltoall.json"), "--world", "2"});
   EXPECT_EQ(host.out.find("graph capture"), std::string::npos) << host.out;

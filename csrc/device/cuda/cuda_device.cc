@@ -269,6 +269,7 @@ class CudaDevice final : public Device {
       case DeviceFeature::Compute: return true;
       case DeviceFeature::Timing: return true;
       case DeviceFeature::Graphs: return true;
+      case DeviceFeature::CountedSemaphore: return true;
     }
     return false;
   }
@@ -669,6 +670,34 @@ class CudaDevice final : public Device {
     CudaStream& cs = cudaStream(s, "signaledCopy");
     HIR_CUDA_CHECK(ordinal_, launchSignaledCopy(cs.native(), dst, src, bytes, wait_addr, at_least,
                                                 signal_addr, value));
+    cs.noteWork();
+  }
+
+  // Kernels, so that a graph's replays count on (a stream memory
+  // operation's value is fixed when it is enqueued). Copies larger than
+  // HIR_CUDA_KERNEL_COPY_MAX go to a copy engine between two kernels; the
+  // last kernel advances the counter.
+  void countedStep(Stream& s, const CountedStep& st) override {
+    HIR_INTERNAL_ASSERT(st.counter != nullptr, "countedStep without a counter");
+    activate(ordinal_);
+    CudaStream& cs = cudaStream(s, "countedStep");
+    if (st.bytes <= kernel_copy_max_) {
+      HIR_CUDA_CHECK(ordinal_, launchCountedStep(cs.native(), st.counter, st.offset, st.advance,
+                                                 st.wait_addr, st.release, st.dst, st.src,
+                                                 st.bytes, st.signal_addr));
+    } else {
+      const bool signals = st.signal_addr != nullptr;
+      if (st.wait_addr != nullptr || (!signals && st.advance != 0))
+        HIR_CUDA_CHECK(ordinal_, launchCountedStep(cs.native(), st.counter, st.offset,
+                                                   signals ? 0 : st.advance, st.wait_addr,
+                                                   st.release, nullptr, nullptr, 0, nullptr));
+      HIR_CUDA_CHECK(ordinal_, cudaMemcpyAsync(st.dst, st.src, st.bytes, cudaMemcpyDeviceToDevice,
+                                               cs.native()));
+      if (signals)
+        HIR_CUDA_CHECK(ordinal_, launchCountedStep(cs.native(), st.counter, st.offset, st.advance,
+                                                   nullptr, nullptr, nullptr, nullptr, 0,
+                                                   st.signal_addr));
+    }
     cs.noteWork();
   }
 

@@ -333,7 +333,57 @@ __global__ void signaledCopyKernel(void* dst, const void* src, std::size_t bytes
   if (threadIdx.x == 0) storeReleaseSys(signal_addr, value);
 }
 
+// One block: thread 0 reads v = *counter + offset and advances the
+// counter, then waits until *wait_addr >= v or *release != 0; the block
+// copies; every thread fences its stores at system scope; thread 0
+// releases v into *signal_addr. Each part is skipped when its pointer is
+// null (no copy: bytes == 0).
+__global__ void countedStepKernel(uint32_t* counter, uint32_t offset, uint32_t advance,
+                                  const uint32_t* wait_addr, const uint32_t* release, void* dst,
+                                  const void* src, std::size_t bytes, bool wide,
+                                  uint32_t* signal_addr) {
+  __shared__ uint32_t value;
+  if (threadIdx.x == 0) {
+    const uint32_t base = *counter;
+    const uint32_t v = base + offset;
+    if (advance != 0) *counter = base + advance;
+    if (wait_addr != nullptr)
+      while (static_cast<int32_t>(loadAcquireSys(wait_addr) - v) < 0 &&
+             (release == nullptr || *static_cast<const volatile uint32_t*>(release) == 0)) {
+      }
+    value = v;
+  }
+  __syncthreads();
+  if (wide) {
+    auto* d = static_cast<uint4*>(dst);
+    const auto* s = static_cast<const uint4*>(src);
+    for (std::size_t k = threadIdx.x; k < bytes / 16; k += blockDim.x) d[k] = s[k];
+  } else {
+    auto* d = static_cast<unsigned char*>(dst);
+    const auto* s = static_cast<const unsigned char*>(src);
+    for (std::size_t k = threadIdx.x; k < bytes; k += blockDim.x) d[k] = s[k];
+  }
+  if (signal_addr == nullptr) return;
+  __threadfence_system();
+  __syncthreads();
+  if (threadIdx.x == 0) storeReleaseSys(signal_addr, value);
+}
+
 }  // namespace
+
+cudaError_t launchCountedStep(cudaStream_t stream, uint32_t* counter, uint32_t offset,
+                              uint32_t advance, const uint32_t* wait_addr,
+                              const uint32_t* release, void* dst, const void* src,
+                              std::size_t bytes, uint32_t* signal_addr) {
+  const bool wide = (reinterpret_cast<uintptr_t>(dst) | reinterpret_cast<uintptr_t>(src) |
+                     bytes) % 16 == 0;
+  const std::size_t items = wide ? bytes / 16 : bytes;
+  const int threads = static_cast<int>(std::clamp<std::size_t>((items + 31) / 32 * 32, 32, 1024));
+  void* args[] = {&counter, &offset, &advance, &wait_addr, &release, &dst, &src, &bytes,
+                  const_cast<bool*>(&wide), &signal_addr};
+  return cudaLaunchKernel(reinterpret_cast<const void*>(&countedStepKernel), dim3(1),
+                          dim3(threads), args, 0, stream);
+}
 
 cudaError_t launchSignaledCopy(cudaStream_t stream, void* dst, const void* src,
                                std::size_t bytes, const uint32_t* wait_addr, uint32_t at_least,
