@@ -220,6 +220,11 @@ int64_t Diagnostics::beginCheck(int check, const int64_t* scalars) {
   return exec;
 }
 
+void Diagnostics::setCapturing(bool on) {
+  if (on) std::fill(captured_executions_.begin(), captured_executions_.end(), 0);
+  capturing_ = on;
+}
+
 void Diagnostics::replayed() {
   for (std::size_t i = 0; i < check_executions_.size(); ++i)
     check_executions_[i] += captured_executions_[i];

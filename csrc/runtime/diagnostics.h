@@ -65,8 +65,10 @@ class Diagnostics {
   // Graph capture. While capturing, every check execution writes its node's
   // shared record: the graph replays those writes, so the captured
   // executions and all their replays count together, as executions past
-  // kRecordedExecutions do. replayed() counts one more replay of them.
-  void setCapturing(bool on) { capturing_ = on; }
+  // kRecordedExecutions do. replayed() counts one more replay of them: of
+  // the latest capture's executions (a capture after a bind() replaces the
+  // graph, and its replays repeat only its own).
+  void setCapturing(bool on);
   void replayed();
 
  private:

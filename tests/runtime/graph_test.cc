@@ -51,8 +51,9 @@ TEST(GraphMode, WithTracingIsRefusedAtLoad) {
 
 // Diagnostics as the evaluator drives them: run 1 eager (3 executions, one
 // record each), run 2 captured (3 executions into the shared record), then
-// two replays that repeat those 3. The kernel's writes are made by hand:
-// the captured execution j=1 finds 2 wrong elements, every replay again.
+// two replays that repeat those 3, then a second capture (after a bind())
+// and its replay. The kernel's writes are made by hand: the captured
+// execution j=1 finds 2 wrong elements, every replay again.
 TEST(GraphMode, CheckExecutionsOfTheCaptureAndItsReplaysAreCountedTogether) {
   CompileOptions co;
   co.world = 1;
@@ -89,18 +90,26 @@ TEST(GraphMode, CheckExecutionsOfTheCaptureAndItsReplaysAreCountedTogether) {
       captured[0]->checked += 12;       // the replay's three executions
       captured[0]->mismatches += 2;     // j=1 wrong again
     }
+    // A bind() dropped the graph: the run is captured again (3 executions,
+    // j=1 wrong), then replayed once; a replay repeats 3, not 6.
+    diag.setCapturing(true);
+    for (int j = 0; j < 3; ++j) execute(j, j == 1 ? 2 : 0);
+    diag.setCapturing(false);
+    diag.replayed();
+    captured[0]->checked += 12;
+    captured[0]->mismatches += 2;
     r = diag.report();
   }
-  EXPECT_EQ(r.checks_run, 12u);  // 3 eager + 3 captured + 2 replays of 3
-  EXPECT_EQ(r.elements_checked, 48u);
+  EXPECT_EQ(r.checks_run, 18u);  // 3 eager + 3 captured + 2 replays + 3 recaptured + 1 replay
+  EXPECT_EQ(r.elements_checked, 72u);
   ASSERT_EQ(r.failures.size(), 1u);
   const CheckFailure& f = r.failures[0];
-  EXPECT_EQ(f.executions, 12u);
-  EXPECT_EQ(f.mismatches, 6u);
+  EXPECT_EQ(f.executions, 18u);
+  EXPECT_EQ(f.mismatches, 10u);
   EXPECT_FALSE(f.exact);
   EXPECT_TRUE(f.replayed);
   EXPECT_EQ(f.context, "j=1");  // the captured execution's loop indices
-  EXPECT_NE(r.format().find("6 wrong elements in executions counted together (the captured "
+  EXPECT_NE(r.format().find("10 wrong elements in executions counted together (the captured "
                             "graph's and its replays'"),
             std::string::npos)
       << r.format();
