@@ -115,10 +115,26 @@ float seeded(int rank, int run, std::size_t k) {
   return static_cast<float>(rank * 10000 + run * 100 + static_cast<int>(k % 97));
 }
 
+// One run of `ev` on the caller's stream: the input `in` (bound to the
+// program's "in") gets this rank's data of run `run`, the output is
+// poisoned, and after the run it is downloaded into buf.host.
+void runOnFreshInput(Session& session, Evaluator& ev, CallerBuffers& buf, float* in, int run) {
+  for (std::size_t k = 0; k < buf.n; ++k) buf.host[k] = seeded(test::world().rank(), run, k);
+  cudaOk(cudaMemcpyAsync(in, buf.host, buf.n * sizeof(float), cudaMemcpyHostToDevice, buf.stream),
+         "upload");
+  cudaOk(cudaMemsetAsync(buf.out, 0xff, buf.n * sizeof(float), buf.stream), "poison");
+  ev.run(buf.stream);
+  cudaOk(cudaMemcpyAsync(buf.host, buf.out, buf.n * sizeof(float), cudaMemcpyDeviceToHost,
+                         buf.stream),
+         "download");
+  auto caller = session.device().wrapStream(buf.stream);
+  session.device().synchronize(*caller, test::testTimeout());
+}
+
 // Runs kMixed `runs` times on the caller's stream with a fresh input every
 // run; checks the caller's output on the host after each run.
 void runMixed(bool graph, int runs, RunReport* report, GraphStats* stats) {
-  const int rank = test::world().rank(), world = test::world().world();
+  const int world = test::world().world();
   constexpr std::size_t kN = 1024;
   Session session(test::world(), SessionOptions{"cuda"});
   CallerBuffers buf(kN);
@@ -126,18 +142,9 @@ void runMixed(bool graph, int runs, RunReport* report, GraphStats* stats) {
     Evaluator ev(session, parseProgram(kMixed), graphOptions(graph));
     ev.bind("in", buf.in, kN * sizeof(float));
     ev.bind("out", buf.out, kN * sizeof(float));
-    auto caller = session.device().wrapStream(buf.stream);
     for (int run = 0; run < runs; ++run) {
-      for (std::size_t k = 0; k < kN; ++k) buf.host[k] = seeded(rank, run, k);
-      cudaOk(cudaMemcpyAsync(buf.in, buf.host, kN * sizeof(float), cudaMemcpyHostToDevice,
-                             buf.stream),
-             "upload");
-      cudaOk(cudaMemsetAsync(buf.out, 0xff, kN * sizeof(float), buf.stream), "poison");
-      ev.run(buf.stream);
-      cudaOk(cudaMemcpyAsync(buf.host, buf.out, kN * sizeof(float), cudaMemcpyDeviceToHost,
-                             buf.stream),
-             "download");
-      session.device().synchronize(*caller, test::testTimeout());
+      runOnFreshInput(session, ev, buf, buf.in, run);
+      if (::testing::Test::HasFatalFailure()) return;
       for (std::size_t k = 0; k < kN; ++k) {
         float expected = 0;
         for (int r = 0; r < world; ++r) expected += seeded(r, run, k);
@@ -396,7 +403,6 @@ TEST(GraphModeIpc, ReplaysOfARingPairEveryMessageAnewOnFreshInputs) {
     float* in = buf.in;
     ev.bind("in", in, kN * sizeof(float));
     ev.bind("out", buf.out, kN * sizeof(float));
-    auto caller = session.device().wrapStream(buf.stream);
     for (int run = 0; run < kRuns; ++run) {
       // After run 4, another input: the graph is captured again, and the
       // device's message numbers go on from where the replays left them.
@@ -404,16 +410,8 @@ TEST(GraphModeIpc, ReplaysOfARingPairEveryMessageAnewOnFreshInputs) {
         in = other.in;
         ev.bind("in", in, kN * sizeof(float));
       }
-      for (std::size_t k = 0; k < kN; ++k) buf.host[k] = seeded(rank, run, k);
-      cudaOk(cudaMemcpyAsync(in, buf.host, kN * sizeof(float), cudaMemcpyHostToDevice,
-                             buf.stream),
-             "upload");
-      cudaOk(cudaMemsetAsync(buf.out, 0xff, kN * sizeof(float), buf.stream), "poison");
-      ev.run(buf.stream);
-      cudaOk(cudaMemcpyAsync(buf.host, buf.out, kN * sizeof(float), cudaMemcpyDeviceToHost,
-                             buf.stream),
-             "download");
-      session.device().synchronize(*caller, test::testTimeout());
+      runOnFreshInput(session, ev, buf, in, run);
+      if (HasFatalFailure()) return;
       for (std::size_t k = 0; k < kN; ++k)
         ASSERT_EQ(buf.host[k], seeded(prev, run, k))
             << (graph ? "graph" : "eager") << " run " << run << ", element " << k;

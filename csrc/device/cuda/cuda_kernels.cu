@@ -309,6 +309,20 @@ __device__ void storeReleaseSys(uint32_t* p, uint32_t v) {
   asm volatile("st.release.sys.global.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
 }
 
+// The threads of one block copy dst[0, bytes) = src[0, bytes), 16 bytes
+// per thread and step when `wide`.
+__device__ void blockCopy(void* dst, const void* src, std::size_t bytes, bool wide) {
+  if (wide) {
+    auto* d = static_cast<uint4*>(dst);
+    const auto* s = static_cast<const uint4*>(src);
+    for (std::size_t k = threadIdx.x; k < bytes / 16; k += blockDim.x) d[k] = s[k];
+  } else {
+    auto* d = static_cast<unsigned char*>(dst);
+    const auto* s = static_cast<const unsigned char*>(src);
+    for (std::size_t k = threadIdx.x; k < bytes; k += blockDim.x) d[k] = s[k];
+  }
+}
+
 // One block: thread 0 waits until *wait_addr >= at_least (wrap-around safe,
 // like CU_STREAM_WAIT_VALUE_GEQ), the block copies, every thread fences its
 // stores at system scope, then thread 0 releases `value` into *signal_addr.
@@ -319,15 +333,7 @@ __global__ void signaledCopyKernel(void* dst, const void* src, std::size_t bytes
     while (static_cast<int32_t>(loadAcquireSys(wait_addr) - at_least) < 0) {
     }
   __syncthreads();
-  if (wide) {
-    auto* d = static_cast<uint4*>(dst);
-    const auto* s = static_cast<const uint4*>(src);
-    for (std::size_t k = threadIdx.x; k < bytes / 16; k += blockDim.x) d[k] = s[k];
-  } else {
-    auto* d = static_cast<unsigned char*>(dst);
-    const auto* s = static_cast<const unsigned char*>(src);
-    for (std::size_t k = threadIdx.x; k < bytes; k += blockDim.x) d[k] = s[k];
-  }
+  blockCopy(dst, src, bytes, wide);
   __threadfence_system();
   __syncthreads();
   if (threadIdx.x == 0) storeReleaseSys(signal_addr, value);
@@ -354,15 +360,7 @@ __global__ void countedStepKernel(uint32_t* counter, uint32_t offset, uint32_t a
     value = v;
   }
   __syncthreads();
-  if (wide) {
-    auto* d = static_cast<uint4*>(dst);
-    const auto* s = static_cast<const uint4*>(src);
-    for (std::size_t k = threadIdx.x; k < bytes / 16; k += blockDim.x) d[k] = s[k];
-  } else {
-    auto* d = static_cast<unsigned char*>(dst);
-    const auto* s = static_cast<const unsigned char*>(src);
-    for (std::size_t k = threadIdx.x; k < bytes; k += blockDim.x) d[k] = s[k];
-  }
+  blockCopy(dst, src, bytes, wide);
   if (signal_addr == nullptr) return;
   __threadfence_system();
   __syncthreads();
