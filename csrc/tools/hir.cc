@@ -163,8 +163,8 @@ void addRunningOptions(CLI::App* cmd, RawArgs& raw, const char* check_when) {
             "auto (default: on with --graph), on, off: collectives' buffers in NCCL's symmetric "
             "windows");
   cmd->add_flag("--graph", raw.graph,
-                "capture run 2 into a CUDA graph and replay it on later runs (cuda, nccl; at "
-                "least 2 warm-up runs)");
+                "capture run 2 into a CUDA graph and replay it on later runs (cuda; nccl and "
+                "ipc; at least 2 warm-up runs)");
 }
 
 void checkLeftovers(CLI::App& app, CLI::App* cmd) {

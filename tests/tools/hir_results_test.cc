@@ -264,6 +264,18 @@ TEST(HirResults, SweepRefusesBadSizesAndUnknownParams) {
     EXPECT_NE(help.out.find(word), std::string::npos) << word;
 }
 
+// --graph in a sweep: each size that will run is checked for capture; the
+// unchecked probes that find the line from the param to bytes are not (they
+// once made every --graph sweep fail with "the check was turned off"). On
+// the host, the size's check finds what stops the capture.
+TEST(HirResults, SweepWithGraphChecksTheSizesItRunsNotItsProbes) {
+  CommandResult r = hir({"sweep", data("allreduce_sized.json"), "--param-size", "n", "-b", "1K",
+                         "--graph", "--device", "host"});
+  EXPECT_EQ(r.exit_code, 2) << r.out << r.err;
+  EXPECT_EQ(r.err.find("it was turned off"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("a run cannot be captured into a graph"), std::string::npos) << r.err;
+}
+
 // The interpreter python3-matplotlib installs into (scripts/setup.sh), else
 // the first python3 on PATH.
 std::string python() {
