@@ -428,6 +428,44 @@ TEST_P(IpcProtocol, AGroupMixingBothProtocolsOnOneLanePairsItsMessagesInOrder) {
   EXPECT_EQ(r.checks_run, 120u);
 }
 
+// One group, waited right away, with two messages of one protocol on each
+// lane (one counter), a small one and then a large one: the second must be
+// numbered after the first, or the group would complete when the small one
+// arrives, and the check of the large buffer, right after the group, would
+// find its poison while the copy is still on its way.
+TEST_P(IpcProtocol, AGroupOfTwoMessagesOnOneLaneCompletesOnlyWhenBothArrived) {
+  const std::string body = fmt::format(
+      R"({{"op": "allocate", "name": "a", "dtype": "int32", "shape": [16]}},
+      {{"op": "allocate", "name": "b", "dtype": "int32", "shape": ["n"]}},
+      {{"op": "allocate", "name": "ra", "dtype": "int32", "shape": [16]}},
+      {{"op": "allocate", "name": "rb", "dtype": "int32", "shape": ["n"]}},
+      {{"op": "for", "index": "i", "start": 0, "stop": 4, "body": [
+        {{"op": "fill", "tensor": "a", "value": "rank * 100000 + i * 1000", "step": 1}},
+        {{"op": "fill", "tensor": "b", "value": "rank * 100000 + i * 1000 + 3", "step": 1}},
+        {{"op": "fill", "tensor": "ra", "value": -1}},
+        {{"op": "fill", "tensor": "rb", "value": -1}},
+        {{"op": "group", "name": "g", "body": [
+          {{"op": "communication", "name": "sa", "type": "send", "tensor": "a",
+           "peer": "(rank + 1) % world", "backend": "ipc", "protocol": "{0}"}},
+          {{"op": "communication", "name": "sb", "type": "send", "tensor": "b",
+           "peer": "(rank + 1) % world", "backend": "ipc", "protocol": "{0}"}},
+          {{"op": "communication", "name": "rcv_a", "type": "recv", "tensor": "ra",
+           "peer": "(rank - 1 + world) % world", "backend": "ipc", "protocol": "{0}"}},
+          {{"op": "communication", "name": "rcv_b", "type": "recv", "tensor": "rb",
+           "peer": "(rank - 1 + world) % world", "backend": "ipc", "protocol": "{0}"}}
+        ]}},
+        {{"op": "wait", "communication": "g"}},
+        {{"op": "check", "tensor": "rb",
+         "value": "(rank - 1 + world) % world * 100000 + i * 1000 + 3", "step": 1}},
+        {{"op": "check", "tensor": "ra", "value": "(rank - 1 + world) % world * 100000 + i * 1000",
+         "step": 1}}
+      ]}})",
+      protocol());
+  RunReport r = runProgram(program("two_on_a_lane", R"("n": 8388608)", body), 1);
+  EXPECT_TRUE(r.ok()) << r.format();
+  EXPECT_EQ(r.checks_run, 8u);
+}
+
 INSTANTIATE_TEST_SUITE_P(Ipc, IpcProtocol,
                          ::testing::Combine(::testing::Values(Protocol::Put, Protocol::Get),
                                             ::testing::Bool()),
