@@ -31,7 +31,8 @@ std::string localRanksProblem(int local_ranks, int gpus, std::string_view how,
     return fmt::format("{}, but no GPU is visible{}", how, visible);
   return fmt::format(
       "{}, but only {} GPU{} {} visible{}: each rank needs a GPU of its own; run at most {} "
-      "rank{} per machine, or use --device host",
+      "rank{} per machine, or use --device host (HIR_SHARE_GPUS=1 lets ranks share a GPU when "
+      "the program has no nccl communication)",
       how, gpus, gpus == 1 ? "" : "s", gpus == 1 ? "is" : "are", visible, gpus,
       gpus == 1 ? "" : "s");
 }

@@ -19,11 +19,14 @@ TEST(LocalRanksRule, AsManyGpusAsRanksOrMoreIsFine) {
 TEST(LocalRanksRule, MoreRanksThanGpusIsRefusedWithTheNumbers) {
   EXPECT_EQ(localRanksProblem(4, 2, "--np 4 starts 4 ranks on this machine", nullptr),
             "--np 4 starts 4 ranks on this machine, but only 2 GPUs are visible: each rank "
-            "needs a GPU of its own; run at most 2 ranks per machine, or use --device host");
+            "needs a GPU of its own; run at most 2 ranks per machine, or use --device host "
+            "(HIR_SHARE_GPUS=1 lets ranks share a GPU when the program has no nccl "
+            "communication)");
   EXPECT_EQ(localRanksProblem(3, 1, "the MPI job runs 3 ranks on node7", "2"),
             "the MPI job runs 3 ranks on node7, but only 1 GPU is visible "
             "(CUDA_VISIBLE_DEVICES=2): each rank needs a GPU of its own; run at most 1 rank per "
-            "machine, or use --device host");
+            "machine, or use --device host (HIR_SHARE_GPUS=1 lets ranks share a GPU when the "
+            "program has no nccl communication)");
   EXPECT_EQ(localRanksProblem(2, 0, "--np 2 starts 2 ranks on this machine", ""),
             "--np 2 starts 2 ranks on this machine, but no GPU is visible "
             "(CUDA_VISIBLE_DEVICES=)");
