@@ -1,23 +1,28 @@
 #!/usr/bin/env bash
 # Soak: tests/tools/data/soak/soak_mixed.json (nccl allreduce, ipc send/recv,
-# matmul, allocate/copy/deallocate, checks every 1,000 iterations) for ITERS
+# matmul, allocate/copy/deallocate, checks every 1,000 iterations), or the
+# program given by --program (soak_ipc_compute.json: the same without the
+# allreduce, for 2 ranks sharing one GPU, HIR_SHARE_GPUS=1), for ITERS
 # iterations on 2 ranks, sampling every second the ranks' resident memory
 # (ps), their GPU memory (nvidia-smi) and open file handles (/proc/PID/fd).
 # Memory and handles must stay flat: the last sample may exceed the first
 # taken after warm-up by at most 5% (plus 16 MiB of noise).
 #
 #   bash scripts/gpu-soak.sh [BUILD_DIR] [--device cuda|host] [--iters N] [--out DIR]
+#                            [--program FILE]
 set -u -o pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=$root/build
 device=cuda
 iters=100000
 out=${OUT:-$root/gpu-out}
+prog=$root/tests/tools/data/soak/soak_mixed.json
 while [ $# -gt 0 ]; do
   case "$1" in
     --device) device=$2; shift ;;
     --iters) iters=$2; shift ;;
     --out) out=$2; shift ;;
+    --program) prog=$2; shift ;;
     -*) echo "gpu-soak: unknown option $1" >&2; exit 2 ;;
     *) build=$1 ;;
   esac
@@ -25,18 +30,19 @@ while [ $# -gt 0 ]; do
 done
 mkdir -p "$out"
 export NCCL_NVLS_ENABLE=0
-prog=$root/tests/tools/data/soak/soak_mixed.json
+name=$(basename "$prog" .json)
 csv=$out/soak.csv
-echo "t_s,rss_kib,gpu_mib,fds" >"$csv"
+echo "t_s,rss_kib,gpu_mib,fds,procs" >"$csv"
 start=$(date +%s.%N)
 "$build/bin/hir" run "$prog" --np 2 --device "$device" --param iters="$iters" --timeout 600 \
   >"$out/soak.log" 2>&1 &
 launcher=$!
 sleep 1
 while kill -0 "$launcher" 2>/dev/null; do
-  pids=$(pgrep -f "hir.*soak_mixed" | grep -v "^$launcher\$" | tr '\n' ' ')
-  rss=0 fds=0
+  pids=$(pgrep -f "hir.*$name" | grep -v "^$launcher\$" | tr '\n' ' ')
+  rss=0 fds=0 procs=0
   for p in $pids; do
+    procs=$((procs + 1))
     r=$(ps -o rss= -p "$p" 2>/dev/null | tr -d ' ')
     rss=$((rss + ${r:-0}))
     f=$(ls "/proc/$p/fd" 2>/dev/null | wc -l)
@@ -48,14 +54,16 @@ while kill -0 "$launcher" 2>/dev/null; do
           awk '{s += $1} END {print s + 0}')
   fi
   t=$(awk -v a="$(date +%s.%N)" -v b="$start" 'BEGIN { printf "%.1f", a - b }')
-  echo "$t,$rss,$gpu,$fds" >>"$csv"
+  echo "$t,$rss,$gpu,$fds,$procs" >>"$csv"
   sleep 1
 done
 wait "$launcher"
 rc=$?
 elapsed=$(awk -v a="$(date +%s.%N)" -v b="$start" 'BEGIN { printf "%.1f", a - b }')
-# The first sample after 3 s (warm-up: NCCL and CUDA contexts) against the last.
-verdict=$(awk -F, 'NR > 1 && $1 >= 3 && !first { first = $0 } NR > 1 { last = $0 }
+# The first sample after 3 s (warm-up: NCCL and CUDA contexts) against the
+# last taken while as many processes ran (not one of the job's exit).
+verdict=$(awk -F, 'NR > 1 && $1 >= 3 && !first { first = $0; procs = $5 }
+  first && $5 == procs { last = $0 }
   END {
     if (!first) { print "too short to judge"; exit }
     split(first, a, ","); split(last, b, ",");
