@@ -81,10 +81,13 @@ double allocationsPerRun(int k) {
 // enqueues device work, which allocates on the host device (a task closure,
 // now and then a block of the task queue); what must not grow with the
 // nodes executed is the rest: 100 and 1000 iterations of 8 nodes (7200
-// nodes more) allocate alike, to within one allocation per run.
+// nodes more) allocate alike, to within 10 allocations per run. One
+// allocation per node would add 7200; the slack is for the task queue's
+// blocks, whose number depends on how far the stream workers lag behind
+// (under ThreadSanitizer, 1.1 more per run was seen).
 TEST(SteadyState, NodesThatEnqueueNothingAllocateNothing) {
   const double few = allocationsPerRun(100), many = allocationsPerRun(1000);
-  EXPECT_LE(many - few, 1.0) << "heap allocations per run: " << few << " at 100 iterations, "
+  EXPECT_LE(many - few, 10.0) << "heap allocations per run: " << few << " at 100 iterations, "
                              << many << " at 1000";
   EXPECT_LT(many, 20.0);
   // The counter counts: an allocation on this thread is seen.
