@@ -36,7 +36,6 @@
 
 #include <algorithm>
 #include <atomic>
-#include <cerrno>
 #include <cstdlib>
 #include <cstring>
 #include <limits>
@@ -45,6 +44,7 @@
 #include <set>
 
 #include "common/check.h"
+#include "common/parse_int.h"
 #include "common/log.h"
 #include <hostir/bootstrap.h>
 
@@ -158,16 +158,6 @@ std::vector<std::string> allgatherStatus(Bootstrap& boot, const std::string& min
   std::vector<std::string> out;
   for (int r = 0; r < boot.world(); ++r) out.emplace_back(all.data() + kStatusBytes * r);
   return out;
-}
-
-// HIR_IPC_COUNTED=1: counted mode without graph mode (a test's, so that the
-// host device runs the protocol graphs use). Unset or 0: not.
-bool countedRequested() {
-  const char* v = std::getenv("HIR_IPC_COUNTED");
-  if (v == nullptr || *v == '\0' || std::string_view(v) == "0") return false;
-  HIR_CHECK_AS(UsageError, std::string_view(v) == "1", "HIR_IPC_COUNTED must be 0 or 1, got '{}'",
-               v);
-  return true;
 }
 
 void throwIfAnyFailed(const std::vector<std::string>& problems, std::string_view what) {
@@ -576,17 +566,9 @@ void IpcBackend::setup(const BackendContext& ctx) {
   st.recv_lanes.resize(static_cast<std::size_t>(st.world));
   // HIR_IPC_SEQ_START (a test's): message numbers start past it, so that a
   // test reaches the wrap at 2^32 in a few messages. The same on every rank.
-  if (const char* start = std::getenv("HIR_IPC_SEQ_START"); start != nullptr && *start != '\0') {
-    char* end = nullptr;
-    errno = 0;
-    const unsigned long long v = std::strtoull(start, &end, 10);
-    HIR_CHECK_AS(UsageError,
-                 *end == '\0' && errno == 0 && v <= std::numeric_limits<uint32_t>::max() &&
-                     start[0] != '-',
-                 "HIR_IPC_SEQ_START must be an integer in [0, {}], got '{}'",
-                 std::numeric_limits<uint32_t>::max(), start);
-    st.seq_start = static_cast<uint32_t>(v);
-  }
+  if (const char* start = std::getenv("HIR_IPC_SEQ_START"); start != nullptr && *start != '\0')
+    st.seq_start = static_cast<uint32_t>(
+        parseInteger("HIR_IPC_SEQ_START", start, 0, std::numeric_limits<uint32_t>::max()));
   st.latest = std::make_unique<std::atomic<uint32_t>[]>(static_cast<std::size_t>(st.world));
   for (int p = 0; p < st.world; ++p) st.latest[static_cast<std::size_t>(p)].store(st.seq_start);
   // Device memory (a peer maps it): every counter starts at the number
@@ -596,7 +578,9 @@ void IpcBackend::setup(const BackendContext& ctx) {
          static_cast<int32_t>(st.seq_start), 0);
   // Counted mode: the lane counters start where the page does; the release
   // word at 0.
-  st.counted = ctx.graph || countedRequested();
+  // HIR_IPC_COUNTED=1: counted without graph mode (a test's, so that the
+  // host device runs the protocol graphs use).
+  st.counted = ctx.graph || envSwitch("HIR_IPC_COUNTED", "count message numbers on the device");
   if (st.counted) {
     HIR_CHECK_AS(BackendError, d.supports(DeviceFeature::CountedSemaphore),
                  "ipc in graph mode needs counted semaphores, which device {} does not offer",
@@ -608,7 +592,8 @@ void IpcBackend::setup(const BackendContext& ctx) {
     d.fill(*st.control, st.releaseWord(), DType::Int32, 1, 0, 0);
   }
   d.synchronize(*st.control, ctx.timeout);
-  HIR_LOG_DEBUG(Subsys::Ipc, "message numbers {}", st.counted ? "counted on the device" : "from the host");
+  HIR_LOG_DEBUG(Subsys::Ipc, "message numbers {}",
+                st.counted ? "counted on the device" : "from the host");
 }
 
 void IpcBackend::post(std::span<const PostArgs> ops, Stream& current, Event& done) {

@@ -1,4 +1,5 @@
-// An integer from the command line, for the hir tool and the benchmarks.
+// An integer from the command line or the environment, and a 0/1 switch
+// from the environment.
 #pragma once
 
 #include <fmt/format.h>
@@ -7,6 +8,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <string>
+#include <string_view>
 
 #include <hostir/error.h>
 
@@ -24,6 +26,17 @@ inline int64_t parseInteger(const std::string& flag, const std::string& text, in
   if (errno == ERANGE || v < min || v > max)
     throw UsageError(fmt::format("{} must be in [{}, {}], got {}", flag, min, max, text));
   return v;
+}
+
+// A 0/1 switch from the environment: unset, empty or "0" is false, "1" is
+// true, anything else a UsageError naming the variable, what it does and the
+// value.
+inline bool envSwitch(const char* name, std::string_view what) {
+  const char* v = std::getenv(name);
+  if (v == nullptr || *v == '\0' || std::string_view(v) == "0") return false;
+  if (std::string_view(v) != "1")
+    throw UsageError(fmt::format("{} must be 0 or 1 (1: {}), got '{}'", name, what, v));
+  return true;
 }
 
 }  // namespace hir

@@ -2,10 +2,7 @@
 
 #include <fmt/format.h>
 
-#include <cstdlib>
-#include <string_view>
-
-#include "common/check.h"
+#include "common/parse_int.h"
 
 #ifdef HIR_WITH_CUDA
 #include "device/cuda/cuda_device.h"
@@ -37,12 +34,6 @@ std::string localRanksProblem(int local_ranks, int gpus, std::string_view how,
       gpus == 1 ? "" : "s");
 }
 
-bool gpuSharingAllowed() {
-  const char* v = std::getenv("HIR_SHARE_GPUS");
-  if (v == nullptr || *v == '\0' || std::string_view(v) == "0") return false;
-  HIR_CHECK_AS(UsageError, std::string_view(v) == "1",
-               "HIR_SHARE_GPUS must be 1 (ranks may share a GPU) or 0, got '{}'", v);
-  return true;
-}
+bool gpuSharingAllowed() { return envSwitch("HIR_SHARE_GPUS", "ranks may share a GPU"); }
 
 }  // namespace hir

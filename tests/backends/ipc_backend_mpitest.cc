@@ -179,8 +179,8 @@ TEST(Ipc, ASequenceStartThatIsNoUint32IsAUsageError) {
     runProgram(ringPatterns(Protocol::Put, 0), 1);
     FAIL() << "HIR_IPC_SEQ_START=2^32 was accepted";
   } catch (const UsageError& e) {
-    EXPECT_NE(std::string(e.what()).find("HIR_IPC_SEQ_START must be an integer in [0, "
-                                         "4294967295], got '4294967296'"),
+    EXPECT_NE(std::string(e.what()).find("HIR_IPC_SEQ_START must be in [0, 4294967295], got "
+                                         "4294967296"),
               std::string::npos)
         << e.what();
   }
