@@ -11,6 +11,8 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <span>
+#include <array>
 #include <atomic>
 #include <condition_variable>
 #include <cstring>
@@ -24,6 +26,7 @@
 #include "common/elements.h"
 #include "common/check.h"
 #include "common/log.h"
+#include "common/reductions.h"
 #include "device/compute.h"
 #include "device/host_memory.h"
 
@@ -431,6 +434,7 @@ bool HostDevice::supports(DeviceFeature f) const {
     case DeviceFeature::Timing: return true;
     case DeviceFeature::Graphs: return false;  // no graph of host tasks (yet)
     case DeviceFeature::CountedSemaphore: return true;
+    case DeviceFeature::Reduce: return true;
   }
   return false;
 }
@@ -747,6 +751,50 @@ void HostDevice::add(Stream& s, void* out, const void* a, const void* b, DType t
   HIR_INTERNAL_ASSERT(out != nullptr && a != nullptr && b != nullptr,
                       "host add of {} elements with a null buffer", count);
   impl_->stream(s).worker().enqueue([=] { hostAdd(out, a, b, t, count); });
+}
+
+namespace {
+
+using ReduceSources = std::array<const void*, kMaxReduceSources>;
+
+// Bytes of each step of a reduce: small enough for the worker's stack and
+// its core's cache.
+constexpr std::size_t kReduceBlockBytes = 4096;
+
+// dst = srcs[0] op ... op srcs[n-1] one block at a time: the block of every
+// source is combined in `scratch` before dst's block is written, so dst may
+// be one of the sources.
+void hostReduce(void* dst, const ReduceSources& srcs, int n, DType t, ReduceOp op,
+                std::size_t count) {
+  const std::size_t size = dtypeSize(t);
+  const std::size_t block = kReduceBlockBytes / size;
+  alignas(16) std::byte scratch[kReduceBlockBytes];
+  for (std::size_t first = 0; first < count; first += block) {
+    const std::size_t m = std::min(block, count - first);
+    const std::size_t offset = first * size;
+    std::memcpy(scratch, static_cast<const std::byte*>(srcs[0]) + offset, m * size);
+    for (int j = 1; j < n; ++j)
+      combineInto(scratch, static_cast<const std::byte*>(srcs[j]) + offset, m, t, op);
+    if (op == ReduceOp::Avg) divideBy(scratch, t, m, n);
+    std::memcpy(static_cast<std::byte*>(dst) + offset, scratch, m * size);
+  }
+}
+
+}  // namespace
+
+void HostDevice::reduce(Stream& s, void* dst, const void* const* sources, std::size_t n_sources,
+                        DType t, ReduceOp op, std::size_t count) {
+  const std::span<const void* const> srcs(sources, n_sources);
+  HIR_INTERNAL_ASSERT(!srcs.empty() && srcs.size() <= kMaxReduceSources,
+                      "host reduce of {} sources (1 to {} allowed)", srcs.size(),
+                      kMaxReduceSources);
+  if (count == 0) return;
+  HIR_INTERNAL_ASSERT(dst != nullptr && std::find(srcs.begin(), srcs.end(), nullptr) == srcs.end(),
+                      "host reduce of {} elements with a null buffer", count);
+  ReduceSources from{};
+  std::copy(srcs.begin(), srcs.end(), from.begin());
+  const int n = static_cast<int>(srcs.size());
+  impl_->stream(s).worker().enqueue([=] { hostReduce(dst, from, n, t, op, count); });
 }
 
 // -------------------------------------------------------------------- IPC

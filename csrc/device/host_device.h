@@ -30,9 +30,12 @@
 // - Stream semaphores are 32-bit atomics; waitValue() polls with backoff
 //   because the writer may be another process. Values compare as unsigned:
 //   wrap-around of the 32-bit sequence is not handled.
-// - Compute (matmul, add) runs on the stream's worker: matmul through
-//   OpenBLAS (device/compute.h). Timing events stamp steady_clock when the
-//   stream's worker reaches their record().
+// - Compute (matmul, add) and reduce run on the stream's worker: matmul
+//   through OpenBLAS (device/compute.h), reduce through common/reductions.h
+//   (the host backends' arithmetic), a few KiB at a time through a buffer on
+//   the worker's stack, so that dst may be one of the sources. Timing
+//   events stamp steady_clock when the stream's worker reaches their
+//   record().
 // - Streams (and wrappers) must be destroyed before the device. Destroying a
 //   stream drains it (after a failure: skips what is queued); destroying the
 //   device drains the default stream, and a task of it still blocked in a
@@ -109,6 +112,8 @@ class HostDevice : public Device {
   void matmul(Stream& s, const MatmulArgs& args) override;
   void add(Stream& s, void* out, const void* a, const void* b, DType t,
            std::size_t count) override;
+  void reduce(Stream& s, void* dst, const void* const* srcs, std::size_t sources, DType t, ReduceOp op,
+              std::size_t count) override;
 
   std::unique_ptr<Event> createTimingEvent() override;
   double elapsedMs(Event& from, Event& to) override;

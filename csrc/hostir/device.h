@@ -16,8 +16,8 @@
 // Optional parts, each with a supports() query: IPC (exporting memory to and
 // mapping memory from another process of the same node), stream-ordered
 // 32-bit semaphores (write a value; wait until a value is >= a target,
-// cyclically), and the same with values counted on the device (so that a
-// graph's replays go on counting).
+// cyclically), the same with values counted on the device (so that a
+// graph's replays go on counting), and elementwise reductions across buffers.
 #pragma once
 
 #include <chrono>
@@ -82,7 +82,11 @@ enum class DeviceFeature : uint8_t {
   Timing,           // createTimingEvent / elapsedMs
   Graphs,           // beginCapture / endCapture / launchGraph
   CountedSemaphore,  // countedStep
+  Reduce,            // reduce
 };
+
+// The most sources one Device::reduce combines.
+inline constexpr std::size_t kMaxReduceSources = 16;
 
 // One step of a semaphore protocol whose value is not the host's but
 // v = *counter + offset, with `counter` in this device's memory and read when
@@ -187,6 +191,18 @@ class Device {
   // out[i] = a[i] + b[i] for `count` elements of dtype `t` (out may be a or b).
   virtual void add(Stream& s, void* out, const void* a, const void* b, DType t,
                    std::size_t count);
+
+  // --- Optional: reductions across buffers (supports(DeviceFeature::Reduce)), on `s`. ---
+  // dst[i] = srcs[0][i] op srcs[1][i] op ... op srcs[n-1][i] for `count` elements of dtype `t`,
+  // combined left to right in the order of `srcs` (as common/reductions.h combines: float16 and
+  // bfloat16 in float, rounded back to the dtype after every step; integers wrap), so that every
+  // rank reducing the same sources in the same order gets the same bits; avg: the sum, then divided
+  // by `sources` in the dtype (integers truncate toward zero). dst may be one of the sources
+  // (each element is read before it is written); sources may be a peer's mapped memory (ipc).
+  // srcs[0, sources), 1 <= sources <= kMaxReduceSources; the pointer list is copied before the
+  // call returns.
+  virtual void reduce(Stream& s, void* dst, const void* const* srcs, std::size_t sources, DType t,
+                      ReduceOp op, std::size_t count);
 
   // --- Optional: the native stream behind `s` (cudaStream_t for cuda), for
   // kernels an embedder registers; nullptr where there is none (host: such a

@@ -2,8 +2,8 @@
 // mpirun at 1, 2 or 4 ranks: fill/check/copy over every dtype against the
 // host implementation of the pattern (common/elements.h), check's mismatch
 // report, events and streams, timeouts, host functions, matmul and add
-// against double references, timing events, IPC and stream semaphores
-// between two ranks. Every test skips when there is no usable GPU
+// against double references, reduce against the host device's, timing
+// events, IPC and stream semaphores between two ranks. Every test skips when there is no usable GPU
 // or too few of them; the skip decision is collective, so that no rank
 // waits in a collective that another rank skipped.
 #include <cuda_runtime_api.h>
@@ -13,6 +13,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <memory>
 #include <string>
 #include <thread>
 #include <vector>
@@ -85,7 +86,8 @@ std::vector<std::byte> readBack(const void* p, std::size_t bytes) {
   std::vector<std::byte> out(bytes);
   cudaError_t err = cudaMemcpy(out.data(), p, bytes, cudaMemcpyDeviceToHost);
   if (err != cudaSuccess)
-    throw BackendError(fmt::format("test readBack: cudaMemcpy failed: {}", cudaGetErrorString(err)));
+    throw BackendError(
+        fmt::format("test readBack: cudaMemcpy failed: {}", cudaGetErrorString(err)));
   return out;
 }
 
@@ -284,7 +286,8 @@ TEST(CudaDevice, ZeroByteAllocationsAreDistinctAndMemoryStartsZeroed) {
   device->deallocate(b);
   Buffer big(*device, 3 << 20);
   std::vector<std::byte> bytes = readBack(big.data(), big.bytes());
-  EXPECT_TRUE(std::all_of(bytes.begin(), bytes.end(), [](std::byte x) { return x == std::byte{0}; }));
+  EXPECT_TRUE(
+      std::all_of(bytes.begin(), bytes.end(), [](std::byte x) { return x == std::byte{0}; }));
 }
 
 TEST(CudaDevice, CheckRecordsStartCleared) {
@@ -545,6 +548,182 @@ TEST(CudaDevice, AddGivesExactlyRoundedOrWrappedSumsForEveryDtypeAlsoInPlace) {
     device->add(*s, b.data(), a.data(), b.data(), t, kCount);  // b = a + b
     device->synchronize(*s, testTimeout());
     EXPECT_EQ(firstDifference(readBack(b.data(), bytes), d.sum, t), -1) << name << " (out == b)";
+  }
+}
+
+// ------------------------------------------------------------------ reduce
+
+constexpr ReduceOp kAllReduceOps[] = {ReduceOp::Sum, ReduceOp::Prod, ReduceOp::Min, ReduceOp::Max,
+                                      ReduceOp::Avg};
+
+using Images = std::vector<std::vector<std::byte>>;
+
+// `n` sources of random values (makeAddData's: floating ones in [-1000,
+// 1000], rounded, so that sums and averages round at every step and
+// float16 products overflow to infinity; integers random bits, so that sums
+// and products wrap).
+Images reduceSources(DType t, int n, std::size_t count, uint32_t seed) {
+  Images out;
+  for (int j = 0; j < n; ++j)
+    out.push_back(makeAddData(t, count, seed + static_cast<uint32_t>(j)).a);
+  return out;
+}
+
+// The reference: the host device's reduce of the same sources.
+std::vector<std::byte> hostDeviceReduce(const Images& srcs, DType t, ReduceOp op,
+                                        std::size_t count) {
+  std::unique_ptr<Device> host = createDevice("host", 0);
+  const std::size_t bytes = count * dtypeSize(t);
+  std::vector<void*> buffers;
+  for (const auto& image : srcs) {
+    buffers.push_back(host->allocate(bytes));
+    std::memcpy(buffers.back(), image.data(), bytes);
+  }
+  void* dst = host->allocate(bytes);
+  host->reduce(host->defaultStream(), dst, buffers.data(), buffers.size(), t, op, count);
+  host->synchronize(host->defaultStream(), testTimeout());
+  std::vector<std::byte> out(static_cast<std::byte*>(dst), static_cast<std::byte*>(dst) + bytes);
+  host->deallocate(dst);
+  for (void* p : buffers) host->deallocate(p);
+  return out;
+}
+
+// Where the cuda device's reduce reads and writes: each source (and dst)
+// `offset` elements into its own buffer, or dst the middle source.
+struct ReducePlacement {
+  std::size_t src_offset = 0;
+  std::size_t dst_offset = 0;
+  bool into_middle_source = false;
+};
+
+std::vector<std::byte> cudaDeviceReduce(Device& device, Stream& s, const Images& srcs, DType t,
+                                        ReduceOp op, std::size_t count, ReducePlacement at = {}) {
+  const std::size_t size = dtypeSize(t);
+  const std::size_t bytes = count * size;
+  std::vector<std::unique_ptr<Buffer>> buffers;
+  std::vector<const void*> pointers;
+  for (const auto& image : srcs) {
+    buffers.push_back(std::make_unique<Buffer>(device, bytes + at.src_offset * size));
+    auto* p = static_cast<std::byte*>(buffers.back()->data()) + at.src_offset * size;
+    upload(p, image.data(), bytes);
+    pointers.push_back(p);
+  }
+  Buffer dst_buffer(device, bytes + at.dst_offset * size);
+  void* dst = static_cast<std::byte*>(dst_buffer.data()) + at.dst_offset * size;
+  if (at.into_middle_source) dst = const_cast<void*>(pointers[pointers.size() / 2]);
+  device.reduce(s, dst, pointers.data(), pointers.size(), t, op, count);
+  device.synchronize(s, testTimeout());
+  return readBack(dst, bytes);
+}
+
+std::string describeReduce(DType t, ReduceOp op, std::size_t n, std::size_t count) {
+  return fmt::format("{} {} of {} sources, {} elements", toString(t), toString(op), n, count);
+}
+
+// For every dtype and op: the cuda device's reduce of `n` sources of
+// `count` elements placed as `at` says, against the host device's, bit for
+// bit.
+void expectReduceMatchesTheHostDevice(int n, std::size_t count, ReducePlacement at = {}) {
+  auto device = makeCudaDevice();
+  auto s = device->createStream();
+  for (const auto& [t, name] : kDTypeNames) {
+    const Images srcs = reduceSources(t, n, count, 21);
+    for (ReduceOp op : kAllReduceOps) {
+      const std::vector<std::byte> got = cudaDeviceReduce(*device, *s, srcs, t, op, count, at);
+      const std::vector<std::byte> want = hostDeviceReduce(srcs, t, op, count);
+      const int64_t k = firstDifference(got, want, t);
+      EXPECT_EQ(k, -1) << describeReduce(t, op, srcs.size(), count) << " (offsets "
+                       << at.src_offset << "/" << at.dst_offset
+                       << (at.into_middle_source ? ", into the middle source" : "")
+                       << "): element " << k << " is "
+                       << (k >= 0 ? loadAsDouble(got.data(), t, k) : 0) << ", host has "
+                       << (k >= 0 ? loadAsDouble(want.data(), t, k) : 0);
+    }
+  }
+}
+
+TEST(CudaDevice, ReduceMatchesTheHostDeviceBitForBitForEveryDtypeAndOp) {
+  HIR_REQUIRE_GPUS(1);
+  EXPECT_TRUE(makeCudaDevice()->supports(DeviceFeature::Reduce));
+  expectReduceMatchesTheHostDevice(3, 10007);  // 16-byte vectors and a tail
+}
+
+TEST(CudaDevice, ReduceOfManyElementsMatchesTheHostDevice) {
+  HIR_REQUIRE_GPUS(1);
+  expectReduceMatchesTheHostDevice(3, std::size_t{3} << 20);  // many vectors per thread
+}
+
+TEST(CudaDevice, ReduceOfMisalignedBuffersMatchesTheHostDevice) {
+  HIR_REQUIRE_GPUS(1);
+  // One element off 16-byte alignment: every buffer, the sources only, dst only.
+  expectReduceMatchesTheHostDevice(3, 10007, {1, 1, false});
+  expectReduceMatchesTheHostDevice(3, 10007, {1, 0, false});
+  expectReduceMatchesTheHostDevice(3, 4099, {0, 1, false});
+}
+
+TEST(CudaDevice, ReduceIntoOneOfItsSourcesReadsBeforeWriting) {
+  HIR_REQUIRE_GPUS(1);
+  expectReduceMatchesTheHostDevice(3, 10007, {0, 0, true});
+  expectReduceMatchesTheHostDevice(3, 10007, {1, 0, true});
+}
+
+TEST(CudaDevice, ReduceOfOneSourceOrOfKMaxReduceSourcesMatchesTheHostDevice) {
+  HIR_REQUIRE_GPUS(1);
+  expectReduceMatchesTheHostDevice(1, 4099);
+  expectReduceMatchesTheHostDevice(static_cast<int>(kMaxReduceSources), 4099);
+  // One source: a copy, whatever the op (avg divides by 1).
+  auto device = makeCudaDevice();
+  auto s = device->createStream();
+  for (const auto& [t, name] : kDTypeNames) {
+    const Images srcs = reduceSources(t, 1, 1000, 5);
+    for (ReduceOp op : kAllReduceOps)
+      EXPECT_EQ(firstDifference(cudaDeviceReduce(*device, *s, srcs, t, op, 1000), srcs[0], t), -1)
+          << describeReduce(t, op, 1, 1000);
+  }
+}
+
+TEST(CudaDevice, ReduceOfNoElementsLeavesDstUntouched) {
+  HIR_REQUIRE_GPUS(1);
+  auto device = makeCudaDevice();
+  auto s = device->createStream();
+  Buffer a(*device, 64), b(*device, 64), dst(*device, 64);
+  const std::vector<std::byte> ones(64, std::byte{1});
+  upload(dst.data(), ones.data(), 64);
+  const std::vector<const void*> srcs = {a.data(), b.data()};
+  for (ReduceOp op : kAllReduceOps)
+    device->reduce(*s, dst.data(), srcs.data(), srcs.size(), DType::Int32, op, 0);
+  device->synchronize(*s, testTimeout());
+  EXPECT_EQ(readBack(dst.data(), 64), ones);
+}
+
+// The sources' pointers go into the graph with the kernel: a replay reads
+// the sources' current data through them after the list is gone.
+TEST(CudaDevice, ReduceIsCapturedInAGraphWithItsSourceList) {
+  HIR_REQUIRE_GPUS(1);
+  auto device = makeCudaDevice();
+  auto s = device->createStream();
+  constexpr DType kType = DType::BFloat16;
+  constexpr std::size_t kCount = 10007;
+  const std::size_t bytes = kCount * dtypeSize(kType);
+  Buffer a(*device, bytes), b(*device, bytes), c(*device, bytes), dst(*device, bytes);
+  device->beginCapture(*s);
+  {
+    std::vector<const void*> list = {a.data(), b.data(), c.data()};
+    device->reduce(*s, dst.data(), list.data(), list.size(), kType, ReduceOp::Sum, kCount);
+    std::fill(list.begin(), list.end(), nullptr);
+  }
+  std::unique_ptr<Graph> graph = device->endCapture(*s);
+  for (uint32_t seed : {1u, 2u}) {
+    const Images srcs = reduceSources(kType, 3, kCount, seed);
+    upload(a.data(), srcs[0].data(), bytes);
+    upload(b.data(), srcs[1].data(), bytes);
+    upload(c.data(), srcs[2].data(), bytes);
+    device->launchGraph(*graph, *s);
+    device->synchronize(*s, testTimeout());
+    EXPECT_EQ(firstDifference(readBack(dst.data(), bytes),
+                              hostDeviceReduce(srcs, kType, ReduceOp::Sum, kCount), kType),
+              -1)
+        << "replay with seed " << seed;
   }
 }
 

@@ -9,6 +9,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstring>
@@ -16,6 +17,7 @@
 #include <limits>
 #include <mutex>
 #include <stdexcept>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -859,6 +861,250 @@ TEST(HostDeviceCompute, AddOverflowsWrapAround) {
     dev.deallocate(p);
 }
 
+// ------------------------------------------------------------------ reduce
+
+constexpr ReduceOp kAllReduceOps[] = {ReduceOp::Sum, ReduceOp::Prod, ReduceOp::Min, ReduceOp::Max,
+                                      ReduceOp::Avg};
+
+// Element k of source j: small signed integers, so that every dtype holds
+// them, their sums and their products of up to 3 sources exactly (bfloat16:
+// integers up to 256), and avg's truncation toward zero of negative sums
+// shows; uint8 takes any byte, so that its sums and products wrap.
+int64_t reduceSourceValue(DType t, int j, std::size_t k) {
+  const auto i = static_cast<std::size_t>(j);
+  if (t == DType::UInt8) return static_cast<int64_t>((k * 37 + i * 101 + 90) % 256);
+  return static_cast<int64_t>((k * 7 + i * 3) % 11) - 5;
+}
+
+// `n` sources of `count` elements in the device's memory.
+std::vector<void*> makeReduceSources(HostDevice& dev, DType t, int n, std::size_t count) {
+  std::vector<void*> srcs;
+  for (int j = 0; j < n; ++j) {
+    void* p = dev.allocate(count * dtypeSize(t));
+    for (std::size_t k = 0; k < count; ++k) {
+      const int64_t v = reduceSourceValue(t, j, k);
+      storeElement(p, t, k, PatternElement{v, static_cast<double>(v)});
+    }
+    srcs.push_back(p);
+  }
+  return srcs;
+}
+
+template <class T>
+T combineReference(ReduceOp op, T acc, T v) {
+  switch (op) {
+    case ReduceOp::Sum:
+    case ReduceOp::Avg: return acc + v;
+    case ReduceOp::Prod: return acc * v;
+    case ReduceOp::Min: return std::min(acc, v);
+    case ReduceOp::Max: return std::max(acc, v);
+  }
+  return acc;
+}
+
+// The result of reducing the first `n` sources, computed here element by
+// element, exactly (the values are small): floating dtypes in double (a
+// product with a zero keeps its sign), integers in int64 (uint8 wraps when
+// stored, where wrapping at every step ends too); then avg divides as the
+// dtype does: integers truncate toward zero, float16, bfloat16 and float32
+// in float, float64 in double.
+std::vector<std::byte> reduceReference(DType t, ReduceOp op, int n, std::size_t count) {
+  std::vector<std::byte> out(count * dtypeSize(t));
+  for (std::size_t k = 0; k < count; ++k) {
+    int64_t acc = reduceSourceValue(t, 0, k);
+    double acc_f = static_cast<double>(acc);
+    for (int j = 1; j < n; ++j) {
+      const int64_t v = reduceSourceValue(t, j, k);
+      acc = combineReference(op, acc, v);
+      acc_f = combineReference(op, acc_f, static_cast<double>(v));
+    }
+    PatternElement e{acc, acc_f};
+    if (op == ReduceOp::Avg) {
+      if (t == DType::Float64) e.f = acc_f / n;
+      else if (isFloating(t)) e.f = static_cast<float>(acc_f) / static_cast<float>(n);
+      else e.i = (t == DType::UInt8 ? acc & 0xff : acc) / n;
+    }
+    storeElement(out.data(), t, k, e);
+  }
+  return out;
+}
+
+// Index of the first element of `got` that differs from `want` in its
+// bytes, or -1.
+int64_t firstDifferentElement(const void* got, const std::vector<std::byte>& want, DType t) {
+  const std::size_t size = dtypeSize(t);
+  for (std::size_t k = 0; k * size < want.size(); ++k)
+    if (std::memcmp(static_cast<const std::byte*>(got) + k * size, want.data() + k * size, size))
+      return static_cast<int64_t>(k);
+  return -1;
+}
+
+std::string describeReduce(DType t, ReduceOp op, int n) {
+  return fmt::format("{} {} of {} sources", toString(t), toString(op), n);
+}
+
+TEST(HostDeviceReduce, ReduceCombinesEverySourceInOrder) {
+  HostDevice dev;
+  EXPECT_TRUE(dev.supports(DeviceFeature::Reduce));
+  auto s = dev.createStream();
+  constexpr std::size_t kCount = 10007;  // a multiple of no block size
+  constexpr int kSources = 3;
+  for (DType t : kAllDTypes) {
+    std::vector<void*> srcs = makeReduceSources(dev, t, kSources, kCount);
+    void* dst = dev.allocate(kCount * dtypeSize(t));
+    for (ReduceOp op : kAllReduceOps) {
+      dev.reduce(*s, dst, srcs.data(), srcs.size(), t, op, kCount);
+      dev.synchronize(*s, kLong);
+      const int64_t k = firstDifferentElement(dst, reduceReference(t, op, kSources, kCount), t);
+      EXPECT_EQ(k, -1) << describeReduce(t, op, kSources) << ": element " << k << " is "
+                       << (k >= 0 ? loadAsDouble(dst, t, k) : 0);
+    }
+    dev.deallocate(dst);
+    for (void* p : srcs) dev.deallocate(p);
+  }
+}
+
+TEST(HostDeviceReduce, ReduceWrapsIntegersAndTruncatesTheirAverageTowardZero) {
+  HostDevice dev;
+  Stream& s = dev.defaultStream();
+  auto* u8 = static_cast<uint8_t*>(dev.allocate(4));
+  auto* i32 = static_cast<int32_t*>(dev.allocate(4 * sizeof(int32_t)));
+  u8[0] = 200, u8[1] = 100, u8[2] = 7;  // 307 = 51 (mod 256)
+  i32[0] = -4, i32[1] = -2, i32[2] = -1;
+  const std::vector<const void*> u8_srcs = {u8, u8 + 1, u8 + 2};
+  const std::vector<const void*> i32_srcs = {i32, i32 + 1, i32 + 2};
+  dev.reduce(s, u8 + 3, u8_srcs.data(), u8_srcs.size(), DType::UInt8, ReduceOp::Sum, 1);
+  dev.reduce(s, i32 + 3, i32_srcs.data(), i32_srcs.size(), DType::Int32, ReduceOp::Avg, 1);
+  dev.synchronize(s, kLong);
+  EXPECT_EQ(u8[3], 51);
+  EXPECT_EQ(i32[3], -2);  // -7 / 3 = -2.33
+  const std::vector<const void*> pair = {u8, u8 + 1};
+  dev.reduce(s, u8 + 3, pair.data(), pair.size(), DType::UInt8, ReduceOp::Prod, 1);
+  dev.synchronize(s, kLong);
+  EXPECT_EQ(u8[3], static_cast<uint8_t>(200 * 100));  // 32
+  dev.reduce(s, u8 + 3, u8_srcs.data(), u8_srcs.size(), DType::UInt8, ReduceOp::Avg, 1);
+  dev.synchronize(s, kLong);
+  EXPECT_EQ(u8[3], 51 / 3);  // the wrapped sum, divided
+  dev.deallocate(u8);
+  dev.deallocate(i32);
+}
+
+TEST(HostDeviceReduce, ReduceIntoOneOfItsSourcesReadsBeforeWriting) {
+  HostDevice dev;
+  auto s = dev.createStream();
+  constexpr std::size_t kCount = 10007;
+  constexpr int kSources = 3;
+  for (DType t : kAllDTypes) {
+    for (ReduceOp op : kAllReduceOps) {
+      std::vector<void*> srcs = makeReduceSources(dev, t, kSources, kCount);
+      dev.reduce(*s, srcs[1], srcs.data(), srcs.size(), t, op, kCount);  // into the middle one
+      dev.synchronize(*s, kLong);
+      const int64_t k = firstDifferentElement(srcs[1], reduceReference(t, op, kSources, kCount), t);
+      EXPECT_EQ(k, -1) << describeReduce(t, op, kSources) << " into source 1: element " << k;
+      for (void* p : srcs) dev.deallocate(p);
+    }
+  }
+}
+
+TEST(HostDeviceReduce, ReduceOfNoElementsLeavesDstUntouched) {
+  HostDevice dev;
+  std::vector<void*> srcs = makeReduceSources(dev, DType::Int32, 3, 4);
+  auto* dst = static_cast<int32_t*>(dev.allocate(4 * sizeof(int32_t)));
+  std::fill(dst, dst + 4, 77);
+  for (ReduceOp op : kAllReduceOps)
+    dev.reduce(dev.defaultStream(), dst, srcs.data(), srcs.size(), DType::Int32, op, 0);
+  dev.synchronize(dev.defaultStream(), kLong);
+  EXPECT_EQ(std::vector<int32_t>(dst, dst + 4), std::vector<int32_t>(4, 77));
+  dev.deallocate(dst);
+  for (void* p : srcs) dev.deallocate(p);
+}
+
+TEST(HostDeviceReduce, ReduceOfOneSourceCopiesItAndItsAverageDividesByOne) {
+  HostDevice dev;
+  auto s = dev.createStream();
+  constexpr std::size_t kCount = 5003;
+  for (DType t : kAllDTypes) {
+    std::vector<void*> srcs = makeReduceSources(dev, t, 1, kCount);
+    const std::vector<std::byte> source(static_cast<std::byte*>(srcs[0]),
+                                        static_cast<std::byte*>(srcs[0]) + kCount * dtypeSize(t));
+    void* dst = dev.allocate(kCount * dtypeSize(t));
+    for (ReduceOp op : kAllReduceOps) {
+      std::memset(dst, 0, kCount * dtypeSize(t));
+      dev.reduce(*s, dst, srcs.data(), srcs.size(), t, op, kCount);
+      dev.synchronize(*s, kLong);
+      EXPECT_EQ(firstDifferentElement(dst, source, t), -1) << describeReduce(t, op, 1);
+    }
+    dev.deallocate(dst);
+    dev.deallocate(srcs[0]);
+  }
+}
+
+TEST(HostDeviceReduce, ReduceTakesUpToKMaxReduceSources) {
+  HostDevice dev;
+  auto s = dev.createStream();
+  constexpr std::size_t kCount = 1001;
+  constexpr int kSources = static_cast<int>(kMaxReduceSources);
+  for (DType t : kAllDTypes) {
+    std::vector<void*> srcs = makeReduceSources(dev, t, kSources, kCount);
+    void* dst = dev.allocate(kCount * dtypeSize(t));
+    // Not prod: 16 factors leave the exact range of the floating dtypes.
+    for (ReduceOp op : {ReduceOp::Sum, ReduceOp::Min, ReduceOp::Max, ReduceOp::Avg}) {
+      dev.reduce(*s, dst, srcs.data(), srcs.size(), t, op, kCount);
+      dev.synchronize(*s, kLong);
+      EXPECT_EQ(firstDifferentElement(dst, reduceReference(t, op, kSources, kCount), t), -1)
+          << describeReduce(t, op, kSources);
+    }
+    dev.deallocate(dst);
+    for (void* p : srcs) dev.deallocate(p);
+  }
+}
+
+TEST(HostDeviceReduce, ReduceRefusesNoSourcesTooManyOrANullBuffer) {
+  HostDevice dev;
+  Stream& s = dev.defaultStream();
+  int32_t words[2] = {};
+  const std::vector<const void*> none;
+  const std::vector<const void*> too_many(kMaxReduceSources + 1, &words[0]);
+  std::string msg = messageOf(
+      [&] { dev.reduce(s, &words[1], none.data(), none.size(), DType::Int32, ReduceOp::Sum, 1); });
+  EXPECT_NE(msg.find("host reduce of 0 sources"), std::string::npos) << msg;
+  EXPECT_THROW(
+      dev.reduce(s, &words[1], too_many.data(), too_many.size(), DType::Int32, ReduceOp::Sum, 1),
+      InternalError);
+  const std::vector<const void*> one = {&words[0]};
+  const std::vector<const void*> with_null = {&words[0], nullptr};
+  EXPECT_THROW(dev.reduce(s, nullptr, one.data(), one.size(), DType::Int32, ReduceOp::Sum, 1),
+               InternalError);
+  EXPECT_THROW(
+      dev.reduce(s, &words[1], with_null.data(), with_null.size(), DType::Int32, ReduceOp::Sum, 1),
+      InternalError);
+  dev.synchronize(s, kLong);  // nothing was enqueued, nothing failed
+}
+
+TEST(HostDeviceReduce, ReduceRunsInStreamOrderWithItsPointerListCopiedAtTheCall) {
+  HostDevice dev;
+  auto s = dev.createStream();
+  constexpr std::size_t kCount = 3000;
+  std::vector<void*> srcs = makeReduceSources(dev, DType::Float32, 3, kCount);
+  auto* dst = static_cast<float*>(dev.allocate(kCount * sizeof(float)));
+  Gate gate;
+  dev.launchHostFunc(*s, gate.task());
+  {
+    std::vector<const void*> list(srcs.begin(), srcs.end());
+    dev.reduce(*s, dst, list.data(), list.size(), DType::Float32, ReduceOp::Sum, kCount);
+    std::fill(list.begin(), list.end(), static_cast<const void*>(dst));  // then freed
+  }
+  std::this_thread::sleep_for(20ms);
+  EXPECT_EQ(dst[0], 0.0f) << "the reduce ran before the work enqueued before it";
+  gate.open();
+  dev.synchronize(*s, kLong);
+  EXPECT_EQ(firstDifferentElement(dst, reduceReference(DType::Float32, ReduceOp::Sum, 3, kCount),
+                                  DType::Float32),
+            -1);
+  dev.deallocate(dst);
+  for (void* p : srcs) dev.deallocate(p);
+}
+
 // ------------------------------------------------------------------ timing
 
 TEST(HostDeviceTiming, ElapsedMsMeasuresTheWorkBetweenTwoRecords) {
@@ -940,7 +1186,8 @@ TEST(HostDeviceInfo, DescribesItselfWithItsPid) {
 TEST(HostDeviceInfo, SupportsEveryOptionalPartButANativeStreamAndGraphs) {
   HostDevice dev;
   for (DeviceFeature f : {DeviceFeature::Ipc, DeviceFeature::StreamSemaphore,
-                          DeviceFeature::Compute, DeviceFeature::Timing})
+                          DeviceFeature::Compute, DeviceFeature::Timing,
+                          DeviceFeature::CountedSemaphore, DeviceFeature::Reduce})
     EXPECT_TRUE(dev.supports(f)) << static_cast<int>(f);
   EXPECT_EQ(dev.nativeStream(dev.defaultStream()), nullptr);
   EXPECT_FALSE(dev.supports(DeviceFeature::Graphs));
@@ -997,6 +1244,12 @@ TEST(DeviceOptionalParts, DefaultsThrowNamingTheDevice) {
   EXPECT_NE(msg.find("device 'bare' does not support compute (matmul called)"), std::string::npos)
       << msg;
   EXPECT_THROW(dev.add(dev.defaultStream(), &word, &word, &word, DType::Int32, 1), BackendError);
+  const void* const srcs[] = {&word};
+  msg = messageOf([&] {
+    dev.reduce(dev.defaultStream(), &word, srcs, 1, DType::Int32, ReduceOp::Sum, 1);
+  });
+  EXPECT_NE(msg.find("device 'bare' does not support reduce (reduce called)"), std::string::npos)
+      << msg;
   msg = messageOf([&] { dev.createTimingEvent(); });
   EXPECT_NE(msg.find("device 'bare' does not support timing"), std::string::npos) << msg;
   Event e;

@@ -7,6 +7,7 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <span>
 #include <atomic>
 #include <cerrno>
 #include <cstdio>
@@ -270,6 +271,7 @@ class CudaDevice final : public Device {
       case DeviceFeature::Timing: return true;
       case DeviceFeature::Graphs: return true;
       case DeviceFeature::CountedSemaphore: return true;
+      case DeviceFeature::Reduce: return true;
     }
     return false;
   }
@@ -564,6 +566,24 @@ class CudaDevice final : public Device {
     activate(ordinal_);
     CudaStream& cs = cudaStream(s, "add");
     HIR_CUDA_CHECK(ordinal_, launchAdd(cs.native(), out, a, b, t, count, max_blocks_));
+    cs.noteWork();
+  }
+
+  void reduce(Stream& s, void* dst, const void* const* sources, std::size_t n_sources, DType t,
+              ReduceOp op, std::size_t count) override {
+    const std::span<const void* const> srcs(sources, n_sources);
+    HIR_INTERNAL_ASSERT(!srcs.empty() && srcs.size() <= kMaxReduceSources,
+                        "cuda reduce of {} sources (1 to {} allowed)", srcs.size(),
+                        kMaxReduceSources);
+    if (count == 0) return;
+    HIR_INTERNAL_ASSERT(
+        dst != nullptr && std::find(srcs.begin(), srcs.end(), nullptr) == srcs.end(),
+        "cuda reduce of {} elements with a null buffer", count);
+    activate(ordinal_);
+    CudaStream& cs = cudaStream(s, "reduce");
+    HIR_CUDA_CHECK(ordinal_, launchReduce(cs.native(), dst, srcs.data(),
+                                          static_cast<int>(srcs.size()), t, op, count,
+                                          max_blocks_));
     cs.noteWork();
   }
 

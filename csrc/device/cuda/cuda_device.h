@@ -25,7 +25,8 @@
 // - matmul() through cublasGemmEx (CUBLAS_COMPUTE_32F: no TF32) on one cuBLAS
 //   handle per device, created on first use. With accumulate, cuBLAS may
 //   round a*b to float16/bfloat16 before adding out (up to one rounding more
-//   than the host device). add() is a kernel. Timing events
+//   than the host device). add() and reduce() are kernels (reduce: bit for
+//   bit the host device's result). Timing events
 //   are CUDA events with timing; elapsedMs() is cudaEventElapsedTime.
 // - nativeStream() counts as work on the stream (the caller enqueues on it).
 #pragma once

@@ -1,6 +1,6 @@
 // The CUDA device's data kernels: fill and check with the pattern of
 // common/elements.h (element k = value + step * k), the elementwise add of
-// the compute part, and a spin kernel.
+// the compute part, the multi-source reduce, and a spin kernel.
 //
 // The pattern must match the host's bit for bit: integer dtypes compute the
 // int64 value with wrap-around and convert it as a C++ cast does; floating
@@ -16,6 +16,7 @@
 #include <type_traits>
 
 #include "device/cuda/cuda_kernels.h"
+
 #include <hostir/device.h>
 
 namespace hir::cuda {
@@ -473,6 +474,219 @@ cudaError_t launchAdd(cudaStream_t stream, void* out, const void* a, const void*
     case DType::Int32: return addAs<int32_t>(stream, out, a, b, count, max_blocks);
     case DType::Int64: return addAs<int64_t>(stream, out, a, b, count, max_blocks);
     case DType::UInt8: return addAs<uint8_t>(stream, out, a, b, count, max_blocks);
+  }
+  return cudaErrorInvalidValue;
+}
+
+namespace {
+
+// ------------------------------------------------------------------ reduce
+
+// The sources of one reduce, by value in the kernel's parameters: a captured
+// graph holds them, and nothing is allocated or copied before the launch.
+struct ReduceSources {
+  const void* p[kMaxReduceSources];
+};
+
+// std::min and std::max, argument for argument (which of two equal or
+// unordered values they return matters for -0 and NaN).
+template <class T>
+__device__ __forceinline__ T minOf(T a, T b) {
+  return b < a ? b : a;
+}
+template <class T>
+__device__ __forceinline__ T maxOf(T a, T b) {
+  return a < b ? b : a;
+}
+
+__device__ __forceinline__ float addRn(float a, float b) { return __fadd_rn(a, b); }
+__device__ __forceinline__ double addRn(double a, double b) { return __dadd_rn(a, b); }
+__device__ __forceinline__ float mulRn(float a, float b) { return __fmul_rn(a, b); }
+__device__ __forceinline__ double mulRn(double a, double b) { return __dmul_rn(a, b); }
+__device__ __forceinline__ float divRn(float a, float b) { return __fdiv_rn(a, b); }
+__device__ __forceinline__ double divRn(double a, double b) { return __ddiv_rn(a, b); }
+
+// Per dtype, common/reductions.cc's arithmetic on the stored type S:
+// combine<Op>(in, acc) is the new acc (combineInto's acc = in op acc, in
+// that argument order), divide(x, n) avg's division.
+template <class T>
+struct FloatArith {  // float, double
+  using S = T;
+  template <ReduceOp Op>
+  __device__ static S combine(S in, S acc) {
+    if constexpr (Op == ReduceOp::Prod) return mulRn(in, acc);
+    else if constexpr (Op == ReduceOp::Min) return minOf(in, acc);
+    else if constexpr (Op == ReduceOp::Max) return maxOf(in, acc);
+    else return addRn(in, acc);  // sum, avg
+  }
+  __device__ static S divide(S x, int n) { return divRn(x, static_cast<S>(n)); }
+};
+
+// float16 and bfloat16, stored as their bits: each step in float, rounded
+// back to nearest even.
+struct HalfBits {
+  __device__ static float toFloat(unsigned short b) { return __half2float(__ushort_as_half(b)); }
+  __device__ static unsigned short fromFloat(float f) {
+    return __half_as_ushort(__float2half_rn(f));
+  }
+};
+struct BFloat16Bits {
+  __device__ static float toFloat(unsigned short b) {
+    return __bfloat162float(__ushort_as_bfloat16(b));
+  }
+  __device__ static unsigned short fromFloat(float f) {
+    return __bfloat16_as_ushort(__float2bfloat16_rn(f));
+  }
+};
+template <class Bits>
+struct SixteenArith {
+  using S = unsigned short;
+  template <ReduceOp Op>
+  __device__ static S combine(S in, S acc) {
+    return Bits::fromFloat(
+        FloatArith<float>::combine<Op>(Bits::toFloat(in), Bits::toFloat(acc)));
+  }
+  __device__ static S divide(S x, int n) {
+    return Bits::fromFloat(__fdiv_rn(Bits::toFloat(x), static_cast<float>(n)));
+  }
+};
+
+template <class T>
+struct IntArith {  // wrapping, through the unsigned type
+  using S = T;
+  using U = std::make_unsigned_t<T>;
+  template <ReduceOp Op>
+  __device__ static S combine(S in, S acc) {
+    if constexpr (Op == ReduceOp::Prod)
+      return static_cast<S>(static_cast<U>(static_cast<U>(in) * static_cast<U>(acc)));
+    else if constexpr (Op == ReduceOp::Min) return minOf(in, acc);
+    else if constexpr (Op == ReduceOp::Max) return maxOf(in, acc);
+    else return static_cast<S>(static_cast<U>(static_cast<U>(in) + static_cast<U>(acc)));
+  }
+  __device__ static S divide(S x, int n) { return static_cast<S>(x / static_cast<S>(n)); }
+};
+
+// Element k of the result. The loop over sources is unrolled to the
+// constant bound, so that every source pointer is a fixed parameter (no
+// local copy of the parameter block).
+template <class A, ReduceOp Op>
+__device__ __forceinline__ typename A::S reduceElement(const ReduceSources& srcs, int n,
+                                                        std::size_t k) {
+  using S = typename A::S;
+  S acc = static_cast<const S*>(srcs.p[0])[k];
+#pragma unroll
+  for (int j = 1; j < static_cast<int>(kMaxReduceSources); ++j)
+    if (j < n) acc = A::template combine<Op>(static_cast<const S*>(srcs.p[j])[k], acc);
+  if constexpr (Op == ReduceOp::Avg) acc = A::divide(acc, n);
+  return acc;
+}
+
+// wide: dst and every source are 16-byte aligned; each thread then takes 16
+// bytes of every source per step and combines them element by element, and
+// the last count % (16 / sizeof(S)) elements go one by one. Each element is
+// read from every source before it is written: dst may be a source.
+template <class A, ReduceOp Op>
+__global__ void __launch_bounds__(kBlockThreads)
+    reduceKernel(typename A::S* dst, ReduceSources srcs, int n, std::size_t count, bool wide) {
+  using S = typename A::S;
+  constexpr int kPer = 16 / sizeof(S);
+  union Vec {
+    uint4 bits;
+    S e[kPer];
+  };
+  const std::size_t first = static_cast<std::size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const std::size_t stride = static_cast<std::size_t>(gridDim.x) * blockDim.x;
+  std::size_t scalar_from = 0;
+  if (wide) {
+    const std::size_t vectors = count / kPer;
+    for (std::size_t v = first; v < vectors; v += stride) {
+      Vec acc;
+      acc.bits = static_cast<const uint4*>(srcs.p[0])[v];
+#pragma unroll
+      for (int j = 1; j < static_cast<int>(kMaxReduceSources); ++j) {
+        if (j < n) {
+          Vec in;
+          in.bits = static_cast<const uint4*>(srcs.p[j])[v];
+#pragma unroll
+          for (int e = 0; e < kPer; ++e) acc.e[e] = A::template combine<Op>(in.e[e], acc.e[e]);
+        }
+      }
+      if constexpr (Op == ReduceOp::Avg) {
+#pragma unroll
+        for (int e = 0; e < kPer; ++e) acc.e[e] = A::divide(acc.e[e], n);
+      }
+      reinterpret_cast<uint4*>(dst)[v] = acc.bits;
+    }
+    scalar_from = vectors * kPer;
+  }
+  for (std::size_t k = scalar_from + first; k < count; k += stride)
+    dst[k] = reduceElement<A, Op>(srcs, n, k);
+}
+
+template <class A, ReduceOp Op>
+cudaError_t reduceAs(cudaStream_t stream, void* dst, ReduceSources srcs, int n,
+                     std::size_t count, bool wide, int max_blocks) {
+  using S = typename A::S;
+  constexpr std::size_t kPer = 16 / sizeof(S);
+  // Threads with work: one per vector, or per element of the tail.
+  const std::size_t items = wide ? std::max(count / kPer, count % kPer) : count;
+  S* typed = static_cast<S*>(dst);
+  void* args[] = {&typed, &srcs, &n, &count, &wide};
+  return cudaLaunchKernel(reinterpret_cast<const void*>(&reduceKernel<A, Op>),
+                          dim3(blocksFor(items, max_blocks)), dim3(kBlockThreads), args, 0,
+                          stream);
+}
+
+template <class A>
+cudaError_t reduceWith(ReduceOp op, cudaStream_t stream, void* dst, const ReduceSources& srcs,
+                       int n, std::size_t count, bool wide, int max_blocks) {
+  switch (op) {
+    case ReduceOp::Sum:
+      return reduceAs<A, ReduceOp::Sum>(stream, dst, srcs, n, count, wide, max_blocks);
+    case ReduceOp::Prod:
+      return reduceAs<A, ReduceOp::Prod>(stream, dst, srcs, n, count, wide, max_blocks);
+    case ReduceOp::Min:
+      return reduceAs<A, ReduceOp::Min>(stream, dst, srcs, n, count, wide, max_blocks);
+    case ReduceOp::Max:
+      return reduceAs<A, ReduceOp::Max>(stream, dst, srcs, n, count, wide, max_blocks);
+    case ReduceOp::Avg:
+      return reduceAs<A, ReduceOp::Avg>(stream, dst, srcs, n, count, wide, max_blocks);
+  }
+  return cudaErrorInvalidValue;
+}
+
+}  // namespace
+
+cudaError_t launchReduce(cudaStream_t stream, void* dst, const void* const* srcs, int n, DType t,
+                         ReduceOp op, std::size_t count, int max_blocks) {
+  if (count == 0) return cudaSuccess;
+  if (n < 1 || n > static_cast<int>(kMaxReduceSources) || dst == nullptr || srcs == nullptr)
+    return cudaErrorInvalidValue;
+  ReduceSources from{};
+  uintptr_t addresses = reinterpret_cast<uintptr_t>(dst);
+  for (int j = 0; j < n; ++j) {
+    if (srcs[j] == nullptr) return cudaErrorInvalidValue;
+    from.p[j] = srcs[j];
+    addresses |= reinterpret_cast<uintptr_t>(srcs[j]);
+  }
+  const bool wide = addresses % 16 == 0;
+  switch (t) {
+    case DType::Float32:
+      return reduceWith<FloatArith<float>>(op, stream, dst, from, n, count, wide, max_blocks);
+    case DType::Float64:
+      return reduceWith<FloatArith<double>>(op, stream, dst, from, n, count, wide, max_blocks);
+    case DType::Float16:
+      return reduceWith<SixteenArith<HalfBits>>(op, stream, dst, from, n, count, wide,
+                                                max_blocks);
+    case DType::BFloat16:
+      return reduceWith<SixteenArith<BFloat16Bits>>(op, stream, dst, from, n, count, wide,
+                                                    max_blocks);
+    case DType::Int32:
+      return reduceWith<IntArith<int32_t>>(op, stream, dst, from, n, count, wide, max_blocks);
+    case DType::Int64:
+      return reduceWith<IntArith<int64_t>>(op, stream, dst, from, n, count, wide, max_blocks);
+    case DType::UInt8:
+      return reduceWith<IntArith<uint8_t>>(op, stream, dst, from, n, count, wide, max_blocks);
   }
   return cudaErrorInvalidValue;
 }

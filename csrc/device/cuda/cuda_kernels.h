@@ -60,6 +60,18 @@ cudaError_t launchCountedStep(cudaStream_t stream, uint32_t* counter, uint32_t o
 cudaError_t launchAdd(cudaStream_t stream, void* out, const void* a, const void* b, DType t,
                       std::size_t count, int max_blocks);
 
+// dst[k] = srcs[0][k] op srcs[1][k] op ... op srcs[n-1][k] for k in [0,
+// count), combined left to right as common/reductions.h combines (float16 and
+// bfloat16 in float, rounded back at every step; integers wrap), bit for bit
+// what the host device gives; avg divides the sum by n in the dtype (integers
+// truncate toward zero). dst may be one of the sources. 1 <= n <=
+// kMaxReduceSources (device.h); the pointers go into the kernel's parameters
+// (no device memory, capturable), 16 bytes per source and step when dst and
+// every source are 16-byte aligned. Uses at most `max_blocks` blocks
+// (grid-stride loop).
+cudaError_t launchReduce(cudaStream_t stream, void* dst, const void* const* srcs, int n, DType t,
+                         ReduceOp op, std::size_t count, int max_blocks);
+
 // One thread that busy-waits `nanoseconds` of GPU global time (for tests and
 // benchmarks that need a long-running kernel).
 cudaError_t launchSpin(cudaStream_t stream, uint64_t nanoseconds);
