@@ -187,12 +187,21 @@ class RankRun {
     if (isPointToPoint(c.type)) {
       if (peer >= 0) postMessage(p.comm, c, in ? in : out, dtype, peer, part, std::move(here));
     } else {
-      if (in && out) attempt("size", [&] { chunkCount(c, team.ranks.size(), in->count, out->count); });
+      int64_t chunk = -1;
+      if (in && out)
+        attempt("size", [&] { chunk = chunkCount(c, team.ranks.size(), in->count, out->count); });
       CollectiveRecord rec{c.type,       in ? std::optional<int64_t>(in->count) : std::nullopt,
                            dtype,        c.reduce,
-                           std::nullopt, std::move(here), part};
+                           std::nullopt, here, part, {}};
+      int root = 0;
+      bool root_ok = true;
       if (hasRoot(c.type))
-        attempt("root", [&] { rec.root = team.ranks[rootTeamRank(c, team, scalars_.data())]; });
+        root_ok = attempt("root", [&] {
+          root = rootTeamRank(c, team, scalars_.data());
+          rec.root = team.ranks[root];
+        });
+      if (plan_.backends[c.backend].collective_messages != nullptr && chunk >= 0 && root_ok)
+        rec.algorithm = postCollectiveMessages(p.comm, c, *in, *out, dtype, chunk, root, here);
       findings_.collectives_[c.team][teamRankOf(team, rank_)].push_back(std::move(rec));
     }
   }
@@ -550,6 +559,55 @@ class RankRun {
       findings_.recvs_[{peer, rank_}].push_back(std::move(rec));
   }
 
+  // A collective that its backend runs as messages between the team's
+  // members (ipc): its messages join the pairs' sends and recvs, in this
+  // rank's order, to be matched across ranks with them and traced. Returns
+  // the algorithm's name (empty when the backend refused the collective,
+  // which is reported).
+  std::string_view postCollectiveMessages(int slot, const PlanComm& c, const Range& in,
+                                          const Range& out, DType dtype, int64_t chunk, int root,
+                                          const Site& here) {
+    const PlanTeam& team = plan_.teams[c.team];
+    CollectiveShape shape;
+    shape.type = c.type;
+    shape.dtype = dtype;
+    shape.count = static_cast<std::size_t>(chunk);
+    shape.team_size = static_cast<int>(team.ranks.size());
+    shape.me = teamRankOf(team, rank_);
+    shape.root = root;
+    shape.in_place = in.alloc == out.alloc && in.offset == out.offset;
+    std::string_view algorithm;
+    if (!attempt("collective", [&] {
+          algorithm = plan_.backends[c.backend].collective_messages(shape, messages_);
+        }))
+      return {};
+    for (const CollectiveMessage& m : messages_) {
+      const bool sending = m.from == shape.me;
+      const int peer = team.ranks[sending ? m.to : m.from];
+      checkPeerNode(c, peer);
+      MessageRecord rec;
+      rec.count = static_cast<int64_t>(m.count);
+      rec.dtype = dtype;
+      rec.site = here;
+      rec.comm = slot;
+      const Range& mine = sending && !m.from_output ? in : out;
+      rec.range = Range{mine.alloc,
+                        mine.offset + static_cast<int64_t>(sending ? m.from_offset : m.to_offset),
+                        static_cast<int64_t>(m.count)};
+      rec.backend = c.backend;
+      rec.protocol = m.protocol;
+      rec.collective = true;
+      rec.team = c.team;
+      rec.instance =
+          static_cast<int64_t>(findings_.collectives_[c.team][static_cast<std::size_t>(shape.me)].size());
+      if (sending)
+        findings_.sends_[{rank_, peer}].push_back(std::move(rec));
+      else
+        findings_.recvs_[{peer, rank_}].push_back(std::move(rec));
+    }
+    return algorithm;
+  }
+
   // A backend that maps the peer's memory (ipc) reaches only its own node.
   void checkPeerNode(const PlanComm& c, int peer) {
     const std::vector<std::string>& nodes = options_.nodes;
@@ -560,7 +618,11 @@ class RankRun {
     problem("node", [&] {
       return fmt::format("{} {} rank {} through backend '{}', but rank {} is on node '{}' and rank "
                          "{} on node '{}': {}",
-                         toString(c.type), c.type == CommType::Send ? "to" : "from", peer,
+                         toString(c.type),
+                         c.type == CommType::Send   ? "to"
+                         : c.type == CommType::Recv ? "from"
+                                                    : "with",
+                         peer,
                          plan_.backends[c.backend].name, peer, nodes[peer], rank_, nodes[rank_],
                          c.cross_node_why);
     });
@@ -578,6 +640,7 @@ class RankRun {
   std::vector<bool> comm_seen_, group_seen_;    // posted (or skipped) so far
   std::array<std::optional<Range>, kMaxAccesses> accessed_;  // of the current instruction
   std::array<RefSpan, kMaxAccesses> spans_;  // their spans, where accessed_ has a value
+  std::vector<CollectiveMessage> messages_;  // postCollectiveMessages()' scratch
   Ordering ord_;
   std::vector<int> pending_node_;  // per unit: the node of its unwaited latest post, or -1
   Shadow shadow_;

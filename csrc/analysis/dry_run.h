@@ -44,9 +44,13 @@ struct CollectiveRecord {
   std::optional<int64_t> root;  // absolute rank
   Site site;
   int part = -1;  // participation node in the wait-for graph
+  // A collective run as messages (BackendCaps::collective_messages): the
+  // algorithm the backend picked for it on this rank.
+  std::string_view algorithm;
 };
 
-struct MessageRecord {  // one send or recv
+// One send or recv, or one message of a collective run as messages.
+struct MessageRecord {
   std::optional<int64_t> count;
   DType dtype = DType::Float32;
   Site site;
@@ -54,7 +58,12 @@ struct MessageRecord {  // one send or recv
   std::optional<Range> range;  // unknown when the tensor did not resolve
   int backend = -1;
   Protocol protocol = Protocol::Put;  // auto is put
-  int part = -1;  // participation node in the wait-for graph
+  int part = -1;  // participation node in the wait-for graph (-1: a collective's message)
+  bool collective = false;  // a message of collective `comm`, not a send or recv
+  // A collective's message: the collective's team and its number among that
+  // team's collectives on this rank (both ends must be of the same one).
+  int team = -1;
+  int64_t instance = -1;
 };
 
 // What must happen in the same order on every rank for peer-mapped memory:

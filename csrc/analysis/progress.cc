@@ -191,39 +191,48 @@ RankGraph::RankGraph(WaitGraph& g, const Plan& plan, int rank)
   stream_.fill(-1);
 }
 
-Done* RankGraph::orderSlot(int comm, int peer) {
+template <class F>
+void RankGraph::forEachOrderSlot(int comm, int peer, F&& f) {
   const PlanComm& c = plan_.comms[comm];
-  switch (plan_.backends[c.backend].post_order) {
+  const PlanBackend& b = plan_.backends[c.backend];
+  switch (b.post_order) {
     case PostOrder::kFree:
-      return nullptr;
+      return;
     case PostOrder::kPerPeer:
-      if (!isPointToPoint(c.type) || peer < 0) return nullptr;
-      return &lane_tail_[{c.backend, peer * 2 + (c.type == CommType::Send ? 0 : 1)}];
+      if (isPointToPoint(c.type)) {
+        if (peer >= 0) f(lane_tail_[{c.backend, peer * 2 + (c.type == CommType::Send ? 0 : 1)}]);
+        return;
+      }
+      // A collective run as messages uses the lanes to and from every
+      // other member of its team.
+      if (b.collective_messages == nullptr) return;
+      for (int r : plan_.teams[c.team].ranks)
+        if (r != rank_)
+          for (int direction : {0, 1}) f(lane_tail_[{c.backend, r * 2 + direction}]);
+      return;
     case PostOrder::kPerRank:
-      return &backend_tail_[c.backend];
+      f(backend_tail_[c.backend]);
+      return;
   }
-  return nullptr;
 }
 
 int RankGraph::post(int comm, int unit, int s, int pc, const Site& site, int peer) {
   const int part = g_.add(WaitGraph::Kind::Part, rank_, pc, s, site);
-  Done* order = orderSlot(comm, peer);
+  auto follow = [&](Done& order) {
+    g_.edge(order, part);
+    order = Done{part, true};
+  };
   if (group_start_ >= 0) {
     g_.edge(group_start_, part);
     // In a group, only the lanes order members (a per-rank order is the group's).
-    if (order && plan_.backends[plan_.comms[comm].backend].post_order == PostOrder::kPerPeer) {
-      g_.edge(*order, part);
-      *order = Done{part, true};
-    }
+    if (plan_.backends[plan_.comms[comm].backend].post_order == PostOrder::kPerPeer)
+      forEachOrderSlot(comm, peer, follow);
     group_parts_.push_back(part);
     return part;
   }
   g_.edge(host_, part);
   g_.edge(stream_[s], part);
-  if (order) {
-    g_.edge(*order, part);
-    *order = Done{part, true};
-  }
+  forEachOrderSlot(comm, peer, follow);
   unit_done_[unit] = Done{part, true};
   return part;
 }

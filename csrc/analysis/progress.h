@@ -108,9 +108,11 @@ class RankGraph {
   int share(int pc, const Site& site);
 
  private:
-  // The backend order a post joins after: kPerRank, the backend's last
-  // post; kPerPeer, the pair's last message.
-  Done* orderSlot(int comm, int peer);
+  // Calls f(Done&) for each backend order a post joins after: kPerRank, the
+  // backend's last post; kPerPeer, the pair's last message (for a
+  // collective run as messages, every lane with the other team members).
+  template <class F>
+  void forEachOrderSlot(int comm, int peer, F&& f);
 
   WaitGraph& g_;
   const Plan& plan_;

@@ -21,6 +21,7 @@ std::string describe(const CollectiveRecord& c) {
   if (hasReduceOp(c.type)) out += fmt::format(" with {}", toString(c.reduce));
   if (hasRoot(c.type))
     out += c.root ? fmt::format(" from root {}", *c.root) : std::string(" from an unknown root");
+  if (!c.algorithm.empty()) out += fmt::format(", {}", c.algorithm);
   return out;
 }
 
@@ -30,6 +31,8 @@ bool sameCollective(const CollectiveRecord& a, const CollectiveRecord& b) {
   if (a.count && b.count && *a.count != *b.count) return false;
   if (hasReduceOp(a.type) && a.reduce != b.reduce) return false;
   if (hasRoot(a.type) && a.root && b.root && *a.root != *b.root) return false;
+  // Refused on a rank (reported there): nothing to compare.
+  if (!a.algorithm.empty() && !b.algorithm.empty() && a.algorithm != b.algorithm) return false;
   return true;
 }
 
@@ -90,6 +93,21 @@ void matchCollectives(const Plan& plan, Findings& f) {
 std::optional<std::pair<std::string, std::string>> mismatch(const Plan& plan,
                                                             const MessageRecord& a,
                                                             const MessageRecord& b) {
+  // A collective run as messages pairs only with its own messages on the
+  // other member.
+  if (a.collective || b.collective) {
+    auto what = [&](const MessageRecord& m) {
+      const PlanComm& c = plan.comms[m.comm];
+      return m.collective ? fmt::format("a message of {} '{}'", toString(c.type), c.name)
+                          : fmt::format("{} '{}'", toString(c.type), c.name);
+    };
+    if (a.collective != b.collective || a.team != b.team || a.instance != b.instance)
+      return std::pair(fmt::format("is {} but", what(a)),
+                       fmt::format("is {}; backend '{}' runs collectives as messages between the "
+                                   "pair's ranks, so both must order them and their sends and "
+                                   "recvs with each other alike",
+                                   what(b), plan.backends[a.backend].name));
+  }
   if (a.dtype != b.dtype || (a.count && b.count && *a.count != *b.count))
     return std::pair(fmt::format("carries {} but", describe(a)),
                      fmt::format("expects {}", describe(b)));
@@ -203,7 +221,9 @@ void findDeadlock(const Plan& plan, Findings& f) {
     auto r = f.recvs_.find(pair);
     if (r == f.recvs_.end()) continue;
     for (std::size_t k = 0; k < std::min(sends.size(), r->second.size()); ++k)
-      g.meet(Meeting{Meeting::What::Message, -1, pair.first, pair.second, static_cast<int64_t>(k),
+      // A collective's messages meet as the collective.
+      if (!sends[k].collective)
+        g.meet(Meeting{Meeting::What::Message, -1, pair.first, pair.second, static_cast<int64_t>(k),
                      sends[k].part},
              {sends[k].part, r->second[k].part});
   }

@@ -35,6 +35,7 @@
 #include "backends/ipc_backend.h"
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
@@ -43,6 +44,7 @@
 #include <mutex>
 #include <set>
 
+#include "backends/ipc_collectives.h"
 #include "common/check.h"
 #include "common/parse_int.h"
 #include "common/log.h"
@@ -188,6 +190,37 @@ struct Step {
   uint32_t* signal = nullptr;       // in the peer's page (or ours, for ourselves)
   const uint32_t* await = nullptr;  // in our page
   uint32_t seq = 0;
+  // A get message of a reduction: reduce unit `unit` of the post reads
+  // `src` instead of a copy (wait, then the unit's reduce, then signal).
+  int unit = -1;
+};
+
+// A collective's own chunk: a copy that needs no peer.
+struct LocalCopy {
+  void* dst = nullptr;
+  const void* src = nullptr;
+  std::size_t bytes = 0;
+};
+
+// A reduction of the team's buffers, in team order (Device::reduce), once
+// its get messages' senders said their buffers are ready.
+struct ReduceUnit {
+  void* dst = nullptr;
+  std::array<const void*, kIpcMaxReduceMembers> srcs{};
+  int members = 0;
+  DType dtype = DType::Float32;
+  ReduceOp op = ReduceOp::Sum;
+  std::size_t count = 0;
+  int sources = 0;  // get messages that bring peers' sources
+};
+
+// A post resolved, before anything is enqueued, for the phases of
+// State::enqueuePhased().
+struct Work {
+  std::vector<Step> steps;
+  std::vector<Lane*> lanes;
+  std::vector<LocalCopy> copies;
+  std::vector<ReduceUnit> units;
 };
 
 // The messages of one (peer, direction), in order. Posts run them on
@@ -244,6 +277,7 @@ struct IpcBackend::State {
 
   std::vector<Lane> send_lanes, recv_lanes;  // per peer
   std::unique_ptr<Stream> join;     // joins the streams of a group post
+  std::unique_ptr<Stream> phased;   // posts with collectives that are not joined
   std::unique_ptr<Stream> control;  // page fills (setup, abort)
   std::unique_ptr<Event> ready, joined;
   std::mutex post_mutex;  // see post()
@@ -259,6 +293,15 @@ struct IpcBackend::State {
     return l;
   }
   Step resolve(const PostArgs& a);
+  // Adds op `a` (a send, a recv or a collective's messages and local part)
+  // to `w`.
+  void add(const PostArgs& a, Work& w);
+  void addCollective(const PostArgs& a, Work& w);
+  // Everything of `w` on `on`: the lanes' earlier messages (unless on
+  // `covered`), the local copies, the signals of the sides that do not
+  // copy, the reductions, the copies, then the remaining waits.
+  void enqueuePhased(Work& w, Stream& on, const Stream* covered);
+  void reduce(Stream& on, Work& w, int unit);
   uint32_t* releaseWord() const { return counts + 2 * static_cast<std::size_t>(world); }
   void enqueue(const Step& s, Stream& current);
   // Makes `on` wait for the lane's earlier messages, unless they ran on `on`
@@ -367,6 +410,120 @@ void IpcBackend::State::await(Stream& on, const Step& s) {
                                    .release = releaseWord()});
 }
 
+void IpcBackend::State::add(const PostArgs& a, Work& w) {
+  if (!isPointToPoint(a.type)) return addCollective(a, w);
+  w.steps.push_back(resolve(a));
+  addLane(w.lanes, w.steps.back().lane);
+}
+
+// The collective's messages (PostArgs::pieces, as ipcCollectiveMessages
+// lists them) become steps like a send's or a recv's; what needs no peer
+// (the member's own chunk) is a local copy or a source of the reduction.
+void IpcBackend::State::addCollective(const PostArgs& a, Work& w) {
+  const std::vector<int>& team = ctx.teams[static_cast<std::size_t>(a.team)];
+  const int n = static_cast<int>(team.size());
+  const int me = static_cast<int>(std::find(team.begin(), team.end(), rank) - team.begin());
+  HIR_INTERNAL_ASSERT(me < n, "ipc: {}: rank {} posted a collective of a team it is not in",
+                      a.path, rank);
+  HIR_INTERNAL_ASSERT(n == 1 || !a.pieces.empty(),
+                      "ipc: {}: {} posted without its messages (PostArgs::pieces), which the "
+                      "evaluator fills from the load-time trace",
+                      a.path, toString(a.type));
+  const std::size_t size = dtypeSize(a.dtype), c = a.count;
+  const auto* in = static_cast<const char*>(a.input);
+  auto* out = static_cast<char*>(a.output);
+  const bool reduction = hasReduceOp(a.type);
+  ReduceUnit unit;
+  std::size_t own_offset = a.type == CommType::ReduceScatter ? me * c : 0;  // n == 1: all of it
+  if (reduction) {
+    HIR_CHECK_AS(BackendError, dev->supports(DeviceFeature::Reduce),
+                 "ipc: {}: {} needs reductions on the device, which {} does not offer", a.path,
+                 toString(a.type), dev->describe());
+    unit.dst = out;
+    unit.members = n;
+    unit.dtype = a.dtype;
+    unit.op = a.reduce;
+    unit.count = c;
+  }
+  for (const CollectivePiece& piece : a.pieces) {
+    const CollectiveMessage& m = piece.message;
+    const bool send = m.from == me;
+    PostArgs one;
+    one.type = send ? CommType::Send : CommType::Recv;
+    one.dtype = a.dtype;
+    one.count = m.count;
+    one.peer = piece.peer_rank;
+    one.protocol = m.protocol;
+    one.path = a.path;
+    one.remote = piece.peer;
+    if (send)
+      one.input = (m.from_output ? out : in) + m.from_offset * size;
+    else
+      one.output = out + m.to_offset * size;
+    Step step = resolve(one);
+    if (reduction && !send && m.protocol == Protocol::Get) {
+      // The sender's chunk is a source: every source has this chunk's place.
+      step.unit = static_cast<int>(w.units.size());
+      unit.srcs[static_cast<std::size_t>(m.from)] = step.src;
+      ++unit.sources;
+      unit.dst = step.dst;
+      unit.count = m.count;
+      own_offset = m.from_offset;
+    }
+    w.steps.push_back(step);
+    addLane(w.lanes, step.lane);
+  }
+  auto local = [&](std::size_t to, const char* from, std::size_t count) {
+    char* dst = out + to * size;
+    if (dst != from && count > 0) w.copies.push_back({dst, from, count * size});
+  };
+  switch (a.type) {
+    case CommType::Allgather: local(me * c, in, c); break;
+    case CommType::Broadcast:
+      if (a.root == me) local(0, in, c);
+      break;
+    case CommType::Alltoall: local(me * c, in + me * c * size, c); break;
+    case CommType::Allreduce:
+    case CommType::ReduceScatter:
+      unit.srcs[static_cast<std::size_t>(me)] = in + own_offset * size;
+      w.units.push_back(unit);
+      break;
+    default:
+      HIR_INTERNAL_ASSERT(false, "ipc: {}: {} is not run as messages", a.path, toString(a.type));
+  }
+}
+
+void IpcBackend::State::reduce(Stream& on, Work& w, int u) {
+  // The senders' "ready", then the reduction, then "consumed": a counted
+  // step's wait and its signal, split around the kernel.
+  for (const Step& s : w.steps) {
+    if (s.unit != u) continue;
+    if (s.counter == nullptr) {
+      dev->waitValue(on, s.await, s.seq);
+    } else {
+      dev->countedStep(on, CountedStep{.counter = s.counter,
+                                       .offset = s.offset,
+                                       .wait_addr = s.await,
+                                       .release = releaseWord()});
+    }
+  }
+  const ReduceUnit& r = w.units[static_cast<std::size_t>(u)];
+  if (r.count > 0)
+    dev->reduce(on, r.dst, r.srcs.data(), static_cast<std::size_t>(r.members), r.dtype, r.op,
+                r.count);
+  for (const Step& s : w.steps) {
+    if (s.unit != u) continue;
+    if (s.counter == nullptr) {
+      dev->writeValue(on, s.signal, s.seq);
+    } else {
+      dev->countedStep(on, CountedStep{.counter = s.counter,
+                                       .offset = s.offset,
+                                       .advance = s.advance,
+                                       .signal_addr = s.signal});
+    }
+  }
+}
+
 // On the lane's stream, after the poster's `ready` event and the lane's
 // last joined message (when that ran on another stream than `current`,
 // whose `ready` covers it).
@@ -462,6 +619,7 @@ void IpcBackend::State::shutdown() noexcept {
       if (l.on != nullptr && l.on != l.stream.get()) tails.push_back(l.tail.get());
     }
   all.push_back(join.get());
+  all.push_back(phased.get());
   all.push_back(control.get());
   // All streams share one deadline: a stuck lane must not cost a timeout
   // per stream.
@@ -497,6 +655,7 @@ void IpcBackend::State::shutdown() noexcept {
   send_lanes.clear();
   recv_lanes.clear();
   join.reset();
+  phased.reset();
   control.reset();
   joined.reset();
   ready.reset();
@@ -525,10 +684,13 @@ BackendCaps IpcBackend::caps() {
   BackendCaps c;
   c.name = "ipc";
   c.devices = {"host", "cuda"};
-  c.types = {CommType::Send, CommType::Recv};
+  c.types = {CommType::Send,      CommType::Recv,      CommType::Allgather, CommType::Broadcast,
+             CommType::Alltoall,  CommType::Allreduce, CommType::ReduceScatter};
   c.dtypes = EnumSet<DType>::all(kDTypeNames);
+  c.reduce_ops = EnumSet<ReduceOp>::all(kReduceOpNames);
   c.protocols = {Protocol::Put, Protocol::Get};
   c.maps_peer_memory = true;
+  c.collective_messages = &ipcCollectiveMessages;
   c.same_node_only = true;
   c.post_order = PostOrder::kPerPeer;  // one lane per ordered pair of ranks
   c.rank_spaces = {RankSpace::Processes};  // CUDA IPC handles do not open in their exporter
@@ -559,6 +721,7 @@ void IpcBackend::setup(const BackendContext& ctx) {
   st.page_bytes = static_cast<std::size_t>(st.world) * kSignals * sizeof(uint32_t);
   st.control = d.createStream();
   st.join = d.createStream();
+  st.phased = d.createStream();
   st.ready = d.createEvent();
   st.joined = d.createEvent();
   st.peer_pages.assign(static_cast<std::size_t>(st.world), nullptr);
@@ -604,6 +767,17 @@ void IpcBackend::post(std::span<const PostArgs> ops, Stream& current, Event& don
   Device& d = *st.dev;
   // Posts re-record the shared events and may create a pair's stream.
   std::lock_guard lock(st.post_mutex);
+  // A collective: its phases on a stream of their own, after `current`.
+  if (std::any_of(ops.begin(), ops.end(),
+                  [](const PostArgs& a) { return !isPointToPoint(a.type); })) {
+    Work w;
+    for (const PostArgs& a : ops) st.add(a, w);
+    d.record(*st.ready, current);
+    d.wait(*st.phased, *st.ready);
+    st.enqueuePhased(w, *st.phased, &current);
+    d.record(done, *st.phased);
+    return;
+  }
   // One message, the usual case: no allocation on the way.
   if (ops.size() == 1) {
     const Step s = st.resolve(ops[0]);
@@ -632,9 +806,10 @@ void IpcBackend::post(std::span<const PostArgs> ops, Stream& current, Event& don
 
 namespace {
 
-// Counted mode, for the phases of postJoined(): the k-th message of a lane
-// in `steps` is number *counter + k, and the lane's last part enqueued (its
-// last wait if it has a side that does not copy, else its last copy)
+// Counted mode, for the phases of enqueuePhased(): the k-th message of a
+// lane in `steps` is number *counter + k, and the lane's last part enqueued
+// (its last wait if it has a side that does not copy, else its last copy
+// or reduction source, which the middle phase enqueues in step order)
 // advances the counter past them all.
 void countInGroup(std::vector<Step>& steps) {
   std::map<uint32_t*, uint32_t> n;  // counter -> messages so far
@@ -652,33 +827,49 @@ void countInGroup(std::vector<Step>& steps) {
 
 }  // namespace
 
-// Everything on `current`: first the signals of the sides that do not copy,
-// then the copies (each after its peer's signal), then the remaining waits.
-// A copy waits only for a signal that its peer's post gives before any of
-// its own waits, so a group whose messages form a ring cannot deadlock.
+// First the signals of the sides that do not copy; then, in step order,
+// the copies (each after its peer's signal) and the reductions (each where
+// its first source comes, after its sources' signals); then the remaining
+// waits. A reduction or a copy waits only for signals that its peers' posts
+// give before any of their own waits, so a group whose messages form a
+// ring, or a collective, cannot deadlock. Step order keeps each lane's
+// signals in the order of its message numbers (a counter must never go
+// back), and a collective's reduction before the copies of what it reduced
+// (its get messages come before its put messages).
+void IpcBackend::State::enqueuePhased(Work& w, Stream& on, const Stream* covered) {
+  if (counted) countInGroup(w.steps);
+  for (Lane* l : w.lanes) follow(*l, on, covered);
+  for (const LocalCopy& c : w.copies) dev->copy(on, c.dst, c.src, c.bytes);
+  for (const Step& s : w.steps) announce(on, s);
+  std::vector<bool> reduced(w.units.size(), false);
+  for (std::size_t u = 0; u < w.units.size(); ++u)
+    if (w.units[u].sources == 0) reduce(on, w, static_cast<int>(u));  // a team of one
+  for (const Step& s : w.steps) {
+    if (s.unit < 0) {
+      transfer(on, s);
+    } else if (!reduced[static_cast<std::size_t>(s.unit)]) {
+      reduced[static_cast<std::size_t>(s.unit)] = true;
+      reduce(on, w, s.unit);
+    }
+  }
+  for (const Step& s : w.steps) await(on, s);
+  for (Lane* l : w.lanes) {
+    dev->record(*l->tail, on);
+    l->on = &on;
+  }
+}
+
+// Everything on `current` (enqueuePhased).
 bool IpcBackend::postJoined(std::span<const PostArgs> ops, Stream& current, Event&) {
   State& st = *state_;
   HIR_INTERNAL_ASSERT(st.dev != nullptr, "ipc backend posted to before setup()");
   HIR_INTERNAL_ASSERT(!ops.empty(), "ipc: empty post");
   st.checkNotAborted(ops);
-  Device& d = *st.dev;
   std::lock_guard lock(st.post_mutex);
-  std::vector<Step> steps;
-  std::vector<Lane*> lanes;
-  steps.reserve(ops.size());
-  for (const PostArgs& a : ops) {
-    steps.push_back(st.resolve(a));
-    addLane(lanes, steps.back().lane);
-  }
-  if (st.counted) countInGroup(steps);
-  for (Lane* l : lanes) st.follow(*l, current, nullptr);
-  for (const Step& s : steps) st.announce(current, s);
-  for (const Step& s : steps) st.transfer(current, s);
-  for (const Step& s : steps) st.await(current, s);
-  for (Lane* l : lanes) {
-    d.record(*l->tail, current);
-    l->on = &current;
-  }
+  Work w;
+  w.steps.reserve(ops.size());
+  for (const PostArgs& a : ops) st.add(a, w);
+  st.enqueuePhased(w, current, nullptr);
   return true;  // no `done`: the lanes' tails order later messages
 }
 

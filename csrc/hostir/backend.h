@@ -34,6 +34,8 @@
 
 namespace hir {
 
+struct CollectivePiece;
+
 // One communication, fully resolved for this rank and this post.
 struct PostArgs {
   CommType type = CommType::Allreduce;
@@ -65,7 +67,54 @@ struct PostArgs {
     // same number on both sides.
     uint64_t pair_seq = 0;
   } remote;
+  // Only for a collective on a backend that runs collectives as messages
+  // (BackendCaps::collective_messages): this rank's messages of it, in the
+  // order that function lists them, each with its peer's end, filled by the
+  // evaluator from the load-time trace as for a send or recv.
+  std::span<const CollectivePiece> pieces;
 };
+
+// A collective that a backend runs as point-to-point messages between the
+// members of its team (BackendCaps::collective_messages), as one member
+// sees it.
+struct CollectiveShape {
+  CommType type = CommType::Allreduce;
+  DType dtype = DType::Float32;
+  std::size_t count = 0;  // PostArgs::count
+  int team_size = 1;
+  int me = 0;             // this member's team rank
+  int root = 0;           // team rank of the root (rooted types)
+  bool in_place = false;  // the input and the output are the same elements on this member
+};
+
+// One message of such a collective. Offsets and counts are in elements.
+struct CollectiveMessage {
+  int from = 0, to = 0;         // team ranks, never equal; one of them is the member's
+  bool from_output = false;     // the sender's data lies in its output (else its input)
+  std::size_t from_offset = 0;  // into the sender's tensor
+  std::size_t to_offset = 0;    // into the receiver's output
+  std::size_t count = 0;
+  // put: the sender copies into the receiver's output; get: the receiver
+  // reads the sender's tensor (and copies or reduces it into its output).
+  Protocol protocol = Protocol::Put;
+};
+
+// A message of a collective with the peer's end of it (the receiver's
+// output under put, the sender's tensor under get, for the side that maps
+// it; both sides get the number).
+struct CollectivePiece {
+  CollectiveMessage message;
+  PostArgs::PeerEnd peer;
+  int peer_rank = -1;  // world rank of the other member
+};
+
+// Lists into `out` (cleared first), in order, the messages that member
+// `shape.me` sends or receives: the k-th message from a to b in a's list is
+// the k-th from a to b in b's list. Returns the algorithm's name ("copies",
+// "one-shot", ...): every member of a team must pick the same. Throws
+// ProgramError when the backend cannot run that collective (say why).
+using CollectiveMessagesFn = std::string_view (*)(const CollectiveShape& shape,
+                                                  std::vector<CollectiveMessage>& out);
 
 struct BackendContext {
   Device* device = nullptr;
@@ -129,6 +178,13 @@ struct BackendCaps {
   // (lowering inserts one when the program has none), and its send/recv
   // posts carry the peer's address (PostArgs::remote).
   bool maps_peer_memory = false;
+  // Runs its collectives as messages between the members of the team, over
+  // peer-mapped memory (ipc; needs maps_peer_memory): the cross-rank check
+  // matches those messages with the pairs' sends and recvs, the load-time
+  // trace gives each its peer's address (PostArgs::pieces), and
+  // share_mem_handles exchanges their buffers. Null: its collectives are its
+  // own business.
+  CollectiveMessagesFn collective_messages = nullptr;
   // Reaches only peers on its own node (a send/recv to another node is an
   // error of the cross-rank check).
   bool same_node_only = false;
@@ -182,6 +238,8 @@ Support supports(const BackendCaps& caps, const SupportQuery& q);
 // `base` is null when the allocation has no memory yet on this rank.
 struct ShareItem {
   int comm = -1;
+  // Send or Recv: this rank's side of the messages (a collective's messages
+  // too, whose communication has another type).
   CommType type = CommType::Send;
   int peer = -1;
   int alloc = -1;

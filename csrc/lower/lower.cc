@@ -415,9 +415,10 @@ class Lowerer {
       if (comm.input) plan_.allocs[comm.input->alloc].peer_mapped = true;
       if (comm.output) plan_.allocs[comm.output->alloc].peer_mapped = true;
     }
-    if (isPointToPoint(c.type)) {
+    if (isPointToPoint(c.type) || caps.collective_messages != nullptr) {
       // Binding is per node, not per pair of ranks: whether a peer is on
-      // another node is checked per rank by the schedule check.
+      // another node is checked per rank by the schedule check (for a
+      // collective run as messages, per message).
       q.peer_on_other_node = true;
       Support remote = supports(caps, q);
       if (!remote.ok) comm.cross_node_why = remote.why;
@@ -444,7 +445,7 @@ class Lowerer {
       if (plan_.backends[i].name == caps.name) return static_cast<int>(i);
     plan_.backends.push_back(
         PlanBackend{caps.name, caps.maps_peer_memory, caps.post_order, caps.capturable,
-                    caps.symmetric_memory});
+                    caps.symmetric_memory, caps.collective_messages});
     return static_cast<int>(plan_.backends.size()) - 1;
   }
 

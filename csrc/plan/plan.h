@@ -78,6 +78,7 @@ struct PlanBackend {
   PostOrder post_order = PostOrder::kFree;  // BackendCaps::post_order
   bool capturable = false;                  // BackendCaps::capturable
   bool symmetric_memory = false;            // BackendCaps::symmetric_memory
+  CollectiveMessagesFn collective_messages = nullptr;  // BackendCaps::collective_messages
 };
 
 struct PlanGroup {

@@ -461,6 +461,8 @@ struct Evaluator::Impl {
     p.count = static_cast<std::size_t>(chunkCount(c, team.ranks.size(), in_count, out_count));
     if (plan.backends[c.backend].maps_peer_memory && isPointToPoint(c.type))
       routes.fill(p, slot, allocs);
+    else if (plan.backends[c.backend].collective_messages != nullptr)
+      routes.fillCollective(p, slot, allocs);
     return p;
   }
 

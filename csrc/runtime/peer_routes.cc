@@ -4,6 +4,7 @@
 #include <tuple>
 
 #include "common/check.h"
+#include "plan/step.h"
 
 namespace hir {
 
@@ -13,6 +14,7 @@ PeerRoutes::PeerRoutes(const Plan& plan, const P2pTrace& trace, int rank)
                                [](const PlanBackend& b) { return b.maps_peer_memory; });
   if (!any) return;
   peers_.resize(static_cast<std::size_t>(plan.world));
+  collectives_.resize(plan.comms.size());
   truncated_ = trace.truncated;
   for (const auto& [pair, messages] : trace.pairs) {
     const auto [from, to] = pair;
@@ -36,16 +38,20 @@ PeerRoutes::ShareSpec PeerRoutes::shareSpec(const instr::Share& in, const P2pTra
   std::set<std::array<int, 4>> links;
   std::set<std::tuple<int, int, int, int>> seen;  // (comm, peer, alloc, peer alloc)
   ShareSpec spec;
-  auto addItem = [&](const P2pEnd& mine, const P2pEnd& theirs, int peer) {
-    if (!seen.insert({mine.comm, peer, mine.alloc, theirs.alloc}).second) return;
+  // One item per (communication, side, peer, allocations, protocol): a
+  // collective's messages with one peer may go both ways.
+  auto addItem = [&](const P2pEnd& mine, const P2pEnd& theirs, int peer, CommType side,
+                     Protocol protocol) {
+    const int kind = static_cast<int>(side) * 8 + static_cast<int>(protocol);
+    if (!seen.insert({mine.comm, peer * 64 + kind, mine.alloc, theirs.alloc}).second) return;
     const PlanComm& c = plan_.comms[mine.comm];
     ShareItem item;
     item.comm = mine.comm;
-    item.type = c.type;
+    item.type = side;
     item.peer = peer;
     item.alloc = mine.alloc;
     item.peer_alloc = theirs.alloc;
-    item.protocol = c.protocol;
+    item.protocol = protocol;
     item.name = plan_.allocs[mine.alloc].name.c_str();
     spec.items[c.backend].push_back(item);
   };
@@ -55,17 +61,17 @@ PeerRoutes::ShareSpec PeerRoutes::shareSpec(const instr::Share& in, const P2pTra
       if (!plan_.backends[plan_.comms[m.send.comm].backend].maps_peer_memory) continue;
       if (!listed.count(m.send.comm) && !listed.count(m.recv.comm)) continue;
       links.insert({from, to, m.send.alloc, m.recv.alloc});
-      if (from == rank_) addItem(m.send, m.recv, to);
-      if (to == rank_) addItem(m.recv, m.send, from);
+      if (from == rank_) addItem(m.send, m.recv, to, CommType::Send, m.protocol);
+      if (to == rank_) addItem(m.recv, m.send, from, CommType::Recv, m.protocol);
     }
   }
   spec.links.assign(links.begin(), links.end());
   return spec;
 }
 
-void PeerRoutes::fill(PostArgs& p, int slot, const AllocCache& allocs) {
-  ToPeer& r = peers_[p.peer];
-  const bool send = p.type == CommType::Send;
+PostArgs::PeerEnd PeerRoutes::next(int slot, int peer, bool send, int alloc, std::size_t offset,
+                                   const AllocCache& allocs) {
+  ToPeer& r = peers_[peer];
   const std::vector<Route>& list = send ? r.sends : r.recvs;
   uint64_t& posted = send ? r.sent : r.received;
   const uint64_t seq = posted + 1;
@@ -73,16 +79,14 @@ void PeerRoutes::fill(PostArgs& p, int slot, const AllocCache& allocs) {
   HIR_CHECK(traced,
             "{} rank {} is message #{} of this rank {} rank {}, but the load-time dry run "
             "traced {}{}; backend '{}' needs the peer's address of every message from it",
-            send ? "send to" : "recv from", p.peer, seq, send ? "to" : "from", p.peer,
-            list.size(), truncated_ ? " (it stopped early: the plan runs too long)" : "",
+            send ? "send to" : "recv from", peer, seq, send ? "to" : "from", peer, list.size(),
+            truncated_ ? " (it stopped early: the plan runs too long)" : "",
             plan_.backends[plan_.comms[slot].backend].name);
   const Route& route = list[(seq - 1) % list.size()];
-  const int alloc = send ? p.input_alloc : p.output_alloc;
-  const std::size_t offset = send ? p.input_offset : p.output_offset;
   HIR_CHECK(route.comm == slot && route.alloc == alloc && route.offset == offset,
             "message #{} {} rank {} is not the one the load-time dry run traced (a run that "
             "failed part-way leaves the message numbers out of step; create a new evaluator)",
-            seq, send ? "to" : "from", p.peer);
+            seq, send ? "to" : "from", peer);
   // Both ends' blocks, checked on both ranks, so that both fail alike.
   for (int a : {alloc, route.remote_alloc}) {
     const AllocCache::Block& block = allocs[a];
@@ -93,10 +97,49 @@ void PeerRoutes::fill(PostArgs& p, int slot, const AllocCache& allocs) {
               plan_.allocs[a].name,
               block.exchanged_generation == 0 ? "never exchanged" : "allocated with another size");
   }
-  p.remote.alloc = route.remote_alloc;
-  p.remote.offset = route.remote_offset;
-  p.remote.pair_seq = seq;
   posted = seq;
+  return {route.remote_alloc, route.remote_offset, seq};
+}
+
+void PeerRoutes::fill(PostArgs& p, int slot, const AllocCache& allocs) {
+  const bool send = p.type == CommType::Send;
+  p.remote = next(slot, p.peer, send, send ? p.input_alloc : p.output_alloc,
+                  send ? p.input_offset : p.output_offset, allocs);
+}
+
+void PeerRoutes::fillCollective(PostArgs& p, int slot, const AllocCache& allocs) {
+  const PlanComm& c = plan_.comms[slot];
+  const PlanTeam& team = plan_.teams[c.team];
+  CollectiveShape shape;
+  shape.type = c.type;
+  shape.dtype = p.dtype;
+  shape.count = p.count;
+  shape.team_size = static_cast<int>(team.ranks.size());
+  shape.me = teamRankOf(team, rank_);
+  shape.root = p.root;
+  shape.in_place = p.input == p.output;
+  Collective& cached = collectives_[slot];
+  // The messages depend on the shape alone: listed again only when it changed.
+  if (!cached.listed || !sameShape(cached.shape, shape)) {
+    plan_.backends[c.backend].collective_messages(shape, cached.messages);
+    cached.pieces.resize(cached.messages.size());
+    cached.shape = shape;
+    cached.listed = true;
+  }
+  const std::size_t size = dtypeSize(p.dtype);
+  for (std::size_t k = 0; k < cached.messages.size(); ++k) {
+    const CollectiveMessage& m = cached.messages[k];
+    CollectivePiece& piece = cached.pieces[k];
+    const bool send = m.from == shape.me;
+    piece.message = m;
+    piece.peer_rank = team.ranks[send ? m.to : m.from];
+    const bool from_input = send && !m.from_output;
+    const std::size_t offset = (from_input ? p.input_offset : p.output_offset) +
+                               (send ? m.from_offset : m.to_offset) * size;
+    piece.peer = next(slot, piece.peer_rank, send, from_input ? p.input_alloc : p.output_alloc,
+                      offset, allocs);
+  }
+  p.pieces = cached.pieces;
 }
 
 std::vector<PeerRoutes::Key> PeerRoutes::keysOf(const ShareSpec& spec,

@@ -29,6 +29,11 @@ class PeerRoutes {
   // communication `slot`; checks that both ends' blocks were exchanged in
   // their current generation.
   void fill(PostArgs& p, int slot, const AllocCache& allocs);
+  // For a collective on a backend that runs collectives as messages
+  // (PlanBackend::collective_messages), with p's other fields set: fills
+  // p.pieces (storage kept here, per communication, until its next post),
+  // one route per message, with the same checks.
+  void fillCollective(PostArgs& p, int slot, const AllocCache& allocs);
 
   // What the Share instruction at `pc` exchanges, per backend that maps
   // peer memory: this rank's items, with the current blocks. Empty when
@@ -60,6 +65,24 @@ class PeerRoutes {
   };
   using Key = std::array<uint64_t, 6>;  // a link with both block generations
 
+  // A collective's messages as last listed, and their pieces.
+  struct Collective {
+    bool listed = false;
+    CollectiveShape shape;
+    std::vector<CollectiveMessage> messages;
+    std::vector<CollectivePiece> pieces;
+  };
+  static bool sameShape(const CollectiveShape& a, const CollectiveShape& b) {
+    return a.type == b.type && a.dtype == b.dtype && a.count == b.count &&
+           a.team_size == b.team_size && a.me == b.me && a.root == b.root &&
+           a.in_place == b.in_place;
+  }
+
+  // The route of this rank's next message with `peer` in one direction,
+  // checked against what the trace says (this end's allocation and offset)
+  // and against stale exchanges.
+  PostArgs::PeerEnd next(int slot, int peer, bool send, int alloc, std::size_t offset,
+                         const AllocCache& allocs);
   ShareSpec shareSpec(const instr::Share& in, const P2pTrace& trace) const;
   std::vector<Key> keysOf(const ShareSpec& spec, const AllocCache& allocs) const;
 
@@ -68,6 +91,7 @@ class PeerRoutes {
   std::vector<ToPeer> peers_;  // per world rank
   bool truncated_ = false;
   std::map<int, ShareSpec> shares_;  // by pc of the Share instruction
+  std::vector<Collective> collectives_;  // per communication slot
   std::set<Key> exchanged_;
 };
 

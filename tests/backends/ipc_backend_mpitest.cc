@@ -865,13 +865,18 @@ TEST(IpcBackend, PostingIntoAnAllocationNeverExchangedIsAClearError) {
   h.device.deallocate(data);
 }
 
-TEST(IpcBackend, AutoNeverPicksIpcAndIpcRefusesCollectivesAndOtherNodes) {
+TEST(IpcBackend, AutoNeverPicksIpcAndIpcRefusesRootedReductionsAndOtherNodes) {
   SupportQuery q{"host", CommType::Send};
   EXPECT_EQ(selectBackend(backendCatalog(), "auto", q, "").name, "mpi");
   const BackendCaps ipc = IpcBackend::caps();
   EXPECT_TRUE(supports(ipc, q).ok);
   q.type = CommType::Allgather;
-  EXPECT_EQ(supports(ipc, q).why, "backend 'ipc' runs send, recv, not allgather");
+  EXPECT_TRUE(supports(ipc, q).ok);
+  EXPECT_EQ(selectBackend(backendCatalog(), "auto", q, "").name, "mpi");
+  q.type = CommType::Gather;
+  EXPECT_EQ(supports(ipc, q).why,
+            "backend 'ipc' runs allgather, allreduce, reduce_scatter, broadcast, alltoall, send, "
+            "recv, not gather");
   q.type = CommType::Recv;
   q.peer_on_other_node = true;
   EXPECT_THAT(supports(ipc, q).why, HasSubstr("both ranks must be on one node"));

@@ -1,0 +1,111 @@
+#include "backends/ipc_collectives.h"
+
+#include <algorithm>
+#include <cstdlib>
+
+#include "common/check.h"
+#include "common/parse_int.h"
+
+namespace hir {
+
+std::size_t ipcOneShotMaxBytes() {
+  const char* v = std::getenv("HIR_IPC_ONE_SHOT_MAX");
+  if (v == nullptr || *v == '\0') return std::size_t{256} << 10;
+  return static_cast<std::size_t>(parseInteger("HIR_IPC_ONE_SHOT_MAX", v, 0));
+}
+
+std::size_t chunkBegin(std::size_t count, int parts, int k) {
+  const std::size_t n = static_cast<std::size_t>(parts), i = static_cast<std::size_t>(k);
+  return count / n * i + std::min(i, count % n);
+}
+
+std::size_t chunkLength(std::size_t count, int parts, int k) {
+  const std::size_t n = static_cast<std::size_t>(parts), i = static_cast<std::size_t>(k);
+  return count / n + (i < count % n ? 1 : 0);
+}
+
+std::string_view ipcCollectiveMessages(const CollectiveShape& s, std::vector<CollectiveMessage>& out) {
+  out.clear();
+  const int n = s.team_size, me = s.me;
+  const std::size_t c = s.count;
+  HIR_INTERNAL_ASSERT(n >= 1 && me >= 0 && me < n, "ipc collective: member {} of a team of {}",
+                      me, n);
+  // Member me's k-th peer in ring order each way: messages spread over the
+  // peers instead of all starting with member 0.
+  auto to = [&](int k) { return (me + k) % n; };
+  auto from = [&](int k) { return (me - k + n) % n; };
+  auto add = [&](int f, int t, bool from_output, std::size_t from_offset, std::size_t to_offset,
+                 std::size_t count, Protocol protocol) {
+    out.push_back({f, t, from_output, from_offset, to_offset, count, protocol});
+  };
+  switch (s.type) {
+    case CommType::Allgather:
+      for (int k = 1; k < n; ++k) {
+        add(me, to(k), false, 0, me * c, c, Protocol::Put);
+        add(from(k), me, false, 0, from(k) * c, c, Protocol::Put);
+      }
+      return "copies";
+    case CommType::Broadcast:
+      HIR_INTERNAL_ASSERT(s.root >= 0 && s.root < n, "ipc broadcast from member {} of {}", s.root,
+                          n);
+      for (int k = 1; k < n; ++k) {
+        const int peer = (s.root + k) % n;
+        if (me == s.root)
+          add(me, peer, false, 0, 0, c, Protocol::Put);
+        else if (peer == me)
+          add(s.root, me, false, 0, 0, c, Protocol::Put);
+      }
+      return "copies";
+    case CommType::Alltoall:
+      HIR_CHECK(!s.in_place || n == 1,
+                "backend 'ipc' runs alltoall by copies into the peers' outputs while they read "
+                "their inputs, so it cannot run in place: give it an output apart from its input");
+      for (int k = 1; k < n; ++k) {
+        add(me, to(k), false, to(k) * c, me * c, c, Protocol::Put);
+        add(from(k), me, false, me * c, from(k) * c, c, Protocol::Put);
+      }
+      return "copies";
+    case CommType::ReduceScatter:
+    case CommType::Allreduce: {
+      HIR_CHECK(n <= kIpcMaxReduceMembers,
+                "backend 'ipc' reduces the buffers of at most {} ranks in one kernel, and this "
+                "{} has a team of {}",
+                kIpcMaxReduceMembers, toString(s.type), n);
+      const bool scatter = s.type == CommType::ReduceScatter;
+      if (scatter || (!s.in_place && c * dtypeSize(s.dtype) <= ipcOneShotMaxBytes())) {
+        // Member me reads [me * c, +c) of each input (reduce_scatter) or all
+        // of it (allreduce).
+        for (int k = 1; k < n; ++k) {
+          add(me, to(k), false, scatter ? to(k) * c : 0, 0, c, Protocol::Get);
+          add(from(k), me, false, scatter ? me * c : 0, 0, c, Protocol::Get);
+        }
+        return "one-shot";
+      }
+      // Reduce chunk me of every input into the own output, then put it into
+      // every peer's output.
+      const std::size_t mine = chunkBegin(c, n, me), length = chunkLength(c, n, me);
+      for (int k = 1; k < n; ++k) {
+        const std::size_t theirs = chunkBegin(c, n, to(k));
+        add(me, to(k), false, theirs, theirs, chunkLength(c, n, to(k)), Protocol::Get);
+        add(from(k), me, false, mine, mine, length, Protocol::Get);
+      }
+      for (int k = 1; k < n; ++k) {
+        const std::size_t theirs = chunkBegin(c, n, from(k));
+        add(me, to(k), true, mine, mine, length, Protocol::Put);
+        add(from(k), me, true, theirs, theirs, chunkLength(c, n, from(k)), Protocol::Put);
+      }
+      return "two-shot";
+    }
+    case CommType::Reduce:
+    case CommType::Gather:
+    case CommType::Scatter:
+    case CommType::Send:
+    case CommType::Recv:
+      break;
+  }
+  HIR_INTERNAL_ASSERT(false, "ipc does not run {} as messages (its caps do not list it)",
+                      toString(s.type));
+  return {};
+}
+
+}  // namespace hir

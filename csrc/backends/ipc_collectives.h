@@ -1,0 +1,47 @@
+// How the ipc backend runs collectives: as messages between the members of
+// the team, over peer-mapped memory (BackendCaps::collective_messages). The
+// list of messages is written once, here, and serves the cross-rank check
+// (which matches them with the pairs' sends and recvs and traces their
+// addresses), the evaluator (which gives each its peer's end) and the
+// backend (which runs them). docs/ipc.md, "Collectives", tells the story.
+//
+// - allgather, broadcast, alltoall ("copies"): put messages, the sender's
+//   copy engine writes its chunk straight into each receiver's output; the
+//   member's own chunk is a local copy. No SM does any of it.
+// - reduce_scatter ("one-shot"): get messages, every member reads its chunk
+//   of each peer's input and reduces them, its own included, in team order,
+//   with one kernel (Device::reduce) into its output.
+// - allreduce: "one-shot" as reduce_scatter but over the whole buffer, up to
+//   HIR_IPC_ONE_SHOT_MAX bytes (and never in place, where the peers would
+//   read what the member overwrites); above it, or in place, "two-shot":
+//   member i reduces chunk i of every input into its own output (get), then
+//   puts that chunk into every peer's output (put).
+#pragma once
+
+#include <cstddef>
+#include <string_view>
+#include <vector>
+
+#include <hostir/backend.h>
+
+namespace hir {
+
+// Team members whose buffers one reduction reads at most (Device::reduce).
+inline constexpr int kIpcMaxReduceMembers = 16;
+
+// The one-shot/two-shot boundary of allreduce, in bytes: HIR_IPC_ONE_SHOT_MAX
+// (read at each call, which the check makes at load and the evaluator when a
+// collective's shape changes; it must be the same on every rank), default
+// 256 KiB.
+std::size_t ipcOneShotMaxBytes();
+
+// BackendCaps::collective_messages of ipc.
+std::string_view ipcCollectiveMessages(const CollectiveShape& shape,
+                                       std::vector<CollectiveMessage>& out);
+
+// The elements of chunk k of `count` split over `parts` (the first
+// count % parts chunks one longer): [chunkBegin, chunkBegin + chunkLength).
+std::size_t chunkBegin(std::size_t count, int parts, int k);
+std::size_t chunkLength(std::size_t count, int parts, int k);
+
+}  // namespace hir

@@ -1,0 +1,170 @@
+// The messages ipc runs a collective as (backends/ipc_collectives.h), for
+// every type, team size, count, root and placement: both ends of a pair list
+// its messages alike, and what a member receives plus its own chunk covers
+// its output exactly once.
+#include "backends/ipc_collectives.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <map>
+#include <tuple>
+#include <vector>
+
+#include "common/check.h"
+
+namespace hir {
+namespace {
+
+using ::testing::HasSubstr;
+
+constexpr CommType kTypes[] = {CommType::Allgather, CommType::Broadcast, CommType::Alltoall,
+                               CommType::Allreduce, CommType::ReduceScatter};
+
+// One member's list of every member of a team.
+std::vector<std::vector<CollectiveMessage>> lists(CollectiveShape s, std::string_view* algorithm) {
+  std::vector<std::vector<CollectiveMessage>> out(static_cast<std::size_t>(s.team_size));
+  for (int me = 0; me < s.team_size; ++me) {
+    s.me = me;
+    std::string_view a = ipcCollectiveMessages(s, out[static_cast<std::size_t>(me)]);
+    if (me == 0) *algorithm = a;
+    EXPECT_EQ(a, *algorithm) << "member " << me << " picked another algorithm";
+  }
+  return out;
+}
+
+bool operator==(const CollectiveMessage& a, const CollectiveMessage& b) {
+  return std::tie(a.from, a.to, a.from_output, a.from_offset, a.to_offset, a.count, a.protocol) ==
+         std::tie(b.from, b.to, b.from_output, b.from_offset, b.to_offset, b.count, b.protocol);
+}
+
+// Every shape the backend runs: team sizes 1..9, counts around the chunk
+// boundaries, every root, in and out of place (alltoall: out only).
+template <class F>
+void forEveryShape(F&& f) {
+  for (CommType type : kTypes)
+    for (int n = 1; n <= 9; ++n)
+      for (std::size_t count : {0, 1, 5, 7, 1000})
+        for (bool in_place : {false, true})
+          for (int root = 0; root < (type == CommType::Broadcast ? n : 1); ++root) {
+            if (type == CommType::Alltoall && in_place && n > 1) continue;
+            f(CollectiveShape{type, DType::Float32, count, n, 0, root, in_place});
+          }
+}
+
+TEST(IpcCollectives, EveryMemberListsEachPairsMessagesAlike) {
+  forEveryShape([](const CollectiveShape& s) {
+    std::string_view algorithm;
+    const auto all = lists(s, &algorithm);
+    const int n = s.team_size;
+    for (int a = 0; a < n; ++a)
+      for (int b = 0; b < n; ++b) {
+        std::vector<CollectiveMessage> at_a, at_b;
+        for (const CollectiveMessage& m : all[static_cast<std::size_t>(a)]) {
+          ASSERT_NE(m.from, m.to);
+          ASSERT_TRUE(m.from == a || m.to == a) << "member " << a << " lists a message of others";
+          if (m.from == a && m.to == b) at_a.push_back(m);
+        }
+        for (const CollectiveMessage& m : all[static_cast<std::size_t>(b)])
+          if (m.from == a && m.to == b) at_b.push_back(m);
+        ASSERT_EQ(at_a.size(), at_b.size())
+            << toString(s.type) << " team " << n << " count " << s.count << ": " << a << "->" << b;
+        for (std::size_t k = 0; k < at_a.size(); ++k)
+          EXPECT_TRUE(at_a[k] == at_b[k]) << toString(s.type) << " team " << n << " message #" << k
+                                          << " " << a << "->" << b << " differs between its ends";
+      }
+  });
+}
+
+// What lands in a member's output: the put messages it receives, its own
+// chunk (copied locally, or reduced), and, for a reduction, the chunk it
+// reduces from get messages. Each element exactly once.
+TEST(IpcCollectives, WhatAMemberReceivesAndItsOwnChunkCoverItsOutputOnce) {
+  forEveryShape([](const CollectiveShape& s) {
+    std::string_view algorithm;
+    const auto all = lists(s, &algorithm);
+    const int n = s.team_size;
+    const std::size_t c = s.count;
+    const std::size_t out_count = s.type == CommType::Allgather || s.type == CommType::Alltoall
+                                      ? c * static_cast<std::size_t>(n)
+                                      : c;
+    for (int me = 0; me < n; ++me) {
+      std::vector<int> covered(out_count, 0);
+      auto cover = [&](std::size_t begin, std::size_t count) {
+        ASSERT_LE(begin + count, out_count);
+        for (std::size_t i = begin; i < begin + count; ++i) ++covered[i];
+      };
+      std::size_t reduced_begin = 0, reduced_count = c;  // the member's own reduction
+      bool reduces = s.type == CommType::Allreduce || s.type == CommType::ReduceScatter;
+      for (const CollectiveMessage& m : all[static_cast<std::size_t>(me)]) {
+        if (m.to != me) continue;
+        if (m.protocol == Protocol::Put) cover(m.to_offset, m.count);
+        if (m.protocol == Protocol::Get) {
+          ASSERT_TRUE(reduces) << "a get message outside a reduction";
+          reduced_begin = m.to_offset;
+          reduced_count = m.count;
+        }
+      }
+      switch (s.type) {
+        case CommType::Allgather:
+        case CommType::Alltoall: cover(static_cast<std::size_t>(me) * c, c); break;
+        case CommType::Broadcast:
+          if (me == s.root) cover(0, c);
+          break;
+        default: cover(reduced_begin, reduced_count); break;
+      }
+      for (std::size_t i = 0; i < out_count; ++i)
+        ASSERT_EQ(covered[i], 1) << toString(s.type) << " (" << algorithm << ") team " << n
+                                 << " count " << c << (s.in_place ? " in place" : "")
+                                 << ": member " << me << "'s output element " << i;
+    }
+  });
+}
+
+TEST(IpcCollectives, AllreduceIsOneShotUpToTheLimitAndTwoShotAboveItOrInPlace) {
+  ::setenv("HIR_IPC_ONE_SHOT_MAX", "4096", 1);
+  std::vector<CollectiveMessage> out;
+  CollectiveShape s{CommType::Allreduce, DType::Float32, 1024, 4, 1, 0, false};
+  EXPECT_EQ(ipcCollectiveMessages(s, out), "one-shot");
+  EXPECT_EQ(out.size(), 6u);  // a get from and to each of 3 peers
+  s.count = 1025;
+  EXPECT_EQ(ipcCollectiveMessages(s, out), "two-shot");
+  EXPECT_EQ(out.size(), 12u);  // and a put from and to each
+  s.count = 16;
+  s.in_place = true;  // the peers would read what this member overwrites
+  EXPECT_EQ(ipcCollectiveMessages(s, out), "two-shot");
+  s.type = CommType::ReduceScatter;  // each member writes only its own chunk
+  EXPECT_EQ(ipcCollectiveMessages(s, out), "one-shot");
+  ::unsetenv("HIR_IPC_ONE_SHOT_MAX");
+  s.type = CommType::Allreduce;
+  s.in_place = false;
+  s.count = (256 << 10) / 4;
+  EXPECT_EQ(ipcCollectiveMessages(s, out), "one-shot") << "the default limit is 256 KiB";
+  s.count += 1;
+  EXPECT_EQ(ipcCollectiveMessages(s, out), "two-shot");
+}
+
+TEST(IpcCollectives, AlltoallInPlaceIsRefusedSayingWhy) {
+  std::vector<CollectiveMessage> out;
+  try {
+    ipcCollectiveMessages({CommType::Alltoall, DType::Int32, 4, 2, 0, 0, true}, out);
+    FAIL() << "an in-place alltoall was accepted";
+  } catch (const ProgramError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("cannot run in place: give it an output apart from its input"));
+  }
+}
+
+TEST(IpcCollectives, AReductionOverMoreRanksThanOneKernelReadsIsRefused) {
+  std::vector<CollectiveMessage> out;
+  try {
+    ipcCollectiveMessages({CommType::Allreduce, DType::Int32, 4, 17, 0, 0, false}, out);
+    FAIL() << "a reduction of 17 members was accepted";
+  } catch (const ProgramError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("at most 16 ranks"));
+    EXPECT_THAT(e.what(), HasSubstr("team of 17"));
+  }
+}
+
+}  // namespace
+}  // namespace hir
