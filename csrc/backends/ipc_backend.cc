@@ -1,7 +1,8 @@
-// The ipc backend (see ipc_backend.h and docs/ipc.md). One file of about 800
-// lines: the protocol of a message and the exchange that maps the memory it
-// moves share the backend's state; the work on ipc collectives is where it
-// splits into protocol and exchange.
+// The ipc backend (see ipc_backend.h and docs/ipc.md): the protocol of a
+// message, how a collective becomes messages, and the exchange that maps
+// the memory they move, which share the backend's state. Which collectives
+// are which messages is in ipc_collectives.cc; the exchange's tables and
+// allgathers in ipc_exchange.cc.
 //
 // A message from s to r with sequence number q (PostArgs::remote.pair_seq) moves
 // like this, each side on its stream for (peer, direction), after the
@@ -45,6 +46,7 @@
 #include <set>
 
 #include "backends/ipc_collectives.h"
+#include "backends/ipc_exchange.h"
 #include "common/check.h"
 #include "common/parse_int.h"
 #include "common/log.h"
@@ -53,6 +55,12 @@
 namespace hir {
 
 namespace {
+
+using ipc::Table;
+using ipc::TableWriter;
+using ipc::allgatherStatus;
+using ipc::allgatherTables;
+using ipc::throwIfAnyFailed;
 
 // Counters of a signal page, per writer rank.
 enum Signal : int { kPutFree = 0, kPutDone = 1, kGetReady = 2, kGetConsumed = 3, kSignals = 4 };
@@ -72,106 +80,6 @@ bool exportsBuffer(CommType type, Protocol p) { return (type == CommType::Recv) 
 
 std::string_view direction(CommType type) {
   return type == CommType::Send ? "send to" : "recv from";
-}
-
-// One rank's exchange table: [error][entries: slot, handle bytes], each
-// field length-prefixed.
-class TableWriter {
- public:
-  void i64(int64_t v) { raw(&v, sizeof v); }
-  void blob(const void* p, std::size_t n) {
-    i64(static_cast<int64_t>(n));
-    raw(p, n);
-  }
-  const std::vector<uint8_t>& bytes() const { return bytes_; }
-
- private:
-  void raw(const void* p, std::size_t n) {
-    const auto* b = static_cast<const uint8_t*>(p);
-    bytes_.insert(bytes_.end(), b, b + n);
-  }
-  std::vector<uint8_t> bytes_;
-};
-
-class TableReader {
- public:
-  TableReader(const uint8_t* p, std::size_t n, int rank) : p_(p), n_(n), rank_(rank) {}
-  int64_t i64() {
-    int64_t v = 0;
-    std::memcpy(&v, take(sizeof v), sizeof v);
-    return v;
-  }
-  std::vector<uint8_t> blob() {
-    const int64_t n = i64();
-    HIR_INTERNAL_ASSERT(n >= 0, "ipc: rank {}'s exchange table has a negative length", rank_);
-    const uint8_t* p = take(static_cast<std::size_t>(n));
-    return {p, p + n};
-  }
-
- private:
-  const uint8_t* take(std::size_t n) {
-    HIR_INTERNAL_ASSERT(at_ + n <= n_, "ipc: rank {}'s exchange table is truncated", rank_);
-    const uint8_t* p = p_ + at_;
-    at_ += n;
-    return p;
-  }
-  const uint8_t* p_;
-  std::size_t n_, at_ = 0;
-  int rank_;
-};
-
-struct Table {
-  std::string error;                                // this rank's problem, or empty
-  std::map<int64_t, std::vector<uint8_t>> handles;  // slot (kPageSlot: page) -> handle
-};
-
-// Two allgathers: the sizes, then the tables padded to the largest.
-std::vector<Table> allgatherTables(Bootstrap& boot, const std::vector<uint8_t>& mine) {
-  const int world = boot.world();
-  const uint64_t size = mine.size();
-  std::vector<uint64_t> sizes(static_cast<std::size_t>(world));
-  boot.allgather(&size, sizes.data(), sizeof size);
-  const uint64_t longest = *std::max_element(sizes.begin(), sizes.end());
-  std::vector<uint8_t> send(longest), all(longest * static_cast<uint64_t>(world));
-  std::copy(mine.begin(), mine.end(), send.begin());
-  boot.allgather(send.data(), all.data(), longest);
-  std::vector<Table> out(static_cast<std::size_t>(world));
-  for (int r = 0; r < world; ++r) {
-    TableReader in(all.data() + longest * r, sizes[r], r);
-    std::vector<uint8_t> error = in.blob();
-    out[r].error.assign(error.begin(), error.end());
-    for (int64_t n = in.i64(); n > 0; --n) {
-      const int64_t slot = in.i64();
-      out[r].handles[slot] = in.blob();
-    }
-  }
-  return out;
-}
-
-// Every rank's problem (empty: none) through one allgather of fixed-size
-// texts, so that every rank fails alike instead of some waiting forever.
-constexpr std::size_t kStatusBytes = 1024;
-
-std::vector<std::string> allgatherStatus(Bootstrap& boot, const std::string& mine) {
-  std::vector<char> send(kStatusBytes, '\0');
-  std::copy_n(mine.begin(), std::min(mine.size(), kStatusBytes - 1), send.begin());
-  std::vector<char> all(kStatusBytes * static_cast<std::size_t>(boot.world()));
-  boot.allgather(send.data(), all.data(), kStatusBytes);
-  std::vector<std::string> out;
-  for (int r = 0; r < boot.world(); ++r) out.emplace_back(all.data() + kStatusBytes * r);
-  return out;
-}
-
-void throwIfAnyFailed(const std::vector<std::string>& problems, std::string_view what) {
-  std::string failures;
-  int failed = 0;
-  for (std::size_t r = 0; r < problems.size(); ++r) {
-    if (problems[r].empty()) continue;
-    failures += fmt::format("{}rank {}: {}", failed ? "; " : "", r, problems[r]);
-    ++failed;
-  }
-  HIR_RUNTIME_CHECK(failed == 0, "ipc: share_mem_handles failed on {} rank{} ({}): {}", failed,
-                    failed == 1 ? "" : "s", what, failures);
 }
 
 struct Lane;

@@ -26,6 +26,11 @@
 //   every signal of the non-copying sides, then the copies, then the
 //   remaining waits, so a ring posted as one group cannot deadlock either.
 //   Lanes stay in order across streams (an event per lane).
+// - Collectives (allgather, broadcast, alltoall, allreduce, reduce_scatter)
+//   are messages of the same protocol between the team's members, listed by
+//   ipcCollectiveMessages (ipc_collectives.h), plus a local part: a copy of
+//   the member's own chunk, or one Device::reduce of the peers' buffers
+//   (read where they are, after their "ready", before "consumed").
 // - Teardown needs no peer: once this rank's communications completed, the
 //   protocol guarantees that no peer touches its memory any more. After an
 //   abort (a failed run), nothing is waited for and nothing is freed.
@@ -45,8 +50,11 @@ class IpcBackend final : public Backend {
   std::string_view name() const override { return "ipc"; }
   // Collective (Bootstrap::nodes()); allocates and zeroes the signal page.
   void setup(const BackendContext& ctx) override;
-  // Send/recv only; each op needs remote_alloc, remote_offset and pair_seq
-  // (the evaluator fills them) and a completed exchange for its peer.
+  // Send/recv, each with PostArgs::remote (the evaluator fills it), and
+  // collectives, each with PostArgs::pieces (its messages, as
+  // ipcCollectiveMessages lists them, with their peers' ends); every peer
+  // needs a completed exchange. A post with a collective runs its phases
+  // on a stream of the backend's.
   void post(std::span<const PostArgs> ops, Stream& current, Event& done) override;
   // Runs the protocol on `current` (see above); always true.
   bool postJoined(std::span<const PostArgs> ops, Stream& current, Event& done) override;
