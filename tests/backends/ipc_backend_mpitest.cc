@@ -31,22 +31,17 @@
 #include <hostir/evaluator.h>
 #include <hostir/session.h>
 #include "support/mpi_test.h"
+#include "support/test_util.h"
 
 namespace hir {
 namespace {
 
 using ::testing::HasSubstr;
+using test::testDevice;
 
 Duration testTimeout() {
   const char* s = std::getenv("HIR_TEST_TIMEOUT_S");
   return std::chrono::seconds(s != nullptr ? std::atoi(s) : 60);
-}
-
-// The device of the tests that run on either: HIR_TEST_DEVICE (gpu-check
-// runs them with "cuda"), host by default (CI).
-std::string testDevice() {
-  const char* d = std::getenv("HIR_TEST_DEVICE");
-  return d != nullptr && *d != '\0' ? d : "host";
 }
 
 EvaluatorOptions options() {

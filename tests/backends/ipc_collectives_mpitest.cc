@@ -18,16 +18,13 @@
 #include <hostir/session.h>
 #include "common/check.h"
 #include "support/mpi_test.h"
+#include "support/test_util.h"
 
 namespace hir {
 namespace {
 
 using ::testing::HasSubstr;
-
-std::string testDevice() {
-  const char* d = std::getenv("HIR_TEST_DEVICE");
-  return d != nullptr && *d != '\0' ? d : "host";
-}
+using test::testDevice;
 
 EvaluatorOptions options() {
   EvaluatorOptions o;

@@ -21,11 +21,7 @@ namespace hir {
 namespace {
 
 using ::testing::HasSubstr;
-
-std::string testDevice() {
-  const char* d = std::getenv("HIR_TEST_DEVICE");
-  return d != nullptr && *d != '\0' ? d : "host";
-}
+using test::testDevice;
 
 EvaluatorOptions options() {
   EvaluatorOptions o;

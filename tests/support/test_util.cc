@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -157,6 +158,11 @@ std::vector<std::string> listJson(const std::string& dir) {
       paths.push_back(entry.path().string());
   std::sort(paths.begin(), paths.end());
   return paths;
+}
+
+std::string testDevice() {
+  const char* d = std::getenv("HIR_TEST_DEVICE");
+  return d != nullptr && *d != '\0' ? d : "host";
 }
 
 }  // namespace hir::test

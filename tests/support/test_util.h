@@ -21,5 +21,8 @@ std::string hirBinary();    // path of the built `hir`
 std::string readFile(const std::string& path);
 // Sorted paths of *.json directly in `dir`.
 std::vector<std::string> listJson(const std::string& dir);
+// The device of the tests that run on either: HIR_TEST_DEVICE
+// (scripts/gpu-check.sh runs them with "cuda"), host by default (CI).
+std::string testDevice();
 
 }  // namespace hir::test
