@@ -357,6 +357,25 @@ if [ "$run_bench" = 1 ]; then
       if [ "$rc" = 0 ]; then record "comm bench np=$n" 1 0 0 ""; else
         record "comm bench np=$n" 0 1 0 "exit $rc"; fi
     done
+    # ipc's collectives against NCCL's, through the evaluator; the table
+    # goes into bench.log (the device tool brings back 8 files at most).
+    log_header "$log" "scripts/ipc-collectives-bench.sh on $gpus ranks"
+    ipc_out=$(mktemp -d)
+    OUT="$ipc_out" timeout 1800 bash scripts/ipc-collectives-bench.sh --build "$build" \
+      >>"$log" 2>&1
+    rc=$?
+    if [ "$rc" = 0 ]; then record "ipc collectives bench np=$gpus" 1 0 0 ""; else
+      record "ipc collectives bench np=$gpus" 0 1 0 "exit $rc"; fi
+    if [ -s "$ipc_out/ipc-collectives.txt" ]; then
+      while IFS='|' read -r _ op mode size nccl_us ipc_us ratio nccl_bus ipc_bus _; do
+        case "$(echo "$op:$mode:$size" | tr -d ' ')" in
+          allreduce:eager:8|allreduce:graph:8|allreduce:eager:1073741824|\
+          allgather:eager:1073741824|alltoall:eager:1073741824|reduce_scatter:eager:1073741824)
+            bench_lines+=("ipc $(echo "$op $mode $size B: nccl $nccl_us us, ipc $ipc_us us, ipc/nccl $ratio; busbw $nccl_bus / $ipc_bus GB/s" | tr -s ' ')") ;;
+        esac
+      done <"$ipc_out/ipc-collectives.txt"
+    fi
+    rm -rf "$ipc_out"
     # Key ratios: hir time / raw NCCL time, and busbw, at a few sizes.
     if [ -s "$csv" ]; then
       # shellcheck disable=SC2034  # every CSV column is named, a few are used
