@@ -123,12 +123,22 @@ struct ReduceUnit {
 };
 
 // A post resolved, before anything is enqueued, for the phases of
-// State::enqueuePhased().
+// State::enqueuePhased(). One per backend, reused by every post (under the
+// post mutex): its vectors keep their capacity, so a post in the steady
+// state allocates nothing.
 struct Work {
   std::vector<Step> steps;
   std::vector<Lane*> lanes;
   std::vector<LocalCopy> copies;
   std::vector<ReduceUnit> units;
+  std::vector<char> reduced;                                // per unit: enqueued
+  std::vector<std::pair<uint32_t*, uint32_t>> per_counter;  // countInGroup's
+  void clear() {
+    steps.clear();
+    lanes.clear();
+    copies.clear();
+    units.clear();
+  }
 };
 
 // The messages of one (peer, direction), in order. Posts run them on
@@ -189,6 +199,7 @@ struct IpcBackend::State {
   std::unique_ptr<Stream> control;  // page fills (setup, abort)
   std::unique_ptr<Event> ready, joined;
   std::mutex post_mutex;  // see post()
+  Work work;              // the post's, under post_mutex
   std::atomic<bool> aborted{false};  // abort(): later posts throw, teardown does not wait
   int64_t exchanges = 0;
 
@@ -678,7 +689,8 @@ void IpcBackend::post(std::span<const PostArgs> ops, Stream& current, Event& don
   // A collective: its phases on a stream of their own, after `current`.
   if (std::any_of(ops.begin(), ops.end(),
                   [](const PostArgs& a) { return !isPointToPoint(a.type); })) {
-    Work w;
+    Work& w = st.work;
+    w.clear();
     for (const PostArgs& a : ops) st.add(a, w);
     d.record(*st.ready, current);
     d.wait(*st.phased, *st.ready);
@@ -694,18 +706,17 @@ void IpcBackend::post(std::span<const PostArgs> ops, Stream& current, Event& don
     d.record(done, *s.lane->stream);
     return;
   }
-  std::vector<Step> steps;
-  steps.reserve(ops.size());
-  for (const PostArgs& a : ops) steps.push_back(st.resolve(a));
+  Work& w = st.work;
+  w.clear();
+  for (const PostArgs& a : ops) w.steps.push_back(st.resolve(a));
   d.record(*st.ready, current);
-  std::vector<Lane*> used;
-  for (const Step& s : steps) {
+  for (const Step& s : w.steps) {
     st.enqueue(s, current);
-    addLane(used, s.lane);
+    addLane(w.lanes, s.lane);
   }
   // A group: `done` on a stream of its own, so that no later message queues
   // behind the group's other messages.
-  for (Lane* l : used) {
+  for (Lane* l : w.lanes) {
     d.record(*st.joined, *l->stream);
     d.wait(*st.join, *st.joined);
   }
@@ -719,10 +730,13 @@ namespace {
 // (its last wait if it has a side that does not copy, else its last copy
 // or reduction source, which the middle phase enqueues in step order)
 // advances the counter past them all.
-void countInGroup(std::vector<Step>& steps) {
-  std::map<uint32_t*, uint32_t> n;  // counter -> messages so far
+void countInGroup(std::vector<Step>& steps,
+                  std::vector<std::pair<uint32_t*, uint32_t>>& n) {  // counter -> messages so far
+  n.clear();
   for (Step& s : steps) {
-    s.offset = ++n[s.counter];
+    auto it = std::find_if(n.begin(), n.end(), [&](const auto& e) { return e.first == s.counter; });
+    if (it == n.end()) it = n.insert(n.end(), {s.counter, 0});
+    s.offset = ++it->second;
     s.advance = 0;
   }
   for (auto& [counter, total] : n) {
@@ -745,18 +759,19 @@ void countInGroup(std::vector<Step>& steps) {
 // back), and a collective's reduction before the copies of what it reduced
 // (its get messages come before its put messages).
 void IpcBackend::State::enqueuePhased(Work& w, Stream& on, const Stream* covered) {
-  if (counted) countInGroup(w.steps);
+  if (counted) countInGroup(w.steps, w.per_counter);
   for (Lane* l : w.lanes) follow(*l, on, covered);
   for (const LocalCopy& c : w.copies) dev->copy(on, c.dst, c.src, c.bytes);
   for (const Step& s : w.steps) announce(on, s);
-  std::vector<bool> reduced(w.units.size(), false);
+  std::vector<char>& reduced = w.reduced;
+  reduced.assign(w.units.size(), 0);
   for (std::size_t u = 0; u < w.units.size(); ++u)
     if (w.units[u].sources == 0) reduce(on, w, static_cast<int>(u));  // a team of one
   for (const Step& s : w.steps) {
     if (s.unit < 0) {
       transfer(on, s);
     } else if (!reduced[static_cast<std::size_t>(s.unit)]) {
-      reduced[static_cast<std::size_t>(s.unit)] = true;
+      reduced[static_cast<std::size_t>(s.unit)] = 1;
       reduce(on, w, s.unit);
     }
   }
@@ -774,8 +789,8 @@ bool IpcBackend::postJoined(std::span<const PostArgs> ops, Stream& current, Even
   HIR_INTERNAL_ASSERT(!ops.empty(), "ipc: empty post");
   st.checkNotAborted(ops);
   std::lock_guard lock(st.post_mutex);
-  Work w;
-  w.steps.reserve(ops.size());
+  Work& w = st.work;
+  w.clear();
   for (const PostArgs& a : ops) st.add(a, w);
   st.enqueuePhased(w, current, nullptr);
   return true;  // no `done`: the lanes' tails order later messages
