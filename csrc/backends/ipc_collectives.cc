@@ -32,6 +32,10 @@ std::string_view ipcCollectiveMessages(const CollectiveShape& s, std::vector<Col
                       me, n);
   // Member me's k-th peer in ring order each way: messages spread over the
   // peers instead of all starting with member 0.
+  HIR_CHECK(n <= kIpcMaxCollectiveMembers,
+            "backend 'ipc' runs collectives of at most {} ranks (the ranks of one node), and this "
+            "{} has a team of {}; use backend \"auto\"",
+            kIpcMaxCollectiveMembers, toString(s.type), n);
   auto to = [&](int k) { return (me + k) % n; };
   auto from = [&](int k) { return (me - k + n) % n; };
   auto add = [&](int f, int t, bool from_output, std::size_t from_offset, std::size_t to_offset,

@@ -28,6 +28,10 @@ namespace hir {
 
 // Team members whose buffers one reduction reads at most (Device::reduce).
 inline constexpr int kIpcMaxReduceMembers = 16;
+// Team members of any ipc collective at most: the ranks of one node, with
+// room. Each member has 2 (T - 1) messages or more, so the cross-rank check
+// of a bigger team (hir check --world 4000) would hold T^2 messages.
+inline constexpr int kIpcMaxCollectiveMembers = 64;
 
 // The one-shot/two-shot boundary of allreduce, in bytes: HIR_IPC_ONE_SHOT_MAX
 // (read at each call, which the check makes at load and the evaluator when a

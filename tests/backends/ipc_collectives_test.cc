@@ -155,6 +155,20 @@ TEST(IpcCollectives, AlltoallInPlaceIsRefusedSayingWhy) {
   }
 }
 
+TEST(IpcCollectives, ATeamLargerThanANodeIsRefusedSoTheCheckStaysSmall) {
+  std::vector<CollectiveMessage> out;
+  EXPECT_EQ(ipcCollectiveMessages({CommType::Allgather, DType::Int32, 4, 64, 0, 0, false}, out),
+            "copies");
+  EXPECT_EQ(out.size(), 126u);
+  try {
+    ipcCollectiveMessages({CommType::Allgather, DType::Int32, 4, 65, 0, 0, false}, out);
+    FAIL() << "an allgather of 65 members was accepted";
+  } catch (const ProgramError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("at most 64 ranks (the ranks of one node)"));
+    EXPECT_THAT(e.what(), HasSubstr("allgather has a team of 65"));
+  }
+}
+
 TEST(IpcCollectives, AReductionOverMoreRanksThanOneKernelReadsIsRefused) {
   std::vector<CollectiveMessage> out;
   try {
