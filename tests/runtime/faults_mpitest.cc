@@ -219,6 +219,32 @@ TEST(Faults, AnIpcRecvWhoseSenderNeverSendsEndsInTimeAndIsNamed) {
   test::world().barrier();
 }
 
+// An ipc allreduce that rank 1 skips in the second iteration (the check
+// off): every other rank's reduction waits for rank 1's "ready" forever,
+// and ends within the bound with the collective named; rank 1 completes.
+TEST(Faults, AnIpcAllreduceThatOneRankSkipsEndsInTimeAndIsNamed) {
+  HIR_REQUIRE_WORLD_AT_LEAST(2);
+  const int rank = test::world().rank();
+  const std::string text = program("skipped", R"(
+      {"op": "allocate", "name": "x", "dtype": "float32", "shape": [64]},
+      {"op": "allocate", "name": "y", "dtype": "float32", "shape": [64]},
+      {"op": "fill", "tensor": "x", "value": "rank"},
+      {"op": "for", "index": "i", "start": 0, "stop": 2, "body": [
+        {"op": "if", "cond": "rank != 1 || i == 0", "then": [
+          {"op": "communication", "name": "ar", "type": "allreduce", "input": "x", "output": "y",
+           "reduce": "sum", "backend": "ipc"},
+          {"op": "wait", "communication": "ar"}]}]})");
+  Outcome out = runToEnd(text, faultOptions(/*check_schedule=*/false));
+  if (rank != 1) {
+    ASSERT_EQ(out.type, "timeout") << out.error;
+    EXPECT_LT(out.seconds, kBoundS);
+    EXPECT_THAT(out.error, HasSubstr("'ar' (allreduce) at /body/3/body/0/then/0 (i=1), on stream 0"));
+  } else {
+    EXPECT_EQ(out.type, "") << out.error;
+  }
+  test::world().barrier();
+}
+
 // Rank 0 posts a recv nobody matches, waited for on the stream, then every
 // rank a long loop of small allreduces: no allreduce can start on rank 0,
 // so none completes anywhere, and the queues fill up. Every rank ends within
