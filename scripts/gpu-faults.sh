@@ -24,6 +24,7 @@
 #                       mpi; --no-schedule-check, whose deadlock rule would refuse it)
 #   wait_cycle_ipc      the same through ipc (semaphore waits)
 #   skipped_collective  rank 1 leaves a loop of allreduces one short (--no-schedule-check)
+#   skipped_collective_ipc  the same through ipc's allreduce (its reduction waits on a semaphore)
 #   ipc_silent_peer     an ipc recv whose sender never sends (--no-schedule-check)
 #   late_loop           a long loop of small allreduces queued behind a stuck recv
 #   killed_rank         rank 1 is killed (kill -9) while both wait in allreduces; the
@@ -162,6 +163,7 @@ fi
 run_case wait_cycle wait_cycle.json --no-schedule-check
 run_case wait_cycle_ipc wait_cycle_ipc.json --no-schedule-check
 run_case skipped_collective skipped_collective.json --no-schedule-check
+run_case skipped_collective_ipc skipped_collective_ipc.json --no-schedule-check
 run_case ipc_silent_peer ipc_silent_peer.json --no-schedule-check
 run_case late_loop late_loop.json --no-schedule-check
 run_case killed_rank killed_rank.json

@@ -106,6 +106,16 @@ TEST(FaultPrograms, ASkippedCollective) {
         "/body/2/body/0/then/0 (i=7) on mpi"}});
 }
 
+TEST(FaultPrograms, ASkippedIpcCollective) {
+  expectBoundedTimeout(
+      "skipped_collective_ipc.json", {"--no-schedule-check"},
+      {{"hir: rank 0: error: synchronize after run 1: on rank 0: host wait timed out after 2000 "
+        "ms"},
+       {"hir: rank 0: error:   'ar' (allreduce) at /body/3/body/0/then/0 (i=7)"},
+       {"hir: rank 0: error:   #8 queued  'ar' allreduce #8 of team 0 (the world) at "
+        "/body/3/body/0/then/0 (i=7) on ipc"}});
+}
+
 TEST(FaultPrograms, AnIpcPeerThatNeverAnswers) {
   expectBoundedTimeout(
       "ipc_silent_peer.json", {"--no-schedule-check"},
