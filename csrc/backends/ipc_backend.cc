@@ -749,20 +749,22 @@ void countInGroup(std::vector<Step>& steps,
 
 }  // namespace
 
-// First the signals of the sides that do not copy; then, in step order,
-// the copies (each after its peer's signal) and the reductions (each where
-// its first source comes, after its sources' signals); then the remaining
-// waits. A reduction or a copy waits only for signals that its peers' posts
-// give before any of their own waits, so a group whose messages form a
-// ring, or a collective, cannot deadlock. Step order keeps each lane's
+// First the signals of the sides that do not copy, then the local copies;
+// then, in step order, the copies (each after its peer's signal) and the
+// reductions (each where its first source comes, after its sources'
+// signals); then the remaining waits. A reduction or a copy waits only for
+// signals that its peers' posts give before any of their own waits, so a
+// group whose messages form a ring, or a collective, cannot deadlock. Step order keeps each lane's
 // signals in the order of its message numbers (a counter must never go
 // back), and a collective's reduction before the copies of what it reduced
 // (its get messages come before its put messages).
 void IpcBackend::State::enqueuePhased(Work& w, Stream& on, const Stream* covered) {
   if (counted) countInGroup(w.steps, w.per_counter);
   for (Lane* l : w.lanes) follow(*l, on, covered);
-  for (const LocalCopy& c : w.copies) dev->copy(on, c.dst, c.src, c.bytes);
+  // The peers wait for these signals; the local copies touch only the
+  // member's own chunk, which no peer reads or writes.
   for (const Step& s : w.steps) announce(on, s);
+  for (const LocalCopy& c : w.copies) dev->copy(on, c.dst, c.src, c.bytes);
   std::vector<char>& reduced = w.reduced;
   reduced.assign(w.units.size(), 0);
   for (std::size_t u = 0; u < w.units.size(); ++u)
