@@ -195,7 +195,10 @@ struct IpcBackend::State {
 
   std::vector<Lane> send_lanes, recv_lanes;  // per peer
   std::unique_ptr<Stream> join;     // joins the streams of a group post
-  std::unique_ptr<Stream> phased;   // posts with collectives that are not joined
+  // Posts with collectives that are not joined, one stream per team (of
+  // the post's first collective): collectives of different teams overlap,
+  // a team's run in order (their lanes order them anyway).
+  std::vector<std::unique_ptr<Stream>> phased;
   std::unique_ptr<Stream> control;  // page fills (setup, abort)
   std::unique_ptr<Event> ready, joined;
   std::mutex post_mutex;  // see post()
@@ -538,7 +541,7 @@ void IpcBackend::State::shutdown() noexcept {
       if (l.on != nullptr && l.on != l.stream.get()) tails.push_back(l.tail.get());
     }
   all.push_back(join.get());
-  all.push_back(phased.get());
+  for (auto& s : phased) all.push_back(s.get());
   all.push_back(control.get());
   // All streams share one deadline: a stuck lane must not cost a timeout
   // per stream.
@@ -574,7 +577,7 @@ void IpcBackend::State::shutdown() noexcept {
   send_lanes.clear();
   recv_lanes.clear();
   join.reset();
-  phased.reset();
+  phased.clear();
   control.reset();
   joined.reset();
   ready.reset();
@@ -640,7 +643,7 @@ void IpcBackend::setup(const BackendContext& ctx) {
   st.page_bytes = static_cast<std::size_t>(st.world) * kSignals * sizeof(uint32_t);
   st.control = d.createStream();
   st.join = d.createStream();
-  st.phased = d.createStream();
+  st.phased.resize(ctx.teams.size());
   st.ready = d.createEvent();
   st.joined = d.createEvent();
   st.peer_pages.assign(static_cast<std::size_t>(st.world), nullptr);
@@ -686,16 +689,19 @@ void IpcBackend::post(std::span<const PostArgs> ops, Stream& current, Event& don
   Device& d = *st.dev;
   // Posts re-record the shared events and may create a pair's stream.
   std::lock_guard lock(st.post_mutex);
-  // A collective: its phases on a stream of their own, after `current`.
-  if (std::any_of(ops.begin(), ops.end(),
-                  [](const PostArgs& a) { return !isPointToPoint(a.type); })) {
+  // A collective: its phases on its team's stream, after `current`.
+  const auto first = std::find_if(ops.begin(), ops.end(),
+                                  [](const PostArgs& a) { return !isPointToPoint(a.type); });
+  if (first != ops.end()) {
     Work& w = st.work;
     w.clear();
     for (const PostArgs& a : ops) st.add(a, w);
     d.record(*st.ready, current);
-    d.wait(*st.phased, *st.ready);
-    st.enqueuePhased(w, *st.phased, &current);
-    d.record(done, *st.phased);
+    std::unique_ptr<Stream>& on = st.phased[static_cast<std::size_t>(first->team)];
+    if (!on) on = d.createStream();
+    d.wait(*on, *st.ready);
+    st.enqueuePhased(w, *on, &current);
+    d.record(done, *on);
     return;
   }
   // One message, the usual case: no allocation on the way.
