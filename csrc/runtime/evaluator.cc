@@ -449,7 +449,10 @@ struct Evaluator::Impl {
       const AllocCache::Span& s = spans[next++];
       alloc = ref.alloc;
       offset = static_cast<std::size_t>(s.offset()) * dtypeSize(p.dtype);
-      s.block->comm_users.push_back(slot);
+      // Each communication once: a block used by one communication in a
+      // loop of a million iterations keeps one entry, not a million.
+      std::vector<int>& users = s.block->comm_users;
+      if (std::find(users.begin(), users.end(), slot) == users.end()) users.push_back(slot);
       return std::pair<char*, int64_t>{s.data(p.dtype), s.count()};
     };
     int64_t in_count = 0, out_count = 0;
