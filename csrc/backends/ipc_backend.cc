@@ -190,7 +190,9 @@ struct IpcBackend::State {
   std::vector<uint32_t*> peer_pages;              // per peer, once exchanged (ours for ourselves)
   std::vector<void*> mapped_pages;                // the peers' pages we imported, to close
   std::map<int, Export> exports;                  // allocation slot -> what peers map
-  std::map<std::pair<int, int>, Import> imports;  // (peer, its allocation slot)
+  // [peer][its allocation slot]: a vector, not a map, since every message
+  // that copies looks its peer's block up (ptr null: not mapped).
+  std::vector<std::vector<Import>> imports;
   std::vector<void*> retired;                     // mappings replaced by a newer block
 
   std::vector<Lane> send_lanes, recv_lanes;  // per peer
@@ -215,6 +217,12 @@ struct IpcBackend::State {
     return l;
   }
   Step resolve(const PostArgs& a);
+  const Import* importOf(int peer, int slot) const {
+    const std::vector<Import>& of_peer = imports[static_cast<std::size_t>(peer)];
+    if (slot < 0 || static_cast<std::size_t>(slot) >= of_peer.size()) return nullptr;
+    const Import& im = of_peer[static_cast<std::size_t>(slot)];
+    return im.ptr != nullptr ? &im : nullptr;
+  }
   // Adds op `a` (a send, a recv or a collective's messages and local part)
   // to `w`.
   void add(const PostArgs& a, Work& w);
@@ -282,14 +290,14 @@ Step IpcBackend::State::resolve(const PostArgs& a) {
   s.await = page + peer * kSignals + ours;
   s.signal = peer_page + me * kSignals + theirs;
   if (!s.copies) return s;
-  auto it = imports.find({peer, a.remote.alloc});
-  HIR_CHECK(it != imports.end(),
+  const Import* im = importOf(peer, a.remote.alloc);
+  HIR_CHECK(im != nullptr,
             "ipc: {}: {} rank {} ({}): rank {}'s allocation #{} was never exchanged; a "
             "share_mem_handles listing this communication must run after that allocation and "
             "before this post",
             a.path, direction(a.type), peer, toString(get ? Protocol::Get : Protocol::Put), peer,
             a.remote.alloc);
-  char* remote = static_cast<char*>(it->second.ptr) + a.remote.offset;
+  char* remote = static_cast<char*>(im->ptr) + a.remote.offset;
   if (send) {
     s.dst = remote;
     s.src = a.input;
@@ -486,8 +494,11 @@ void IpcBackend::State::importPage(int peer, const Table& table) {
 }
 
 void IpcBackend::State::importBlock(int peer, int slot, const std::vector<uint8_t>& handle) {
-  auto known = imports.find({peer, slot});
-  if (known != imports.end() && known->second.handle == handle) return;  // mapped: a no-op
+  std::vector<Import>& of_peer = imports[static_cast<std::size_t>(peer)];
+  if (of_peer.size() <= static_cast<std::size_t>(slot))
+    of_peer.resize(static_cast<std::size_t>(slot) + 1);
+  Import& known = of_peer[static_cast<std::size_t>(slot)];
+  if (known.ptr != nullptr && known.handle == handle) return;  // mapped: a no-op
   Import next;
   next.handle = handle;
   if (peer == rank) {
@@ -502,8 +513,8 @@ void IpcBackend::State::importBlock(int peer, int slot, const std::vector<uint8_
     }
   }
   // The peer has a new block: the old mapping may still serve earlier posts.
-  if (known != imports.end() && !known->second.own) retired.push_back(known->second.ptr);
-  imports[{peer, slot}] = std::move(next);
+  if (known.ptr != nullptr && !known.own) retired.push_back(known.ptr);
+  known = std::move(next);
 }
 
 std::string IpcBackend::State::exportError(const ShareItem& item, const std::string& what) const {
@@ -583,8 +594,9 @@ void IpcBackend::State::shutdown() noexcept {
   ready.reset();
   if (!clean) return;  // a peer may still write into our page: leave it, and its mappings
   try {
-    for (auto& [key, im] : imports)
-      if (!im.own) dev->closeImported(im.ptr);
+    for (const std::vector<Import>& of_peer : imports)
+      for (const Import& im : of_peer)
+        if (im.ptr != nullptr && !im.own) dev->closeImported(im.ptr);
     for (void* p : retired) dev->closeImported(p);
     for (void* p : mapped_pages) dev->closeImported(p);
     dev->deallocate(page);
@@ -647,6 +659,7 @@ void IpcBackend::setup(const BackendContext& ctx) {
   st.ready = d.createEvent();
   st.joined = d.createEvent();
   st.peer_pages.assign(static_cast<std::size_t>(st.world), nullptr);
+  st.imports.resize(static_cast<std::size_t>(st.world));
   st.send_lanes.resize(static_cast<std::size_t>(st.world));
   st.recv_lanes.resize(static_cast<std::size_t>(st.world));
   // HIR_IPC_SEQ_START (a test's): message numbers start past it, so that a
