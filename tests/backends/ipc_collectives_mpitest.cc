@@ -39,8 +39,10 @@ std::string program(const std::string& params, const std::string& body) {
                      params, body);
 }
 
-// How the backend numbers messages and splits allreduce.
-enum class Mode { Default, TwoShot, Counted };
+// How the backend numbers messages and splits allreduce. Wrap: message
+// numbers start 6 below 2^32 (HIR_IPC_SEQ_START), so that two runs of three
+// collectives cross the wrap on every lane.
+enum class Mode { Default, TwoShot, Counted, Wrap };
 
 // Sets the environment of a mode for the lifetime of an evaluator.
 class ModeEnv {
@@ -48,10 +50,12 @@ class ModeEnv {
   explicit ModeEnv(Mode m) {
     if (m == Mode::TwoShot) ::setenv("HIR_IPC_ONE_SHOT_MAX", "0", 1);
     if (m == Mode::Counted) ::setenv("HIR_IPC_COUNTED", "1", 1);
+    if (m == Mode::Wrap) ::setenv("HIR_IPC_SEQ_START", "4294967290", 1);
   }
   ~ModeEnv() {
     ::unsetenv("HIR_IPC_ONE_SHOT_MAX");
     ::unsetenv("HIR_IPC_COUNTED");
+    ::unsetenv("HIR_IPC_SEQ_START");
   }
   ModeEnv(const ModeEnv&) = delete;
   ModeEnv& operator=(const ModeEnv&) = delete;
@@ -195,6 +199,14 @@ std::vector<Case> cases() {
       }
       out.push_back({CommType::ReduceScatter, ReduceOp::Max, DType::Int32, 8, in_place, m});
     }
+  // Across the wrap of the message numbers at 2^32, with host and counted
+  // numbers alike (the counted ones start where the page does).
+  for (bool in_place : {false, true}) {
+    out.push_back({CommType::Allreduce, ReduceOp::Sum, DType::Int32, 8, in_place, Mode::Wrap});
+    out.push_back({CommType::Allgather, ReduceOp::Sum, DType::Int32, 8, in_place, Mode::Wrap});
+  }
+  out.push_back({CommType::Alltoall, ReduceOp::Sum, DType::Int32, 8, false, Mode::Wrap});
+  out.push_back({CommType::ReduceScatter, ReduceOp::Sum, DType::Int32, 8, false, Mode::Wrap});
   // Large and odd: uneven two-shot chunks, the copy engine and the
   // reduction kernel's vector path on GPUs.
   for (DType t : {DType::Float32, DType::Int32})
@@ -217,6 +229,7 @@ std::string caseName(const ::testing::TestParamInfo<Case>& info) {
   if (c.in_place) name += "_inplace";
   if (c.mode == Mode::TwoShot) name += "_twoshot";
   if (c.mode == Mode::Counted) name += "_counted";
+  if (c.mode == Mode::Wrap) name += "_wrap";
   return name;
 }
 
