@@ -237,6 +237,29 @@ TEST(HirResults, SweepOfThreeSizesPrintsWritesAndParsesThreeRows) {
   }
 }
 
+// The programs of scripts/ipc-collectives-bench.sh (bench/ipc/): each sweeps
+// on the host at 2 ranks through ipc, measures its one collective (20
+// executions per run) and finds nothing wrong.
+TEST(HirResults, EveryIpcCollectiveBenchProgramSweepsOnTheHost) {
+  const std::vector<std::string> programs = listJson(sourceDir() + "/bench/ipc");
+  ASSERT_EQ(programs.size(), 5u);
+  for (const std::string& program : programs) {
+    TempDir dir;
+    const std::string json = dir.file("sweep.json");
+    CommandResult r = hir({"sweep", program, "--param-size", "n", "-b", "64", "-e", "256", "-f",
+                           "4", "-n", "1", "-w", "0", "--np", "2", "--device", "host", "--json",
+                           json, "--no-progress"});
+    ASSERT_EQ(r.exit_code, 0) << program << "\n" << r.out << r.err;
+    const Json j = Json::parse(readFile(json));
+    EXPECT_EQ(j["communication"]["backend"], "ipc") << program;
+    ASSERT_EQ(j["rows"].size(), 2u) << program;
+    for (const Json& row : j["rows"]) {
+      EXPECT_EQ(row["wrong"], 0) << program;
+      EXPECT_EQ(row["executions_per_run"], 20) << program;
+    }
+  }
+}
+
 TEST(HirResults, SweepRefusesBadSizesAndUnknownParams) {
   const std::string prog = data("allreduce_sized.json");
   CommandResult bad = hir({"sweep", prog, "--param-size", "n", "-b", "8X"});
