@@ -36,14 +36,13 @@ PeerRoutes::PeerRoutes(const Plan& plan, const P2pTrace& trace, int rank)
 PeerRoutes::ShareSpec PeerRoutes::shareSpec(const instr::Share& in, const P2pTrace& trace) const {
   const std::set<int> listed(in.comms.begin(), in.comms.end());
   std::set<std::array<int, 4>> links;
-  std::set<std::tuple<int, int, int, int>> seen;  // (comm, peer, alloc, peer alloc)
+  // One item per (communication, peer, side, protocol, allocation, peer
+  // allocation): a collective's messages with one peer may go both ways.
+  std::set<std::tuple<int, int, CommType, Protocol, int, int>> seen;
   ShareSpec spec;
-  // One item per (communication, side, peer, allocations, protocol): a
-  // collective's messages with one peer may go both ways.
   auto addItem = [&](const P2pEnd& mine, const P2pEnd& theirs, int peer, CommType side,
                      Protocol protocol) {
-    const int kind = static_cast<int>(side) * 8 + static_cast<int>(protocol);
-    if (!seen.insert({mine.comm, peer * 64 + kind, mine.alloc, theirs.alloc}).second) return;
+    if (!seen.insert({mine.comm, peer, side, protocol, mine.alloc, theirs.alloc}).second) return;
     const PlanComm& c = plan_.comms[mine.comm];
     ShareItem item;
     item.comm = mine.comm;
