@@ -568,14 +568,11 @@ class RankRun {
                                           const Range& out, DType dtype, int64_t chunk, int root,
                                           const Site& here) {
     const PlanTeam& team = plan_.teams[c.team];
-    CollectiveShape shape;
-    shape.type = c.type;
-    shape.dtype = dtype;
-    shape.count = static_cast<std::size_t>(chunk);
-    shape.team_size = static_cast<int>(team.ranks.size());
-    shape.me = teamRankOf(team, rank_);
-    shape.root = root;
-    shape.in_place = in.alloc == out.alloc && in.offset == out.offset;
+    const CollectiveShape shape =
+        collectiveShape(c, team, rank_, dtype, static_cast<std::size_t>(chunk), root,
+                        in.alloc == out.alloc && in.offset == out.offset);
+    const std::size_t instance =
+        findings_.collectives_[c.team][static_cast<std::size_t>(shape.me)].size();
     std::string_view algorithm;
     if (!attempt("collective", [&] {
           algorithm = plan_.backends[c.backend].collective_messages(shape, messages_);
@@ -598,8 +595,7 @@ class RankRun {
       rec.protocol = m.protocol;
       rec.collective = true;
       rec.team = c.team;
-      rec.instance =
-          static_cast<int64_t>(findings_.collectives_[c.team][static_cast<std::size_t>(shape.me)].size());
+      rec.instance = static_cast<int64_t>(instance);
       if (sending)
         findings_.sends_[{rank_, peer}].push_back(std::move(rec));
       else

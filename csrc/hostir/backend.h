@@ -85,6 +85,7 @@ struct CollectiveShape {
   int me = 0;             // this member's team rank
   int root = 0;           // team rank of the root (rooted types)
   bool in_place = false;  // the input and the output are the same elements on this member
+  friend bool operator==(const CollectiveShape&, const CollectiveShape&) = default;
 };
 
 // One message of such a collective. Offsets and counts are in elements.

@@ -180,6 +180,19 @@ int teamRankOf(const PlanTeam& team, int64_t rank) {
   return it == team.ranks.end() ? -1 : static_cast<int>(it - team.ranks.begin());
 }
 
+CollectiveShape collectiveShape(const PlanComm& c, const PlanTeam& team, int rank, DType dtype,
+                                std::size_t count, int root, bool in_place) {
+  CollectiveShape shape;
+  shape.type = c.type;
+  shape.dtype = dtype;
+  shape.count = count;
+  shape.team_size = static_cast<int>(team.ranks.size());
+  shape.me = teamRankOf(team, rank);
+  shape.root = root;
+  shape.in_place = in_place;
+  return shape;
+}
+
 std::string teamName(const PlanTeam& team) {
   std::string ranks;
   for (int m : team.ranks) ranks += fmt::format("{}{}", ranks.empty() ? "" : ", ", m);

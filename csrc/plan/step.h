@@ -107,6 +107,14 @@ std::string teamName(const PlanTeam& team);
 // The team rank of world rank `rank`, or -1 when it is not a member.
 int teamRankOf(const PlanTeam& team, int64_t rank);
 
+// Collective `c` as world rank `rank` posts it, for a backend that runs
+// collectives as messages (PlanBackend::collective_messages): `count` per
+// chunkCount(), `root` a team rank, `in_place` when its input and output are
+// the same span of one allocation. The cross-rank check and the evaluator
+// both build it here, so both list the same messages.
+CollectiveShape collectiveShape(const PlanComm& c, const PlanTeam& team, int rank, DType dtype,
+                                std::size_t count, int root, bool in_place);
+
 bool isControl(const Instr& in);
 
 namespace detail {

@@ -109,17 +109,12 @@ void PeerRoutes::fill(PostArgs& p, int slot, const AllocCache& allocs) {
 void PeerRoutes::fillCollective(PostArgs& p, int slot, const AllocCache& allocs) {
   const PlanComm& c = plan_.comms[slot];
   const PlanTeam& team = plan_.teams[c.team];
-  CollectiveShape shape;
-  shape.type = c.type;
-  shape.dtype = p.dtype;
-  shape.count = p.count;
-  shape.team_size = static_cast<int>(team.ranks.size());
-  shape.me = teamRankOf(team, rank_);
-  shape.root = p.root;
-  shape.in_place = p.input == p.output;
+  const CollectiveShape shape =
+      collectiveShape(c, team, rank_, p.dtype, p.count, p.root,
+                      p.input_alloc == p.output_alloc && p.input_offset == p.output_offset);
   Collective& cached = collectives_[slot];
   // The messages depend on the shape alone: listed again only when it changed.
-  if (!cached.listed || !sameShape(cached.shape, shape)) {
+  if (!cached.listed || cached.shape != shape) {
     plan_.backends[c.backend].collective_messages(shape, cached.messages);
     cached.pieces.resize(cached.messages.size());
     cached.shape = shape;

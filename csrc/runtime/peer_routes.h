@@ -72,11 +72,6 @@ class PeerRoutes {
     std::vector<CollectiveMessage> messages;
     std::vector<CollectivePiece> pieces;
   };
-  static bool sameShape(const CollectiveShape& a, const CollectiveShape& b) {
-    return a.type == b.type && a.dtype == b.dtype && a.count == b.count &&
-           a.team_size == b.team_size && a.me == b.me && a.root == b.root &&
-           a.in_place == b.in_place;
-  }
 
   // The route of this rank's next message with `peer` in one direction,
   // checked against what the trace says (this end's allocation and offset)
