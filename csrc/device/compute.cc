@@ -5,6 +5,7 @@
 
 #include <cblas.h>
 
+#include <algorithm>
 #include <climits>
 #include <cstdint>
 #include <cstring>
@@ -34,6 +35,16 @@ bool isMatmulDType(DType t) {
 }
 
 }  // namespace
+
+void checkReduceArgs(void* dst, const void* const* srcs, std::size_t sources, std::size_t count,
+                     std::string_view device) {
+  HIR_INTERNAL_ASSERT(sources >= 1 && sources <= kMaxReduceSources,
+                      "{} reduce of {} sources (1 to {} allowed)", device, sources,
+                      kMaxReduceSources);
+  if (count == 0) return;
+  HIR_INTERNAL_ASSERT(dst != nullptr && std::find(srcs, srcs + sources, nullptr) == srcs + sources,
+                      "{} reduce of {} elements with a null buffer", device, count);
+}
 
 void checkMatmulArgs(const MatmulArgs& x, std::string_view device) {
   HIR_INTERNAL_ASSERT(isMatmulDType(x.dtype), "{} matmul: dtype {} is not float32, float16 or "

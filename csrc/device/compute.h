@@ -15,6 +15,12 @@ namespace hir {
 // sizes that fit the dtype but not BLAS's 32-bit int: BackendError.
 void checkMatmulArgs(const MatmulArgs& args, std::string_view device);
 
+// Checks Device::reduce's arguments at enqueue time, as both devices make
+// them (InternalError naming `device`): 1 to kMaxReduceSources sources, and
+// no null buffer when there is something to reduce.
+void checkReduceArgs(void* dst, const void* const* srcs, std::size_t sources, std::size_t count,
+                     std::string_view device);
+
 // out (+)= op(a) * op(b) as MatmulArgs describes it, on the calling thread:
 // float32 through cblas_sgemm on the buffers themselves; float16 and
 // bfloat16 widened to float32 copies, cblas_sgemm, and rounded back to

@@ -11,7 +11,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <span>
 #include <array>
 #include <atomic>
 #include <condition_variable>
@@ -782,18 +781,13 @@ void hostReduce(void* dst, const ReduceSources& srcs, int n, DType t, ReduceOp o
 
 }  // namespace
 
-void HostDevice::reduce(Stream& s, void* dst, const void* const* sources, std::size_t n_sources,
+void HostDevice::reduce(Stream& s, void* dst, const void* const* srcs, std::size_t sources,
                         DType t, ReduceOp op, std::size_t count) {
-  const std::span<const void* const> srcs(sources, n_sources);
-  HIR_INTERNAL_ASSERT(!srcs.empty() && srcs.size() <= kMaxReduceSources,
-                      "host reduce of {} sources (1 to {} allowed)", srcs.size(),
-                      kMaxReduceSources);
+  checkReduceArgs(dst, srcs, sources, count, "host");
   if (count == 0) return;
-  HIR_INTERNAL_ASSERT(dst != nullptr && std::find(srcs.begin(), srcs.end(), nullptr) == srcs.end(),
-                      "host reduce of {} elements with a null buffer", count);
   ReduceSources from{};
-  std::copy(srcs.begin(), srcs.end(), from.begin());
-  const int n = static_cast<int>(srcs.size());
+  std::copy(srcs, srcs + sources, from.begin());
+  const int n = static_cast<int>(sources);
   impl_->stream(s).worker().enqueue([=] { hostReduce(dst, from, n, t, op, count); });
 }
 

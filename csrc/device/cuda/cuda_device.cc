@@ -7,7 +7,6 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
-#include <span>
 #include <atomic>
 #include <cerrno>
 #include <cstdio>
@@ -569,21 +568,14 @@ class CudaDevice final : public Device {
     cs.noteWork();
   }
 
-  void reduce(Stream& s, void* dst, const void* const* sources, std::size_t n_sources, DType t,
+  void reduce(Stream& s, void* dst, const void* const* srcs, std::size_t sources, DType t,
               ReduceOp op, std::size_t count) override {
-    const std::span<const void* const> srcs(sources, n_sources);
-    HIR_INTERNAL_ASSERT(!srcs.empty() && srcs.size() <= kMaxReduceSources,
-                        "cuda reduce of {} sources (1 to {} allowed)", srcs.size(),
-                        kMaxReduceSources);
+    checkReduceArgs(dst, srcs, sources, count, "cuda");
     if (count == 0) return;
-    HIR_INTERNAL_ASSERT(
-        dst != nullptr && std::find(srcs.begin(), srcs.end(), nullptr) == srcs.end(),
-        "cuda reduce of {} elements with a null buffer", count);
     activate(ordinal_);
     CudaStream& cs = cudaStream(s, "reduce");
-    HIR_CUDA_CHECK(ordinal_, launchReduce(cs.native(), dst, srcs.data(),
-                                          static_cast<int>(srcs.size()), t, op, count,
-                                          max_blocks_));
+    HIR_CUDA_CHECK(ordinal_, launchReduce(cs.native(), dst, srcs, static_cast<int>(sources), t,
+                                          op, count, max_blocks_));
     cs.noteWork();
   }
 
