@@ -119,7 +119,9 @@ struct ReduceUnit {
   DType dtype = DType::Float32;
   ReduceOp op = ReduceOp::Sum;
   std::size_t count = 0;
-  int sources = 0;  // get messages that bring peers' sources
+  // Where in the post's steps its first source comes, which is where it is
+  // enqueued (-1: a team of one, no peer's source).
+  int first_step = -1;
 };
 
 // A post resolved, before anything is enqueued, for the phases of
@@ -131,7 +133,6 @@ struct Work {
   std::vector<Lane*> lanes;
   std::vector<LocalCopy> copies;
   std::vector<ReduceUnit> units;
-  std::vector<char> reduced;                                // per unit: enqueued
   std::vector<std::pair<uint32_t*, uint32_t>> per_counter;  // countInGroup's
   void clear() {
     steps.clear();
@@ -228,8 +229,9 @@ struct IpcBackend::State {
   void add(const PostArgs& a, Work& w);
   void addCollective(const PostArgs& a, Work& w);
   // Everything of `w` on `on`: the lanes' earlier messages (unless on
-  // `covered`), the local copies, the signals of the sides that do not
-  // copy, the reductions, the copies, then the remaining waits.
+  // `covered`), the signals of the sides that do not copy, the local
+  // copies, the copies and the reductions in step order, then the remaining
+  // waits.
   void enqueuePhased(Work& w, Stream& on, const Stream* covered);
   void reduce(Stream& on, Work& w, int unit);
   uint32_t* releaseWord() const { return counts + 2 * static_cast<std::size_t>(world); }
@@ -395,7 +397,7 @@ void IpcBackend::State::addCollective(const PostArgs& a, Work& w) {
       // The sender's chunk is a source: every source has this chunk's place.
       step.unit = static_cast<int>(w.units.size());
       unit.srcs[static_cast<std::size_t>(m.from)] = step.src;
-      ++unit.sources;
+      if (unit.first_step < 0) unit.first_step = static_cast<int>(w.steps.size());
       unit.dst = step.dst;
       unit.count = m.count;
       own_offset = m.from_offset;
@@ -773,10 +775,11 @@ void countInGroup(std::vector<Step>& steps,
 // reductions (each where its first source comes, after its sources'
 // signals); then the remaining waits. A reduction or a copy waits only for
 // signals that its peers' posts give before any of their own waits, so a
-// group whose messages form a ring, or a collective, cannot deadlock. Step order keeps each lane's
-// signals in the order of its message numbers (a counter must never go
-// back), and a collective's reduction before the copies of what it reduced
-// (its get messages come before its put messages).
+// group whose messages form a ring, or a collective, cannot deadlock. Step
+// order keeps each lane's signals in the order of its message numbers (a
+// counter must never go back), and a collective's reduction before the
+// copies of what it reduced (its get messages come before its put
+// messages).
 void IpcBackend::State::enqueuePhased(Work& w, Stream& on, const Stream* covered) {
   if (counted) countInGroup(w.steps, w.per_counter);
   for (Lane* l : w.lanes) follow(*l, on, covered);
@@ -784,17 +787,14 @@ void IpcBackend::State::enqueuePhased(Work& w, Stream& on, const Stream* covered
   // member's own chunk, which no peer reads or writes.
   for (const Step& s : w.steps) announce(on, s);
   for (const LocalCopy& c : w.copies) dev->copy(on, c.dst, c.src, c.bytes);
-  std::vector<char>& reduced = w.reduced;
-  reduced.assign(w.units.size(), 0);
   for (std::size_t u = 0; u < w.units.size(); ++u)
-    if (w.units[u].sources == 0) reduce(on, w, static_cast<int>(u));  // a team of one
-  for (const Step& s : w.steps) {
-    if (s.unit < 0) {
+    if (w.units[u].first_step < 0) reduce(on, w, static_cast<int>(u));  // a team of one
+  for (std::size_t k = 0; k < w.steps.size(); ++k) {
+    const Step& s = w.steps[k];
+    if (s.unit < 0)
       transfer(on, s);
-    } else if (!reduced[static_cast<std::size_t>(s.unit)]) {
-      reduced[static_cast<std::size_t>(s.unit)] = 1;
+    else if (w.units[static_cast<std::size_t>(s.unit)].first_step == static_cast<int>(k))
       reduce(on, w, s.unit);
-    }
   }
   for (const Step& s : w.steps) await(on, s);
   for (Lane* l : w.lanes) {
