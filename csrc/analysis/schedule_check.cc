@@ -220,12 +220,12 @@ void findDeadlock(const Plan& plan, Findings& f) {
   for (const auto& [pair, sends] : f.sends_) {
     auto r = f.recvs_.find(pair);
     if (r == f.recvs_.end()) continue;
-    for (std::size_t k = 0; k < std::min(sends.size(), r->second.size()); ++k)
-      // A collective's messages meet as the collective.
-      if (!sends[k].collective)
-        g.meet(Meeting{Meeting::What::Message, -1, pair.first, pair.second, static_cast<int64_t>(k),
+    for (std::size_t k = 0; k < std::min(sends.size(), r->second.size()); ++k) {
+      if (sends[k].collective) continue;  // a collective's messages meet as the collective
+      g.meet(Meeting{Meeting::What::Message, -1, pair.first, pair.second, static_cast<int64_t>(k),
                      sends[k].part},
              {sends[k].part, r->second[k].part});
+    }
   }
   std::vector<std::vector<int>> shares(plan.world);
   for (int rank = 0; rank < plan.world; ++rank)
