@@ -11,8 +11,9 @@
 #   slowest rank's mean over 20 timed runs.
 # Sizes: allreduce 8 B, allgather 256 B in all, send/recv 8 B (hir run:
 # a ping-pong, one way; comm_bench: a ring exchange, as nccl-tests).
-# Then ipc's ping-pong through hir run, eager and --graph, at 2 ranks (on a
-# machine of 1 GPU, both ranks on it: HIR_SHARE_GPUS=1).
+# Then ipc's ping-pong through hir run, protocols eager and put, each eager
+# and --graph, at 2 ranks (on a machine of 1 GPU, both ranks on it:
+# HIR_SHARE_GPUS=1).
 #
 #   bash scripts/graph-bench.sh [--build DIR] [--reps N]
 #
@@ -128,31 +129,39 @@ done
 # counted on the device), at 2 ranks: on 2 GPUs, or on a machine of one GPU
 # with both ranks sharing it (HIR_SHARE_GPUS=1: copies within one GPU,
 # which says nothing of NVLink, only of the protocol's own cost).
+# Both protocols of an 8-byte message: eager (what auto picks at that size)
+# and put (the program with "protocol": "put" on every message).
 ipc_np=2 shared=""
 if [ "${gpus:-0}" -lt 2 ]; then export HIR_SHARE_GPUS=1; shared=" (2 ranks sharing 1 GPU)"; fi
-for mode in eager graph; do
-  flag=()
-  [ "$mode" = graph ] && flag=(--graph)
-  times=()
-  for ((r = 0; r < reps; r++)); do
-    json="$tmp/hir-run.json"
-    printf '\n===== hir run pingpong_ipc np=%s %s%s (%s) =====\n' "$ipc_np" "$mode" "$shared" "$r" >>"$log"
-    if timeout 300 "$hir" run "$root/bench/graph/pingpong_ipc_loop.json" --np "$ipc_np" \
-        --device cuda --param n=2 --param k=100 --iters 20 --warmup 3 --no-progress \
-        "${flag[@]}" --json "$json" >>"$log" 2>&1; then
-      times+=("$(python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print(d["seconds_per_run"]["max"])' "$json")")
-    else
-      echo "graph-bench: hir run pingpong_ipc $mode failed (see graph-bench.log)" >&2
-      status=1
-    fi
-  done
-  [ "${#times[@]}" -gt 0 ] || continue
-  printf '%s\n' "${times[@]}" | python3 -c '
+sed 's/"backend": "ipc"/"backend": "ipc", "protocol": "put"/' \
+  "$root/bench/graph/pingpong_ipc_loop.json" >"$tmp/pingpong_ipc_put.json"
+for proto in eager put; do
+  prog="$root/bench/graph/pingpong_ipc_loop.json"
+  [ "$proto" = put ] && prog="$tmp/pingpong_ipc_put.json"
+  for mode in eager graph; do
+    flag=()
+    [ "$mode" = graph ] && flag=(--graph)
+    times=()
+    for ((r = 0; r < reps; r++)); do
+      json="$tmp/hir-run.json"
+      printf '\n===== hir run pingpong_ipc %s np=%s %s%s (%s) =====\n' "$proto" "$ipc_np" "$mode" "$shared" "$r" >>"$log"
+      if timeout 300 "$hir" run "$prog" --np "$ipc_np" \
+          --device cuda --param n=2 --param k=100 --iters 20 --warmup 3 --no-progress \
+          "${flag[@]}" --json "$json" >>"$log" 2>&1; then
+        times+=("$(python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print(d["seconds_per_run"]["max"])' "$json")")
+      else
+        echo "graph-bench: hir run pingpong_ipc $proto $mode failed (see graph-bench.log)" >&2
+        status=1
+      fi
+    done
+    [ "${#times[@]}" -gt 0 ] || continue
+    printf '%s\n' "${times[@]}" | python3 -c '
 import statistics, sys
-mode, shared = sys.argv[1], sys.argv[2]
+mode, proto, shared = sys.argv[1], sys.argv[2], sys.argv[3]
 us = statistics.median(float(l) for l in sys.stdin if l.strip()) * 1e6 / 200
-print(f"2,hir run ipc{shared},sendrecv,8,{mode},{us:.3f},")
-' "$mode" "${shared:+ shared}" >>"$csv"
+print(f"2,hir run ipc {proto}{shared},sendrecv,8,{mode},{us:.3f},")
+' "$mode" "$proto" "${shared:+ shared}" >>"$csv"
+  done
 done
 unset HIR_SHARE_GPUS
 
@@ -184,7 +193,7 @@ rows = [r for r in csv.DictReader(open(sys.argv[1])) if r["what"].startswith("hi
 if rows:
     print("# ipc ping-pong through hir run, us one way (medians)")
     for r in rows:
-        print(f"{r['np']:>3} {r['what']:<24} {r['bytes']:>6} B {r['mode']:<6} {float(r['us_per_op']):>8.2f}")
+        print(f"{r['np']:>3} {r['what']:<30} {r['bytes']:>6} B {r['mode']:<6} {float(r['us_per_op']):>8.2f}")
 PY
 { printf '\n===== every figure (CSV) =====\n'; cat "$csv"; } >>"$log"
 cat "$out/graph-bench.txt"

@@ -551,7 +551,11 @@ class RankRun {
     rec.comm = slot;
     rec.range = tensor;
     rec.backend = c.backend;
+    const std::size_t bytes = tensor ? static_cast<std::size_t>(tensor->count) * dtypeSize(dtype) : 0;
+    // Refused (reported): matched as asked, so that the peer's end still meets it.
     rec.protocol = c.protocol == Protocol::Auto ? Protocol::Put : c.protocol;
+    attempt("protocol",
+            [&] { rec.protocol = plan_.backends[c.backend].protocolFor(c.protocol, bytes); });
     rec.part = part;
     if (c.type == CommType::Send)
       findings_.sends_[{rank_, peer}].push_back(std::move(rec));

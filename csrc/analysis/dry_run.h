@@ -57,7 +57,7 @@ struct MessageRecord {
   int comm = -1;
   std::optional<Range> range;  // unknown when the tensor did not resolve
   int backend = -1;
-  Protocol protocol = Protocol::Put;  // auto is put
+  Protocol protocol = Protocol::Put;  // auto resolved (PlanBackend::protocolFor)
   int part = -1;  // participation node in the wait-for graph (-1: a collective's message)
   bool collective = false;  // a message of collective `comm`, not a send or recv
   // A collective's message: the collective's team and its number among that

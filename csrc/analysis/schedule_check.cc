@@ -118,7 +118,8 @@ std::optional<std::pair<std::string, std::string>> mismatch(const Plan& plan,
   if (a.protocol != b.protocol)
     return std::pair(fmt::format("uses protocol '{}' but", toString(a.protocol)),
                      fmt::format("uses protocol '{}'; a send and its recv need the same protocol "
-                                 "(auto is put)",
+                                 "(auto is decided by size: on ipc, eager up to "
+                                 "HIR_IPC_EAGER_MAX bytes, put above)",
                                  toString(b.protocol)));
   return std::nullopt;
 }

@@ -15,7 +15,11 @@
 //        receiver r: wait r.page[s][GetReady] >= q;  copy s.buf -> r.buf;
 //                    signal s.page[r][GetConsumed] = q
 //
-// where x.page[w][k] is counter w * 4 + k of rank x's signal page, written
+//   eager (small messages, numbered e per lane among eager messages; see
+//   resolveEager): the sender copies into slot e % slots of the receiver's
+//   page and signals EagerDone; the receiver copies out, signals EagerFree
+//
+// where x.page[w][k] is counter w * 6 + k of rank x's signal page, written
 // only by rank w. The side that copies maps the other's buffer ("imports");
 // the other side's buffer is "exported". Every counter only grows (modulo
 // 2^32: q is the message's number plus HIR_IPC_SEQ_START, 0 unless a test
@@ -62,8 +66,21 @@ using ipc::allgatherStatus;
 using ipc::allgatherTables;
 using ipc::throwIfAnyFailed;
 
-// Counters of a signal page, per writer rank.
-enum Signal : int { kPutFree = 0, kPutDone = 1, kGetReady = 2, kGetConsumed = 3, kSignals = 4 };
+// Counters of a signal page, per writer rank. Eager messages have numbers
+// of their own (1, 2, ... per lane, counting eager messages only), which
+// also pick their slot.
+enum Signal : int {
+  kPutFree = 0,
+  kPutDone = 1,
+  kGetReady = 2,
+  kGetConsumed = 3,
+  kEagerDone = 4,  // the sender, into the receiver's page: "message e is in its slot"
+  kEagerFree = 5,  // the receiver, into the sender's page: "I copied message e out"
+  kSignals = 6
+};
+
+// Where a page's slots begin, after its counters.
+constexpr std::size_t kSlotAlign = 256;
 
 // The signal page's own slot in an exchange table (allocation slots are >= 0).
 constexpr int64_t kPageSlot = -1;
@@ -97,7 +114,15 @@ struct Step {
   std::size_t bytes = 0;
   uint32_t* signal = nullptr;       // in the peer's page (or ours, for ourselves)
   const uint32_t* await = nullptr;  // in our page
-  uint32_t seq = 0;
+  uint32_t seq = 0;       // what the step signals
+  uint32_t wait_seq = 0;  // what it waits for (an eager send: its slot's previous message)
+  // An eager send: it waits only for messages of earlier posts (its slot
+  // freed), so enqueuePhased() runs it with the signals, before any wait.
+  bool early = false;
+  // Counted eager steps: the slot of number v is v % slots, dst or src
+  // pointing at slot 0 (CountedStep).
+  uint32_t wait_back = 0, slots = 0;
+  std::size_t dst_stride = 0, src_stride = 0;
   // A get message of a reduction: reduce unit `unit` of the post reads
   // `src` instead of a copy (wait, then the unit's reduce, then signal).
   int unit = -1;
@@ -152,6 +177,7 @@ struct Lane {
   std::unique_ptr<Stream> stream;
   std::unique_ptr<Event> tail;
   Stream* on = nullptr;
+  uint32_t eager = 0;  // the latest eager message's number (host-numbered)
 };
 
 // Lanes of one post, each once.
@@ -177,15 +203,20 @@ struct IpcBackend::State {
   int rank = -1, world = 0;
   std::vector<std::string> nodes;
 
-  uint32_t* page = nullptr;  // world x kSignals counters, written by peers
+  // world x kSignals counters, written by peers, then (at slots_offset)
+  // the eager slots: eager_slots of slot_bytes per sender rank.
+  uint32_t* page = nullptr;
+  std::size_t eager_max = 0, slot_bytes = 0, slots_offset = 0;
+  uint32_t eager_slots = 0;
   // Counted mode: this rank's lane counters (sends to each peer, then
-  // receives from each), then the release word; device memory of its own.
+  // receives from each, then the same two for eager messages), then the
+  // release word; device memory of its own.
   bool counted = false;
   uint32_t* counts = nullptr;
   uint32_t seq_start = 0;    // HIR_IPC_SEQ_START: message q signals seq_start + q
   // Per peer: the latest message number posted with it (either direction),
-  // for unblock() from any thread.
-  std::unique_ptr<std::atomic<uint32_t>[]> latest;
+  // and the latest eager number, for unblock() from any thread.
+  std::unique_ptr<std::atomic<uint32_t>[]> latest, latest_eager;
   std::size_t page_bytes = 0;
   std::vector<uint8_t> page_handle;               // exported at the first exchange
   std::vector<uint32_t*> peer_pages;              // per peer, once exchanged (ours for ourselves)
@@ -218,6 +249,11 @@ struct IpcBackend::State {
     return l;
   }
   Step resolve(const PostArgs& a);
+  Step resolveEager(const PostArgs& a, Step s, uint32_t* peer_page);
+  char* slotsOf(uint32_t* any_page, int sender) const {
+    return reinterpret_cast<char*>(any_page) + slots_offset +
+           static_cast<std::size_t>(sender) * eager_slots * slot_bytes;
+  }
   const Import* importOf(int peer, int slot) const {
     const std::vector<Import>& of_peer = imports[static_cast<std::size_t>(peer)];
     if (slot < 0 || static_cast<std::size_t>(slot) >= of_peer.size()) return nullptr;
@@ -233,8 +269,23 @@ struct IpcBackend::State {
   // copies, the copies and the reductions in step order, then the remaining
   // waits.
   void enqueuePhased(Work& w, Stream& on, const Stream* covered);
+  // Send/recv steps only: each on its lane's stream (enqueue()), `done`
+  // after all of them.
+  void enqueueDetached(Work& w, Stream& current, Event& done);
   void reduce(Stream& on, Work& w, int unit);
-  uint32_t* releaseWord() const { return counts + 2 * static_cast<std::size_t>(world); }
+  uint32_t* releaseWord() const { return counts + 4 * static_cast<std::size_t>(world); }
+  // Some lane of `w` has more eager sends than slots: its later ones would
+  // wait for the peer to copy out this post's earlier ones, which
+  // enqueuePhased() cannot promise.
+  bool overfull(const Work& w) const;
+  // A post with collective `a` runs on one stream, in phases: it cannot be
+  // overfull.
+  [[noreturn]] void refuseOverfull(const PostArgs& a) const {
+    throw ProgramError(fmt::format(
+        "ipc: {}: a group with a collective and more eager sends to one peer than its {} slots "
+        "(HIR_IPC_EAGER_SLOTS); give the sends protocol 'put', or post the collective apart",
+        a.path, eager_slots));
+  }
   void enqueue(const Step& s, Stream& current);
   // Makes `on` wait for the lane's earlier messages, unless they ran on `on`
   // itself or on `covered` (whose work `on` already waits for).
@@ -274,10 +325,11 @@ Step IpcBackend::State::resolve(const PostArgs& a) {
   const int me = rank, peer = a.peer;
   Step s;
   s.lane = &laneFor(a.type, peer);
+  if (a.protocol == Protocol::Eager) return resolveEager(a, s, peer_page);
   if (counted)
     s.counter = counts + (a.type == CommType::Send ? 0 : world) + static_cast<std::size_t>(peer);
   // Modulo 2^32: the waits compare cyclically.
-  s.seq = static_cast<uint32_t>(seq_start + a.remote.pair_seq);
+  s.seq = s.wait_seq = static_cast<uint32_t>(seq_start + a.remote.pair_seq);
   std::atomic<uint32_t>& l = latest[static_cast<std::size_t>(peer)];
   if (static_cast<int32_t>(s.seq - l.load(std::memory_order_relaxed)) > 0)
     l.store(s.seq, std::memory_order_relaxed);
@@ -310,6 +362,62 @@ Step IpcBackend::State::resolve(const PostArgs& a) {
   return s;
 }
 
+// An eager message e (numbered per lane among eager messages) goes through
+// slot e % eager_slots of the receiver's page, of the sender's row:
+//   sender   s: wait s.page[r][EagerFree] >= e - slots (the slot's previous
+//               message was copied out); copy s.buf -> the slot (mapped);
+//               signal r.page[s][EagerDone] = e
+//   receiver r: wait r.page[s][EagerDone] >= e; copy the slot -> r.buf;
+//               signal s.page[r][EagerFree] = e
+// Both sides copy, each as one signaledCopy (one kernel on cuda). The
+// sender needs no answer from the receiver for this message, and no buffer
+// of either side is mapped: only the pages.
+Step IpcBackend::State::resolveEager(const PostArgs& a, Step s, uint32_t* peer_page) {
+  const int me = rank, peer = a.peer;
+  const bool send = a.type == CommType::Send;
+  s.bytes = a.count * dtypeSize(a.dtype);
+  HIR_CHECK(s.bytes <= eager_max,
+            "ipc: {}: {} rank {}: an eager message of {} bytes, above HIR_IPC_EAGER_MAX = {} "
+            "bytes (set when this backend started)",
+            a.path, direction(a.type), peer, s.bytes, eager_max);
+  s.copies = true;
+  s.early = send;
+  Lane& lane = *s.lane;
+  s.seq = ++lane.eager;
+  std::atomic<uint32_t>& l = latest_eager[static_cast<std::size_t>(peer)];
+  if (static_cast<int32_t>(s.seq - l.load(std::memory_order_relaxed)) > 0)
+    l.store(s.seq, std::memory_order_relaxed);
+  const std::size_t slot = s.seq & (eager_slots - 1);
+  if (counted) {
+    s.counter = counts + (send ? 2 : 3) * static_cast<std::size_t>(world) +
+                static_cast<std::size_t>(peer);
+    s.slots = eager_slots;
+  }
+  if (send) {
+    s.wait_seq = s.seq - eager_slots;
+    s.wait_back = eager_slots;
+    s.await = page + peer * kSignals + kEagerFree;
+    s.signal = peer_page + me * kSignals + kEagerDone;
+    s.src = a.input;
+    s.dst = slotsOf(peer_page, me);
+    if (counted)
+      s.dst_stride = slot_bytes;
+    else
+      s.dst = static_cast<char*>(s.dst) + slot * slot_bytes;
+  } else {
+    s.wait_seq = s.seq;
+    s.await = page + peer * kSignals + kEagerDone;
+    s.signal = peer_page + me * kSignals + kEagerFree;
+    s.dst = a.output;
+    s.src = slotsOf(page, peer);
+    if (counted)
+      s.src_stride = slot_bytes;
+    else
+      s.src = static_cast<const char*>(s.src) + slot * slot_bytes;
+  }
+  return s;
+}
+
 void IpcBackend::State::announce(Stream& on, const Step& s) {
   if (s.copies) return;
   if (s.counter == nullptr) return dev->writeValue(on, s.signal, s.seq);
@@ -320,7 +428,7 @@ void IpcBackend::State::announce(Stream& on, const Step& s) {
 void IpcBackend::State::transfer(Stream& on, const Step& s) {
   if (!s.copies) return;
   if (s.counter == nullptr)
-    return dev->signaledCopy(on, s.dst, s.src, s.bytes, s.await, s.seq, s.signal, s.seq);
+    return dev->signaledCopy(on, s.dst, s.src, s.bytes, s.await, s.wait_seq, s.signal, s.seq);
   dev->countedStep(on, CountedStep{.counter = s.counter,
                                    .offset = s.offset,
                                    .advance = s.advance,
@@ -329,7 +437,11 @@ void IpcBackend::State::transfer(Stream& on, const Step& s) {
                                    .dst = s.dst,
                                    .src = s.src,
                                    .bytes = s.bytes,
-                                   .signal_addr = s.signal});
+                                   .signal_addr = s.signal,
+                                   .wait_back = s.wait_back,
+                                   .slots = s.slots,
+                                   .dst_stride = s.dst_stride,
+                                   .src_stride = s.src_stride});
 }
 
 void IpcBackend::State::await(Stream& on, const Step& s) {
@@ -532,15 +644,17 @@ std::string IpcBackend::State::exportError(const ShareItem& item, const std::str
 // an atomic store for it). Failure path only: the messages it releases
 // carry no data.
 void IpcBackend::State::unblock() {
-  if (page == nullptr || control == nullptr || latest == nullptr) return;
+  if (page == nullptr || control == nullptr || latest == nullptr || latest_eager == nullptr) return;
   // Counted waits compare with the device's numbers, which the host may not
   // know (a graph's replays): they end on the release word instead.
   if (counts != nullptr) dev->writeValue(*control, releaseWord(), 1);
   for (int p = 0; p < world; ++p) {
-    const uint32_t v = latest[static_cast<std::size_t>(p)].load(std::memory_order_relaxed) +
-                       (uint32_t{1} << 30);
+    const std::size_t i = static_cast<std::size_t>(p);
+    const uint32_t v = latest[i].load(std::memory_order_relaxed) + (uint32_t{1} << 30);
+    const uint32_t e = latest_eager[i].load(std::memory_order_relaxed) + (uint32_t{1} << 30);
     for (int k = 0; k < kSignals; ++k)
-      dev->writeValue(*control, page + static_cast<std::size_t>(p) * kSignals + k, v);
+      dev->writeValue(*control, page + i * kSignals + k,
+                      k == kEagerDone || k == kEagerFree ? e : v);
   }
 }
 
@@ -624,7 +738,8 @@ BackendCaps IpcBackend::caps() {
              CommType::Alltoall,  CommType::Allreduce, CommType::ReduceScatter};
   c.dtypes = EnumSet<DType>::all(kDTypeNames);
   c.reduce_ops = EnumSet<ReduceOp>::all(kReduceOpNames);
-  c.protocols = {Protocol::Put, Protocol::Get};
+  c.protocols = {Protocol::Put, Protocol::Get, Protocol::Eager};
+  c.resolve_protocol = &ipcResolveProtocol;
   c.maps_peer_memory = true;
   c.collective_messages = &ipcCollectiveMessages;
   c.same_node_only = true;
@@ -634,6 +749,26 @@ BackendCaps IpcBackend::caps() {
   c.auto_priority = 0;
   return c;
 }
+
+namespace {
+
+// Every rank has the same eager limits, or setup fails on every rank saying
+// which differ (an allgather of each rank's pair).
+void agreeOnEagerSlots(Bootstrap& boot, std::size_t max, uint32_t slots) {
+  const uint64_t mine[2] = {max, slots};
+  std::vector<uint64_t> all(2 * static_cast<std::size_t>(boot.world()));
+  boot.allgather(mine, all.data(), sizeof mine);
+  for (int r = 0; r < boot.world(); ++r) {
+    const uint64_t their_max = all[2 * static_cast<std::size_t>(r)];
+    const uint64_t their_slots = all[2 * static_cast<std::size_t>(r) + 1];
+    HIR_CHECK_AS(UsageError, their_max == max && their_slots == slots,
+                 "ipc: HIR_IPC_EAGER_MAX and HIR_IPC_EAGER_SLOTS must be the same on every rank: "
+                 "rank {} has {} and {}, rank {} has {} and {}",
+                 boot.rank(), max, slots, r, their_max, their_slots);
+  }
+}
+
+}  // namespace
 
 void IpcBackend::setup(const BackendContext& ctx) {
   State& st = *state_;
@@ -654,7 +789,17 @@ void IpcBackend::setup(const BackendContext& ctx) {
   st.nodes = ctx.bootstrap->nodes();  // collective, like setup itself
   st.dev = &d;
   device_ = &d;
-  st.page_bytes = static_cast<std::size_t>(st.world) * kSignals * sizeof(uint32_t);
+  // The eager slots: the same size and number on every rank, or the
+  // messages would land in different places.
+  st.eager_max = ipcEagerMaxBytes();
+  st.eager_slots = ipcEagerSlots();
+  agreeOnEagerSlots(*ctx.bootstrap, st.eager_max, st.eager_slots);
+  st.slot_bytes = std::max<std::size_t>((st.eager_max + 15) / 16 * 16, 16);
+  const std::size_t counters = static_cast<std::size_t>(st.world) * kSignals * sizeof(uint32_t);
+  st.slots_offset = (counters + kSlotAlign - 1) / kSlotAlign * kSlotAlign;
+  st.page_bytes = st.slots_offset + (st.eager_max > 0 ? static_cast<std::size_t>(st.world) *
+                                                            st.eager_slots * st.slot_bytes
+                                                      : 0);
   st.control = d.createStream();
   st.join = d.createStream();
   st.phased.resize(ctx.teams.size());
@@ -670,7 +815,13 @@ void IpcBackend::setup(const BackendContext& ctx) {
     st.seq_start = static_cast<uint32_t>(
         parseInteger("HIR_IPC_SEQ_START", start, 0, std::numeric_limits<uint32_t>::max()));
   st.latest = std::make_unique<std::atomic<uint32_t>[]>(static_cast<std::size_t>(st.world));
-  for (int p = 0; p < st.world; ++p) st.latest[static_cast<std::size_t>(p)].store(st.seq_start);
+  st.latest_eager = std::make_unique<std::atomic<uint32_t>[]>(static_cast<std::size_t>(st.world));
+  for (int p = 0; p < st.world; ++p) {
+    st.latest[static_cast<std::size_t>(p)].store(st.seq_start);
+    st.latest_eager[static_cast<std::size_t>(p)].store(st.seq_start);
+  }
+  for (auto* lanes : {&st.send_lanes, &st.recv_lanes})
+    for (Lane& l : *lanes) l.eager = st.seq_start;
   // Device memory (a peer maps it): every counter starts at the number
   // before the first message's, seq_start + 1.
   st.page = static_cast<uint32_t*>(d.allocate(st.page_bytes));
@@ -686,8 +837,8 @@ void IpcBackend::setup(const BackendContext& ctx) {
                  "ipc in graph mode needs counted semaphores, which device {} does not offer",
                  d.describe());
     st.counts = static_cast<uint32_t*>(
-        d.allocate((2 * static_cast<std::size_t>(st.world) + 1) * sizeof(uint32_t)));
-    d.fill(*st.control, st.counts, DType::Int32, 2 * static_cast<std::size_t>(st.world),
+        d.allocate((4 * static_cast<std::size_t>(st.world) + 1) * sizeof(uint32_t)));
+    d.fill(*st.control, st.counts, DType::Int32, 4 * static_cast<std::size_t>(st.world),
            static_cast<int32_t>(st.seq_start), 0);
     d.fill(*st.control, st.releaseWord(), DType::Int32, 1, 0, 0);
   }
@@ -711,6 +862,7 @@ void IpcBackend::post(std::span<const PostArgs> ops, Stream& current, Event& don
     Work& w = st.work;
     w.clear();
     for (const PostArgs& a : ops) st.add(a, w);
+    if (st.overfull(w)) st.refuseOverfull(*first);
     d.record(*st.ready, current);
     std::unique_ptr<Stream>& on = st.phased[static_cast<std::size_t>(first->team)];
     if (!on) on = d.createStream();
@@ -730,18 +882,24 @@ void IpcBackend::post(std::span<const PostArgs> ops, Stream& current, Event& don
   Work& w = st.work;
   w.clear();
   for (const PostArgs& a : ops) w.steps.push_back(st.resolve(a));
-  d.record(*st.ready, current);
+  st.enqueueDetached(w, current, done);
+}
+
+// Each step on its lane's stream after `current`; a group's `done` on a
+// stream of its own, so that no later message queues behind the group's
+// other messages.
+void IpcBackend::State::enqueueDetached(Work& w, Stream& current, Event& done) {
+  dev->record(*ready, current);
+  w.lanes.clear();
   for (const Step& s : w.steps) {
-    st.enqueue(s, current);
+    enqueue(s, current);
     addLane(w.lanes, s.lane);
   }
-  // A group: `done` on a stream of its own, so that no later message queues
-  // behind the group's other messages.
   for (Lane* l : w.lanes) {
-    d.record(*st.joined, *l->stream);
-    d.wait(*st.join, *st.joined);
+    dev->record(*joined, *l->stream);
+    dev->wait(*join, *joined);
   }
-  d.record(done, *st.join);
+  dev->record(done, *join);
 }
 
 namespace {
@@ -783,14 +941,21 @@ void countInGroup(std::vector<Step>& steps,
 void IpcBackend::State::enqueuePhased(Work& w, Stream& on, const Stream* covered) {
   if (counted) countInGroup(w.steps, w.per_counter);
   for (Lane* l : w.lanes) follow(*l, on, covered);
-  // The peers wait for these signals; the local copies touch only the
-  // member's own chunk, which no peer reads or writes.
-  for (const Step& s : w.steps) announce(on, s);
+  // The peers wait for these signals, and for the eager sends (which wait
+  // only for earlier posts' messages, see overfull()); the local copies
+  // touch only the member's own chunk, which no peer reads or writes.
+  for (const Step& s : w.steps) {
+    if (s.early)
+      transfer(on, s);
+    else
+      announce(on, s);
+  }
   for (const LocalCopy& c : w.copies) dev->copy(on, c.dst, c.src, c.bytes);
   for (std::size_t u = 0; u < w.units.size(); ++u)
     if (w.units[u].first_step < 0) reduce(on, w, static_cast<int>(u));  // a team of one
   for (std::size_t k = 0; k < w.steps.size(); ++k) {
     const Step& s = w.steps[k];
+    if (s.early) continue;
     if (s.unit < 0)
       transfer(on, s);
     else if (w.units[static_cast<std::size_t>(s.unit)].first_step == static_cast<int>(k))
@@ -803,18 +968,40 @@ void IpcBackend::State::enqueuePhased(Work& w, Stream& on, const Stream* covered
   }
 }
 
-// Everything on `current` (enqueuePhased).
-bool IpcBackend::postJoined(std::span<const PostArgs> ops, Stream& current, Event&) {
+bool IpcBackend::State::overfull(const Work& w) const {
+  if (w.steps.size() <= eager_slots) return false;
+  for (const Step& s : w.steps) {
+    if (!s.early) continue;
+    const auto n = std::count_if(w.steps.begin(), w.steps.end(),
+                                 [&](const Step& t) { return t.early && t.lane == s.lane; });
+    if (static_cast<std::size_t>(n) > eager_slots) return true;
+  }
+  return false;
+}
+
+// Everything on `current` (enqueuePhased), unless a lane has more eager
+// sends than slots: then as post() does (each lane on its own stream).
+bool IpcBackend::postJoined(std::span<const PostArgs> ops, Stream& current, Event& done) {
   State& st = *state_;
   HIR_INTERNAL_ASSERT(st.dev != nullptr, "ipc backend posted to before setup()");
   HIR_INTERNAL_ASSERT(!ops.empty(), "ipc: empty post");
   st.checkNotAborted(ops);
-  std::lock_guard lock(st.post_mutex);
-  Work& w = st.work;
-  w.clear();
-  for (const PostArgs& a : ops) st.add(a, w);
-  st.enqueuePhased(w, current, nullptr);
-  return true;  // no `done`: the lanes' tails order later messages
+  {
+    std::lock_guard lock(st.post_mutex);
+    Work& w = st.work;
+    w.clear();
+    for (const PostArgs& a : ops) st.add(a, w);
+    if (!st.overfull(w)) {
+      st.enqueuePhased(w, current, nullptr);
+      return true;  // no `done`: the lanes' tails order later messages
+    }
+    const auto collective = std::find_if(
+        ops.begin(), ops.end(), [](const PostArgs& a) { return !isPointToPoint(a.type); });
+    if (collective != ops.end()) st.refuseOverfull(*collective);
+    // Resolving again would number the eager messages twice.
+    st.enqueueDetached(w, current, done);
+  }
+  return false;
 }
 
 void IpcBackend::shareMemHandles(std::span<const ShareItem> items) {
@@ -836,6 +1023,7 @@ void IpcBackend::shareMemHandles(std::span<const ShareItem> items) {
           supports(caps(), SupportQuery{.device = st.dev->kind(), .type = item.type,
                                         .peer_on_other_node = true})
               .why));
+    if (item.protocol == Protocol::Eager) continue;  // through the page's slots: no buffer mapped
     if (exportsBuffer(item.type, item.protocol))
       to_export.emplace(item.alloc, &item);
     else

@@ -9,14 +9,18 @@
 //   exchange through the bootstrap of the memory handles the listed
 //   communications need, and of each rank's signal page. Posts never
 //   exchange anything.
-// - Each rank owns a signal page of world x 4 uint32 counters in device
-//   memory. Rank w writes into rank o's page at [w * 4 + kind]; o waits on
-//   its own page. Counters carry PostArgs::pair_seq (increasing forever, the
-//   same number on both sides), so nothing is ever reset.
-// - Put (the default): the receiver signals "free", the sender copies into
-//   the receiver's buffer and signals "done". Get: the sender signals
-//   "ready", the receiver copies from the sender's buffer and signals
-//   "consumed".
+// - Each rank owns a signal page of world x 6 uint32 counters in device
+//   memory, then eager slots. Rank w writes into rank o's page at
+//   [w * 6 + kind]; o waits on its own page. Counters carry
+//   PostArgs::pair_seq (increasing forever, the same number on both sides),
+//   so nothing is ever reset.
+// - Put: the receiver signals "free", the sender copies into the receiver's
+//   buffer and signals "done". Get: the sender signals "ready", the
+//   receiver copies from the sender's buffer and signals "consumed". Eager
+//   (auto's choice for small messages): the sender copies into a slot of
+//   the receiver's page (free since the message that used it before) and
+//   signals "done"; the receiver copies it out and signals "free": no
+//   round trip per message.
 // - One lane per (peer, direction), with a stream of its own: a message
 //   waits only for the earlier messages of its own ordered pair, so any
 //   program whose sends and recvs match in order (which the schedule check

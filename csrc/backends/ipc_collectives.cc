@@ -14,6 +14,30 @@ std::size_t ipcOneShotMaxBytes() {
   return static_cast<std::size_t>(parseInteger("HIR_IPC_ONE_SHOT_MAX", v, 0));
 }
 
+std::size_t ipcEagerMaxBytes() {
+  const char* v = std::getenv("HIR_IPC_EAGER_MAX");
+  if (v == nullptr || *v == '\0') return std::size_t{16} << 10;
+  return static_cast<std::size_t>(parseInteger("HIR_IPC_EAGER_MAX", v, 0, int64_t{1} << 20));
+}
+
+uint32_t ipcEagerSlots() {
+  const char* v = std::getenv("HIR_IPC_EAGER_SLOTS");
+  if (v == nullptr || *v == '\0') return 8;
+  const auto n = static_cast<uint32_t>(parseInteger("HIR_IPC_EAGER_SLOTS", v, 1, 1024));
+  HIR_CHECK_AS(UsageError, (n & (n - 1)) == 0, "HIR_IPC_EAGER_SLOTS={} is not a power of two", n);
+  return n;
+}
+
+Protocol ipcResolveProtocol(Protocol asked, std::size_t bytes) {
+  const std::size_t max = ipcEagerMaxBytes();
+  if (asked == Protocol::Auto) return max > 0 && bytes <= max ? Protocol::Eager : Protocol::Put;
+  HIR_CHECK(asked != Protocol::Eager || bytes <= max,
+            "protocol 'eager' carries at most HIR_IPC_EAGER_MAX = {} bytes in one message, and "
+            "this one has {}; use 'put' or 'auto' (which picks put above that size)",
+            max, bytes);
+  return asked;
+}
+
 std::size_t chunkBegin(std::size_t count, int parts, int k) {
   const std::size_t n = static_cast<std::size_t>(parts), i = static_cast<std::size_t>(k);
   return count / n * i + std::min(i, count % n);

@@ -1,4 +1,5 @@
-// How the ipc backend runs collectives: as messages between the members of
+// Which protocol an ipc send/recv runs (ipcResolveProtocol), and how the
+// ipc backend runs collectives: as messages between the members of
 // the team, over peer-mapped memory (BackendCaps::collective_messages). The
 // list of messages is written once, here, and serves the cross-rank check
 // (which matches them with the pairs' sends and recvs and traces their
@@ -38,6 +39,19 @@ inline constexpr int kIpcMaxCollectiveMembers = 64;
 // collective's shape changes; it must be the same on every rank), default
 // 256 KiB.
 std::size_t ipcOneShotMaxBytes();
+
+// The eager protocol's limits, which must be the same on every rank (the
+// backend's setup compares them): a send/recv of at most ipcEagerMaxBytes()
+// (HIR_IPC_EAGER_MAX, default 16 KiB; 0 turns eager off) may be eager, and
+// each ordered pair of ranks has ipcEagerSlots() slots of that size in the
+// receiver's signal page (HIR_IPC_EAGER_SLOTS, a power of two from 1 to
+// 1024, default 8). Read at each call, as ipcOneShotMaxBytes().
+std::size_t ipcEagerMaxBytes();
+uint32_t ipcEagerSlots();
+
+// BackendCaps::resolve_protocol of ipc: auto is eager up to
+// ipcEagerMaxBytes(), put above; an eager message above it is refused.
+Protocol ipcResolveProtocol(Protocol asked, std::size_t bytes);
 
 // BackendCaps::collective_messages of ipc.
 std::string_view ipcCollectiveMessages(const CollectiveShape& shape,

@@ -50,7 +50,10 @@ struct PostArgs {
   int team = 0;   // index into BackendContext::teams (0 is the world)
   int root = 0;   // team rank of the root (rooted collectives)
   int peer = -1;  // world rank (send, recv)
-  Protocol protocol = Protocol::Auto;  // send/recv, on a backend with protocols
+  // send/recv, on a backend with protocols: as the node says, except on a
+  // backend that maps peer memory, where the evaluator passes the trace's
+  // (auto resolved by BackendCaps::resolve_protocol).
+  Protocol protocol = Protocol::Auto;
   // For backends that cache per communication or allocation:
   int comm = -1;                   // communication slot in the plan
   int input_alloc = -1, output_alloc = -1;  // allocation slots
@@ -116,6 +119,14 @@ struct CollectivePiece {
 // ProgramError when the backend cannot run that collective (say why).
 using CollectiveMessagesFn = std::string_view (*)(const CollectiveShape& shape,
                                                   std::vector<CollectiveMessage>& out);
+
+// The protocol a send/recv of `bytes` that asks for `asked` runs on a
+// backend with protocols: "auto" resolved by size (ipc: eager up to
+// HIR_IPC_EAGER_MAX, put above), any other as asked; throws ProgramError
+// when `asked` cannot carry that many bytes (ipc's eager). The same answer
+// on every rank for the same size: the cross-rank check, the load-time
+// trace and the posts (PostArgs::protocol) all take it from here.
+using ResolveProtocolFn = Protocol (*)(Protocol asked, std::size_t bytes);
 
 struct BackendContext {
   Device* device = nullptr;
@@ -186,6 +197,8 @@ struct BackendCaps {
   // share_mem_handles exchanges their buffers. Null: its collectives are its
   // own business.
   CollectiveMessagesFn collective_messages = nullptr;
+  // What a send/recv's protocol is by its size (null: auto is put).
+  ResolveProtocolFn resolve_protocol = nullptr;
   // Reaches only peers on its own node (a send/recv to another node is an
   // error of the cross-rank check).
   bool same_node_only = false;

@@ -92,10 +92,13 @@ inline constexpr std::size_t kMaxReduceSources = 16;
 // v = *counter + offset, with `counter` in this device's memory and read when
 // the step runs: captured into a graph, every replay counts on. In order,
 // each part optional (null pointer, 0 bytes):
-// - wait until (int32_t)(*wait_addr - v) >= 0 (the cyclic compare of
-//   waitValue), or until *release != 0 (release: this device's memory, set
-//   when the protocol gives up; the step then goes on without its data);
-// - copy dst[0, bytes) = src[0, bytes);
+// - wait until (int32_t)(*wait_addr - (v - wait_back)) >= 0 (the cyclic
+//   compare of waitValue), or until *release != 0 (release: this device's
+//   memory, set when the protocol gives up; the step then goes on without
+//   its data);
+// - copy dst[0, bytes) = src[0, bytes), where, with slots > 0 (a ring of
+//   slots, a power of two: ipc's eager messages), dst and src are first
+//   moved by (v % slots) * dst_stride and (v % slots) * src_stride bytes;
 // - store v into *signal_addr, after the copy is visible to whoever sees
 //   the value (release at system scope);
 // - *counter += advance.
@@ -111,6 +114,9 @@ struct CountedStep {
   const void* src = nullptr;
   std::size_t bytes = 0;
   uint32_t* signal_addr = nullptr;
+  uint32_t wait_back = 0;
+  uint32_t slots = 0;
+  std::size_t dst_stride = 0, src_stride = 0;
 };
 
 // out[m, n] (+)= op(a)[m, k] * op(b)[k, n], row-major, where op(x) is x or

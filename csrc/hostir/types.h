@@ -19,7 +19,7 @@ enum class CommType : uint8_t {
 };
 enum class WaitMode : uint8_t { Stream, Host };
 // IPC protocol of a send/recv pair. Auto lets the backend pick (put).
-enum class Protocol : uint8_t { Auto, Put, Get };
+enum class Protocol : uint8_t { Auto, Put, Get, Eager };
 
 inline constexpr std::pair<DType, std::string_view> kDTypeNames[] = {
     {DType::Float32, "float32"}, {DType::Float64, "float64"}, {DType::Float16, "float16"},
@@ -42,7 +42,8 @@ inline constexpr std::pair<CommType, std::string_view> kCommTypeNames[] = {
 inline constexpr std::pair<WaitMode, std::string_view> kWaitModeNames[] = {
     {WaitMode::Stream, "stream"}, {WaitMode::Host, "host"}};
 inline constexpr std::pair<Protocol, std::string_view> kProtocolNames[] = {
-    {Protocol::Auto, "auto"}, {Protocol::Put, "put"}, {Protocol::Get, "get"}};
+    {Protocol::Auto, "auto"}, {Protocol::Put, "put"}, {Protocol::Get, "get"},
+    {Protocol::Eager, "eager"}};
 
 // Name of an enum value, from its table.
 template <class E, std::size_t N>

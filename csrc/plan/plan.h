@@ -79,6 +79,13 @@ struct PlanBackend {
   bool capturable = false;                  // BackendCaps::capturable
   bool symmetric_memory = false;            // BackendCaps::symmetric_memory
   CollectiveMessagesFn collective_messages = nullptr;  // BackendCaps::collective_messages
+  ResolveProtocolFn resolve_protocol = nullptr;        // BackendCaps::resolve_protocol
+  // The protocol a send/recv of `bytes` with `asked` runs (auto resolved);
+  // may throw ProgramError (ResolveProtocolFn).
+  Protocol protocolFor(Protocol asked, std::size_t bytes) const {
+    if (resolve_protocol != nullptr) return resolve_protocol(asked, bytes);
+    return asked == Protocol::Auto ? Protocol::Put : asked;
+  }
 };
 
 struct PlanGroup {

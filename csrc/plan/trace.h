@@ -24,7 +24,7 @@ struct P2pEnd {
 struct P2pMessage {
   P2pEnd send, recv;
   std::size_t bytes = 0;
-  Protocol protocol = Protocol::Put;  // as the send says; auto is put
+  Protocol protocol = Protocol::Put;  // as the send says, auto resolved (PlanBackend::protocolFor)
   int backend = -1;                   // as the send says (Plan::backends)
 };
 

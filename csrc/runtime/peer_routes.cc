@@ -22,10 +22,10 @@ PeerRoutes::PeerRoutes(const Plan& plan, const P2pTrace& trace, int rank)
       if (!plan.backends[plan.comms[m.send.comm].backend].maps_peer_memory) continue;
       if (from == rank)
         peers_[to].sends.push_back(
-            {m.send.comm, m.send.alloc, m.send.offset, m.recv.alloc, m.recv.offset});
+            {m.send.comm, m.send.alloc, m.send.offset, m.recv.alloc, m.recv.offset, m.protocol});
       if (to == rank)
         peers_[from].recvs.push_back(
-            {m.recv.comm, m.recv.alloc, m.recv.offset, m.send.alloc, m.send.offset});
+            {m.recv.comm, m.recv.alloc, m.recv.offset, m.send.alloc, m.send.offset, m.protocol});
     }
   }
   for (std::size_t pc = 0; pc < plan.code.size(); ++pc)
@@ -69,7 +69,7 @@ PeerRoutes::ShareSpec PeerRoutes::shareSpec(const instr::Share& in, const P2pTra
 }
 
 PostArgs::PeerEnd PeerRoutes::next(int slot, int peer, bool send, int alloc, std::size_t offset,
-                                   const AllocCache& allocs) {
+                                   const AllocCache& allocs, Protocol* protocol) {
   ToPeer& r = peers_[peer];
   const std::vector<Route>& list = send ? r.sends : r.recvs;
   uint64_t& posted = send ? r.sent : r.received;
@@ -97,13 +97,14 @@ PostArgs::PeerEnd PeerRoutes::next(int slot, int peer, bool send, int alloc, std
               block.exchanged_generation == 0 ? "never exchanged" : "allocated with another size");
   }
   posted = seq;
+  if (protocol != nullptr) *protocol = route.protocol;
   return {route.remote_alloc, route.remote_offset, seq};
 }
 
 void PeerRoutes::fill(PostArgs& p, int slot, const AllocCache& allocs) {
   const bool send = p.type == CommType::Send;
   p.remote = next(slot, p.peer, send, send ? p.input_alloc : p.output_alloc,
-                  send ? p.input_offset : p.output_offset, allocs);
+                  send ? p.input_offset : p.output_offset, allocs, &p.protocol);
 }
 
 void PeerRoutes::fillCollective(PostArgs& p, int slot, const AllocCache& allocs) {

@@ -26,7 +26,8 @@ class PeerRoutes {
   PeerRoutes(const Plan& plan, const P2pTrace& trace, int rank);
 
   // Fills p.remote for this rank's next message with p.peer, posted by
-  // communication `slot`; checks that both ends' blocks were exchanged in
+  // communication `slot`, and p.protocol (auto resolved, as the trace
+  // says); checks that both ends' blocks were exchanged in
   // their current generation.
   void fill(PostArgs& p, int slot, const AllocCache& allocs);
   // For a collective on a backend that runs collectives as messages
@@ -49,6 +50,7 @@ class PeerRoutes {
     std::size_t offset = 0;
     int remote_alloc = -1;
     std::size_t remote_offset = 0;
+    Protocol protocol = Protocol::Put;  // both ends', auto resolved
   };
   struct ToPeer {
     std::vector<Route> sends, recvs;  // one run's messages to / from the peer
@@ -77,7 +79,7 @@ class PeerRoutes {
   // checked against what the trace says (this end's allocation and offset)
   // and against stale exchanges.
   PostArgs::PeerEnd next(int slot, int peer, bool send, int alloc, std::size_t offset,
-                         const AllocCache& allocs);
+                         const AllocCache& allocs, Protocol* protocol = nullptr);
   ShareSpec shareSpec(const instr::Share& in, const P2pTrace& trace) const;
   std::vector<Key> keysOf(const ShareSpec& spec, const AllocCache& allocs) const;
 

@@ -281,9 +281,10 @@ TEST(ScheduleCheck, SendAndRecvOnDifferentBackendsOrProtocolsAreReported) {
   get.replace(get.find(R"("backend": "mpi")"), 16, R"("backend": "ipc", "protocol": "get")");
   issues = scheduleIssues(planOf(get, 2));
   EXPECT_TRUE(hasIssue(issues, "/body/2",
-                       {"uses protocol 'put' but rank 1's recv #1 from rank 0 (/body/3) uses "
+                       {"uses protocol 'eager' but rank 1's recv #1 from rank 0 (/body/3) uses "
                         "protocol 'get'; a send and its recv need the same protocol (auto is "
-                        "put)"}));
+                        "decided by size: on ipc, eager up to HIR_IPC_EAGER_MAX bytes, put "
+                        "above)"}));
 }
 
 TEST(ScheduleCheck, IpcToAPeerOnAnotherNodeNamesPathRankPeerAndNodes) {

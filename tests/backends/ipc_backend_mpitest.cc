@@ -125,7 +125,7 @@ std::string orderName(const ::testing::TestParamInfo<OrderParam>& info) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Ipc, IpcProtocolOrder,
-                         ::testing::Combine(::testing::Values(Protocol::Put, Protocol::Get),
+                         ::testing::Combine(::testing::Values(Protocol::Put, Protocol::Get, Protocol::Eager),
                                             ::testing::Values(0, 1, 2)),
                          orderName);
 
@@ -443,11 +443,11 @@ TEST_P(IpcProtocol, AGroupOfTwoMessagesOnOneLaneCompletesOnlyWhenBothArrived) {
           {{"op": "communication", "name": "sa", "type": "send", "tensor": "a",
            "peer": "(rank + 1) % world", "backend": "ipc", "protocol": "{0}"}},
           {{"op": "communication", "name": "sb", "type": "send", "tensor": "b",
-           "peer": "(rank + 1) % world", "backend": "ipc", "protocol": "{0}"}},
+           "peer": "(rank + 1) % world", "backend": "ipc", "protocol": "{1}"}},
           {{"op": "communication", "name": "rcv_a", "type": "recv", "tensor": "ra",
            "peer": "(rank - 1 + world) % world", "backend": "ipc", "protocol": "{0}"}},
           {{"op": "communication", "name": "rcv_b", "type": "recv", "tensor": "rb",
-           "peer": "(rank - 1 + world) % world", "backend": "ipc", "protocol": "{0}"}}
+           "peer": "(rank - 1 + world) % world", "backend": "ipc", "protocol": "{1}"}}
         ]}},
         {{"op": "wait", "communication": "g"}},
         {{"op": "check", "tensor": "rb",
@@ -455,14 +455,165 @@ TEST_P(IpcProtocol, AGroupOfTwoMessagesOnOneLaneCompletesOnlyWhenBothArrived) {
         {{"op": "check", "tensor": "ra", "value": "(rank - 1 + world) % world * 100000 + i * 1000",
          "step": 1}}
       ]}})",
-      protocol());
+      // 32 MiB is beyond eager: auto (put) behind an eager message.
+      protocol(), proto() == Protocol::Eager ? "auto" : protocol());
   RunReport r = runProgram(program("two_on_a_lane", R"("n": 8388608)", body), 1);
   EXPECT_TRUE(r.ok()) << r.format();
   EXPECT_EQ(r.checks_run, 8u);
 }
 
+// ------------------------------------------------------------ eager
+
+// An environment variable for the length of a test.
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const std::string& value) : name_(name) {
+    setenv(name, value.c_str(), 1);
+  }
+  ~ScopedEnv() { unsetenv(name_); }
+
+ private:
+  const char* name_;
+};
+
+// `sends` eager messages to the next rank in one group, then as many
+// receives from the previous one, waited on at once (`joined`) or posted
+// apart and waited on later; every message seeded by rank, iteration and
+// index, every receive buffer poisoned.
+std::string eagerBurst(int sends, bool joined) {
+  std::string body = fmt::format(
+      R"({{"op": "allocate", "name": "out", "dtype": "int32", "shape": [{0}, 5]}},
+      {{"op": "allocate", "name": "in", "dtype": "int32", "shape": [{0}, 5]}},
+      {{"op": "allocate", "name": "scratch", "dtype": "int32", "shape": [4]}},
+      {{"op": "for", "index": "i", "start": 0, "stop": "iters", "body": [
+        {{"op": "fill", "tensor": "out", "value": "rank * 100000 + i * 100", "step": 1}},
+        {{"op": "fill", "tensor": "in", "value": -1}},
+        {{"op": "group", "name": "g", "body": [)",
+      sends);
+  for (int k = 0; k < sends; ++k)
+    body += fmt::format(
+        R"({0}{{"op": "communication", "name": "s{1}", "type": "send", "tensor": "out[{1}]",
+           "peer": "(rank + 1) % world", "backend": "ipc", "protocol": "eager"}})",
+        k ? "," : "", k);
+  for (int k = 0; k < sends; ++k)
+    body += fmt::format(
+        R"(,{{"op": "communication", "name": "r{0}", "type": "recv", "tensor": "in[{0}]",
+           "peer": "(rank - 1 + world) % world", "backend": "ipc"}})",
+        k);
+  body += "]},";
+  if (!joined) body += R"({"op": "fill", "tensor": "scratch", "value": 0}, )";
+  body += R"({"op": "wait", "communication": "g"},
+        {"op": "check", "tensor": "in", "value": "(rank - 1 + world) % world * 100000 + i * 100",
+         "step": 1}
+      ]})";
+  return program("eager_burst", R"("iters": 20)", body);
+}
+
+// More eager messages on one lane in one post than the lane has slots: the
+// later ones wait for the peer to copy the earlier ones out, so the post
+// cannot run in phases on one stream (each rank's sends would wait for its
+// peer's receives, enqueued after its own sends): it runs lane by lane.
+// With 2 slots and 7 messages per post, each slot is reused 3 times a post.
+TEST_P(IpcProtocol, MoreEagerMessagesInOnePostThanSlotsAllArrive) {
+  if (proto() != Protocol::Eager) GTEST_SKIP() << "eager only";
+  ScopedEnv slots("HIR_IPC_EAGER_SLOTS", "2");
+  for (bool joined : {true, false}) {
+    RunReport r = runProgram(eagerBurst(7, joined), 2);
+    EXPECT_TRUE(r.ok()) << (joined ? "joined: " : "apart: ") << r.format();
+    EXPECT_EQ(r.checks_run, 40u);
+  }
+  SeqStart start("4294967290");  // the slots' ring across the wrap of the numbers
+  RunReport r = runProgram(eagerBurst(3, true), 2);
+  EXPECT_TRUE(r.ok()) << r.format();
+}
+
+TEST(IpcEager, AMessageAboveTheLimitIsRefusedAtLoadNamingTheNode) {
+  ScopedEnv max("HIR_IPC_EAGER_MAX", "64");
+  try {
+    runProgram(eagerBurst(1, true), 1);  // 5 int32: 20 bytes, fine
+    const std::string big = program("big", "", R"(
+      {"op": "allocate", "name": "a", "dtype": "float32", "shape": [17]},
+      {"op": "allocate", "name": "b", "dtype": "float32", "shape": [17]},
+      {"op": "communication", "name": "s", "type": "send", "tensor": "a",
+       "peer": "(rank + 1) % world", "backend": "ipc", "protocol": "eager"},
+      {"op": "communication", "name": "r", "type": "recv", "tensor": "b",
+       "peer": "(rank - 1 + world) % world", "backend": "ipc", "protocol": "eager"},
+      {"op": "wait", "communication": "s"}, {"op": "wait", "communication": "r"})");
+    runProgram(big, 1);
+    FAIL() << "a 68-byte eager message was accepted under HIR_IPC_EAGER_MAX=64";
+  } catch (const Error& e) {
+    EXPECT_THAT(e.what(), HasSubstr("/body/2: on rank 0: protocol 'eager' carries at most "
+                                    "HIR_IPC_EAGER_MAX = 64 bytes in one message, and this one "
+                                    "has 68; use 'put' or 'auto'"));
+  }
+}
+
+// Auto picks eager up to the limit and put above it, alike on both ends;
+// with HIR_IPC_EAGER_MAX=0, never eager.
+TEST(IpcEager, AutoIsEagerUpToTheLimitAndPutAbove) {
+  const std::string text = program("sizes", "", R"(
+      {"op": "allocate", "name": "small", "dtype": "uint8", "shape": [4096]},
+      {"op": "allocate", "name": "big", "dtype": "uint8", "shape": [4097]},
+      {"op": "communication", "name": "s1", "type": "send", "tensor": "small", "peer": 0, "backend": "ipc"},
+      {"op": "communication", "name": "r1", "type": "recv", "tensor": "small", "peer": 0, "backend": "ipc"},
+      {"op": "communication", "name": "s2", "type": "send", "tensor": "big", "peer": 0, "backend": "ipc"},
+      {"op": "communication", "name": "r2", "type": "recv", "tensor": "big", "peer": 0, "backend": "ipc"})");
+  auto protocols = [&] {
+    Plan plan = lower(parseProgram(text), LowerOptions{1, "host", backendCatalog()});
+    std::vector<Protocol> out;
+    for (const PlanBackend& b : plan.backends)
+      if (b.name == "ipc")
+        for (std::size_t bytes : {std::size_t{4096}, std::size_t{4097}})
+          out.push_back(b.protocolFor(Protocol::Auto, bytes));
+    return out;
+  };
+  ScopedEnv max("HIR_IPC_EAGER_MAX", "4096");
+  EXPECT_EQ(protocols(), (std::vector<Protocol>{Protocol::Eager, Protocol::Put}));
+  ScopedEnv off("HIR_IPC_EAGER_MAX", "0");
+  EXPECT_EQ(protocols(), (std::vector<Protocol>{Protocol::Put, Protocol::Put}));
+}
+
+// Eager maps no buffer, only the pages: a caller's buffer may be sent and
+// received (put would refuse to export it).
+TEST(IpcEager, CallerBuffersMoveBecauseNoBufferIsMapped) {
+  const std::string body = R"(
+      {"op": "allocate", "name": "a", "dtype": "int32", "shape": [8]},
+      {"op": "allocate", "name": "b", "dtype": "int32", "shape": [8]},
+      {"op": "fill", "tensor": "a", "value": "rank * 10", "step": 1},
+      {"op": "communication", "name": "s", "type": "send", "tensor": "a",
+       "peer": "(rank + 1) % world", "backend": "ipc", "protocol": "eager"},
+      {"op": "communication", "name": "r", "type": "recv", "tensor": "b",
+       "peer": "(rank - 1 + world) % world", "backend": "ipc", "protocol": "eager"},
+      {"op": "wait", "communication": "s"},
+      {"op": "wait", "communication": "r"})";
+  Session session(test::world(), SessionOptions{"host"});
+  Evaluator ev(session, parseProgram(program("bound", "", body, R"("a", "b")")), options());
+  std::vector<int32_t> in(8, -1), out(8, -1);
+  ev.bind("a", out.data(), sizeof(int32_t) * out.size());
+  ev.bind("b", in.data(), sizeof(int32_t) * in.size());
+  ev.run();
+  ev.synchronize();
+  EXPECT_TRUE(ev.report().ok()) << ev.report().format();
+  const int w = test::world().world(), from = (test::world().rank() - 1 + w) % w;
+  for (int k = 0; k < 8; ++k) EXPECT_EQ(in[static_cast<std::size_t>(k)], from * 10 + k) << k;
+}
+
+// The slots must be alike everywhere: a rank with another limit fails the
+// backend's setup on every rank, saying which.
+TEST(IpcEager, LimitsThatDifferAcrossRanksFailOnEveryRank) {
+  HIR_REQUIRE_WORLD_AT_LEAST(2);
+  ScopedEnv max("HIR_IPC_EAGER_MAX", test::world().rank() == 1 ? "1024" : "2048");
+  try {
+    runProgram(eagerBurst(1, true), 1);
+    FAIL() << "ranks with different eager limits ran";
+  } catch (const Error& e) {
+    EXPECT_THAT(e.what(), HasSubstr("HIR_IPC_EAGER_MAX and HIR_IPC_EAGER_SLOTS must be the same "
+                                    "on every rank"));
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Ipc, IpcProtocol,
-                         ::testing::Combine(::testing::Values(Protocol::Put, Protocol::Get),
+                         ::testing::Combine(::testing::Values(Protocol::Put, Protocol::Get, Protocol::Eager),
                                             ::testing::Bool()),
                          [](const auto& info) {
                            return protocolName(std::get<0>(info.param)) +
@@ -471,23 +622,24 @@ INSTANTIATE_TEST_SUITE_P(Ipc, IpcProtocol,
 
 // ------------------------------------------------------------ exchanges
 
-std::string ringWithShares(const std::string& shares, int iters) {
+// `protocol`: "" (auto: eager at this size) or e.g. `, "protocol": "put"`.
+std::string ringWithShares(const std::string& shares, int iters, const std::string& protocol = "") {
   const std::string body = fmt::format(
       R"({{"op": "allocate", "name": "a", "dtype": "int32", "shape": [32]}},
       {{"op": "allocate", "name": "b", "dtype": "int32", "shape": [32]}},
-      {{"op": "for", "index": "i", "start": 0, "stop": {}, "body": [
-        {}
+      {{"op": "for", "index": "i", "start": 0, "stop": {0}, "body": [
+        {1}
         {{"op": "fill", "tensor": "a", "value": "rank + i * 10", "step": 1}},
         {{"op": "communication", "name": "s", "type": "send", "tensor": "a",
-         "peer": "(rank + 1) % world", "backend": "ipc"}},
+         "peer": "(rank + 1) % world", "backend": "ipc"{2}}},
         {{"op": "communication", "name": "r", "type": "recv", "tensor": "b",
-         "peer": "(rank - 1 + world) % world", "backend": "ipc"}},
+         "peer": "(rank - 1 + world) % world", "backend": "ipc"{2}}},
         {{"op": "wait", "communication": "s"}},
         {{"op": "wait", "communication": "r"}},
         {{"op": "check", "tensor": "b", "value": "(rank - 1 + world) % world + i * 10",
          "step": 1}}
       ]}})",
-      iters, shares);
+      iters, shares, protocol);
   return program("ring", "", body);
 }
 
@@ -598,9 +750,9 @@ TEST(Ipc, ACallerBufferThatPeersMustMapFailsTheExchangeOnEveryRank) {
       {"op": "allocate", "name": "a", "dtype": "int32", "shape": [8]},
       {"op": "allocate", "name": "b", "dtype": "int32", "shape": [8]},
       {"op": "communication", "name": "s", "type": "send", "tensor": "a",
-       "peer": "(rank + 1) % world", "backend": "ipc"},
+       "peer": "(rank + 1) % world", "backend": "ipc", "protocol": "put"},
       {"op": "communication", "name": "r", "type": "recv", "tensor": "b",
-       "peer": "(rank - 1 + world) % world", "backend": "ipc"},
+       "peer": "(rank - 1 + world) % world", "backend": "ipc", "protocol": "put"},
       {"op": "wait", "communication": "s"},
       {"op": "wait", "communication": "r"})";
   Session session(test::world(), SessionOptions{"host"});
@@ -679,7 +831,8 @@ TEST(Ipc, TeardownUnmapsEveryPeerBlockAndFreesEveryBlock) {
   const int baseline = hostirMappings();
   {
     Session session(test::world(), SessionOptions{"host"});
-    Evaluator ev(session, parseProgram(ringWithShares("", 2)), options());
+    Evaluator ev(session, parseProgram(ringWithShares("", 2, R"(, "protocol": "put")")),
+                 options());
     ev.run();
     ev.synchronize();
     EXPECT_TRUE(ev.report().ok()) << ev.report().format();

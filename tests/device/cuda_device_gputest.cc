@@ -859,6 +859,60 @@ TEST(CudaDevice, SignaledCopyWaitsForTheFlagAndSignalsAfterTheCopy) {
   }
 }
 
+// Counted steps over a ring of slots (ipc's eager messages), in the kernel:
+// the step of number v copies slot v % slots, after its word reached
+// v - wait_back, and signals v; the same contract as the host device's
+// (HostDeviceSemaphores.CountedStepsWithSlots...).
+TEST(CudaDevice, CountedStepsWithSlotsCopySlotVModSlotsAfterWaitingForVMinusBack) {
+  HIR_REQUIRE_GPUS(1);
+  auto device = makeCudaDevice();
+  if (!device->supports(DeviceFeature::CountedSemaphore))
+    GTEST_SKIP() << "counted semaphores are not available";
+  constexpr std::size_t kSlots = 4, kStride = 48, kSteps = 6;
+  Buffer words(*device, 4 * sizeof(uint32_t)), ring(*device, kSlots * kStride),
+      out(*device, kSteps * kStride);
+  auto* w = static_cast<uint32_t*>(words.data());
+  uint32_t *counter = w, *wait = w + 1, *signal = w + 2, *release = w + 3;
+  auto s = device->createStream(), writer = device->createStream();
+  device->fill(*s, counter, DType::Int32, 1, 5, 0);  // v = 6 .. 11: slots 2, 3, 0, 1, 2, 3
+  device->fill(*s, wait, DType::Int32, 1, 5, 0);     // v - 4 <= 5 for four steps only
+  device->fill(*s, signal, DType::Int32, 2, 0, 0);
+  for (std::size_t j = 0; j < kSlots; ++j)
+    device->fill(*s, static_cast<char*>(ring.data()) + j * kStride, DType::UInt8, kStride,
+                 static_cast<int64_t>(j + 1), 0);
+  device->fill(*s, out.data(), DType::UInt8, kSteps * kStride, 0, 0);
+  device->synchronize(*s, testTimeout());
+  SemaphoreRelease unstick(*device, release);
+  for (std::size_t k = 0; k < kSteps; ++k)
+    device->countedStep(*s, CountedStep{.counter = counter,
+                                        .offset = 1,
+                                        .advance = 1,
+                                        .wait_addr = wait,
+                                        .release = release,
+                                        .dst = static_cast<char*>(out.data()) + k * kStride,
+                                        .src = ring.data(),
+                                        .bytes = kStride,
+                                        .signal_addr = signal,
+                                        .wait_back = 4,
+                                        .slots = kSlots,
+                                        .src_stride = kStride});
+  auto done = device->createEvent();
+  device->record(*done, *s);
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  EXPECT_FALSE(device->query(*done)) << "the fifth step (v = 10) needs the word at 6";
+  device->writeValue(*writer, wait, 7);
+  device->synchronize(*done, testTimeout());
+  const std::size_t slot_of_step[kSteps] = {2, 3, 0, 1, 2, 3};
+  Records records(*device, kSteps + 1);
+  for (std::size_t k = 0; k < kSteps; ++k)
+    device->check(*s, static_cast<char*>(out.data()) + k * kStride, DType::UInt8, kStride,
+                  static_cast<int64_t>(slot_of_step[k] + 1), 0, 0, records.get(k), 0);
+  device->check(*s, counter, DType::Int32, 1, 11, 0, 0, records.get(kSteps), 0);
+  device->check(*s, signal, DType::Int32, 1, 11, 0, 0, records.get(kSteps), 1);
+  device->synchronize(*s, testTimeout());
+  for (std::size_t k = 0; k <= kSteps; ++k) EXPECT_EQ(records[k].mismatches, 0u) << "record " << k;
+}
+
 // ------------------------------------------------------- two ranks: IPC
 
 MemoryHandle broadcastHandle(const MemoryHandle& h, int root) {

@@ -734,6 +734,53 @@ TEST(HostDeviceSemaphores, SignaledCopyWaitsCopiesThenSignals) {
   dev.deallocate(flags);
 }
 
+// Counted steps over a ring of slots (ipc's eager messages): the step of
+// number v copies slot v % slots, waits for its word to reach v - wait_back,
+// signals v, and advances the counter; the slot is found when the step
+// runs, from the counter.
+TEST(HostDeviceSemaphores, CountedStepsWithSlotsCopySlotVModSlotsAfterWaitingForVMinusBack) {
+  HostDevice dev;
+  auto s = dev.createStream();
+  auto* words = static_cast<uint32_t*>(dev.allocate(3 * sizeof(uint32_t)));
+  uint32_t *counter = &words[0], *wait = &words[1], *signal = &words[2];
+  *counter = 5;  // v = 6, 7, ..., 11: slots 2, 3, 0, 1, 2, 3
+  *wait = 5;     // v - 4 <= 5 for the first four steps only
+  *signal = 0;
+  constexpr int kSlots = 4, kStride = 16, kSteps = 6;
+  auto* ring = static_cast<unsigned char*>(dev.allocate(kSlots * kStride));
+  auto* out = static_cast<unsigned char*>(dev.allocate(kSteps * kStride));
+  for (int j = 0; j < kSlots * kStride; ++j) ring[j] = static_cast<unsigned char>(j / kStride + 1);
+  std::memset(out, 0, kSteps * kStride);
+  for (int k = 0; k < kSteps; ++k)
+    dev.countedStep(*s, CountedStep{.counter = counter,
+                                    .offset = 1,
+                                    .advance = 1,
+                                    .wait_addr = wait,
+                                    .dst = out + k * kStride,
+                                    .src = ring,
+                                    .bytes = kStride,
+                                    .signal_addr = signal,
+                                    .wait_back = 4,
+                                    .slots = kSlots,
+                                    .src_stride = kStride});
+  auto seen = [&](uint32_t* w) { return std::atomic_ref<uint32_t>(*w).load(); };
+  for (int spins = 0; seen(signal) != 9 && spins < 2000; ++spins) std::this_thread::sleep_for(1ms);
+  std::this_thread::sleep_for(30ms);
+  EXPECT_EQ(seen(signal), 9u) << "the fifth step (v = 10) needs the word at 6";
+  EXPECT_EQ(out[4 * kStride], 0) << "copied before its wait";
+  std::atomic_ref<uint32_t>(*wait).store(7);
+  dev.synchronize(*s, kLong);
+  EXPECT_EQ(*signal, 11u);
+  EXPECT_EQ(*counter, 11u);
+  const int slot_of_step[kSteps] = {2, 3, 0, 1, 2, 3};
+  for (int k = 0; k < kSteps; ++k)
+    for (int b = 0; b < kStride; ++b)
+      ASSERT_EQ(out[k * kStride + b], slot_of_step[k] + 1) << "step " << k << " byte " << b;
+  dev.deallocate(out);
+  dev.deallocate(ring);
+  dev.deallocate(words);
+}
+
 // ----------------------------------------------------------------- compute
 
 // Cases, operands and references: support/compute_reference.h. The host

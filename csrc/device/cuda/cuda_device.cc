@@ -691,24 +691,24 @@ class CudaDevice final : public Device {
   // last kernel advances the counter.
   void countedStep(Stream& s, const CountedStep& st) override {
     HIR_INTERNAL_ASSERT(st.counter != nullptr, "countedStep without a counter");
+    HIR_INTERNAL_ASSERT((st.slots & (st.slots - 1)) == 0,
+                        "countedStep: {} slots is not a power of two", st.slots);
     activate(ordinal_);
     CudaStream& cs = cudaStream(s, "countedStep");
-    if (st.bytes <= kernel_copy_max_) {
-      HIR_CUDA_CHECK(ordinal_, launchCountedStep(cs.native(), st.counter, st.offset, st.advance,
-                                                 st.wait_addr, st.release, st.dst, st.src,
-                                                 st.bytes, st.signal_addr));
+    // A slot's address is known only on the device: always in the kernel.
+    if (st.bytes <= kernel_copy_max_ || st.slots > 0) {
+      HIR_CUDA_CHECK(ordinal_, launchCountedStep(cs.native(), st, st.advance, true, true));
     } else {
       const bool signals = st.signal_addr != nullptr;
+      CountedStep none = st;
+      none.bytes = 0;
       if (st.wait_addr != nullptr || (!signals && st.advance != 0))
-        HIR_CUDA_CHECK(ordinal_, launchCountedStep(cs.native(), st.counter, st.offset,
-                                                   signals ? 0 : st.advance, st.wait_addr,
-                                                   st.release, nullptr, nullptr, 0, nullptr));
+        HIR_CUDA_CHECK(ordinal_,
+                       launchCountedStep(cs.native(), none, signals ? 0 : st.advance, true, false));
       HIR_CUDA_CHECK(ordinal_, cudaMemcpyAsync(st.dst, st.src, st.bytes, cudaMemcpyDeviceToDevice,
                                                cs.native()));
       if (signals)
-        HIR_CUDA_CHECK(ordinal_, launchCountedStep(cs.native(), st.counter, st.offset, st.advance,
-                                                   nullptr, nullptr, nullptr, nullptr, 0,
-                                                   st.signal_addr));
+        HIR_CUDA_CHECK(ordinal_, launchCountedStep(cs.native(), none, st.advance, false, true));
     }
     cs.noteWork();
   }

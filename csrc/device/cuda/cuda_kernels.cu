@@ -341,45 +341,69 @@ __global__ void signaledCopyKernel(void* dst, const void* src, std::size_t bytes
 }
 
 // One block: thread 0 reads v = *counter + offset and advances the
-// counter, then waits until *wait_addr >= v or *release != 0; the block
-// copies; every thread fences its stores at system scope; thread 0
-// releases v into *signal_addr. Each part is skipped when its pointer is
-// null (no copy: bytes == 0).
-__global__ void countedStepKernel(uint32_t* counter, uint32_t offset, uint32_t advance,
-                                  const uint32_t* wait_addr, const uint32_t* release, void* dst,
-                                  const void* src, std::size_t bytes, bool wide,
-                                  uint32_t* signal_addr) {
+// counter, then waits until *wait_addr >= v - wait_back or *release != 0;
+// the block copies (from and to slot v % slots of their rings when slots >
+// 0); every thread fences its stores at system scope; thread 0 releases v
+// into *signal_addr. Each part is skipped when its pointer is null (no
+// copy: bytes == 0).
+struct CountedArgs {
+  uint32_t* counter;
+  uint32_t offset, advance, wait_back, slots;
+  const uint32_t* wait_addr;
+  const uint32_t* release;
+  char* dst;
+  const char* src;
+  std::size_t bytes, dst_stride, src_stride;
+  uint32_t* signal_addr;
+  bool wide;
+};
+
+__global__ void countedStepKernel(CountedArgs a) {
   __shared__ uint32_t value;
   if (threadIdx.x == 0) {
-    const uint32_t base = *counter;
-    const uint32_t v = base + offset;
-    if (advance != 0) *counter = base + advance;
-    if (wait_addr != nullptr)
-      while (static_cast<int32_t>(loadAcquireSys(wait_addr) - v) < 0 &&
-             (release == nullptr || *static_cast<const volatile uint32_t*>(release) == 0)) {
+    const uint32_t base = *a.counter;
+    const uint32_t v = base + a.offset;
+    if (a.advance != 0) *a.counter = base + a.advance;
+    if (a.wait_addr != nullptr)
+      while (static_cast<int32_t>(loadAcquireSys(a.wait_addr) - (v - a.wait_back)) < 0 &&
+             (a.release == nullptr || *static_cast<const volatile uint32_t*>(a.release) == 0)) {
       }
     value = v;
   }
   __syncthreads();
-  blockCopy(dst, src, bytes, wide);
-  if (signal_addr == nullptr) return;
+  const std::size_t slot = a.slots > 0 ? value & (a.slots - 1) : 0;
+  blockCopy(a.dst + slot * a.dst_stride, a.src + slot * a.src_stride, a.bytes, a.wide);
+  if (a.signal_addr == nullptr) return;
   __threadfence_system();
   __syncthreads();
-  if (threadIdx.x == 0) storeReleaseSys(signal_addr, value);
+  if (threadIdx.x == 0) storeReleaseSys(a.signal_addr, value);
 }
 
 }  // namespace
 
-cudaError_t launchCountedStep(cudaStream_t stream, uint32_t* counter, uint32_t offset,
-                              uint32_t advance, const uint32_t* wait_addr,
-                              const uint32_t* release, void* dst, const void* src,
-                              std::size_t bytes, uint32_t* signal_addr) {
-  const bool wide = (reinterpret_cast<uintptr_t>(dst) | reinterpret_cast<uintptr_t>(src) |
-                     bytes) % 16 == 0;
-  const std::size_t items = wide ? bytes / 16 : bytes;
+cudaError_t launchCountedStep(cudaStream_t stream, const CountedStep& step, uint32_t advance,
+                              bool wait, bool copy_and_signal) {
+  CountedArgs a{};
+  a.counter = step.counter;
+  a.offset = step.offset;
+  a.advance = advance;
+  a.wait_back = step.wait_back;
+  a.slots = step.slots;
+  a.wait_addr = wait ? step.wait_addr : nullptr;
+  a.release = step.release;
+  if (copy_and_signal) {
+    a.dst = static_cast<char*>(step.dst);
+    a.src = static_cast<const char*>(step.src);
+    a.bytes = step.bytes;
+    a.dst_stride = step.dst_stride;
+    a.src_stride = step.src_stride;
+    a.signal_addr = step.signal_addr;
+  }
+  a.wide = (reinterpret_cast<uintptr_t>(a.dst) | reinterpret_cast<uintptr_t>(a.src) | a.bytes |
+            a.dst_stride | a.src_stride) % 16 == 0;
+  const std::size_t items = a.wide ? a.bytes / 16 : a.bytes;
   const int threads = static_cast<int>(std::clamp<std::size_t>((items + 31) / 32 * 32, 32, 1024));
-  void* args[] = {&counter, &offset, &advance, &wait_addr, &release, &dst, &src, &bytes,
-                  const_cast<bool*>(&wide), &signal_addr};
+  void* args[] = {&a};
   return cudaLaunchKernel(reinterpret_cast<const void*>(&countedStepKernel), dim3(1),
                           dim3(threads), args, 0, stream);
 }

@@ -8,6 +8,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include <hostir/device.h>
 #include <hostir/types.h>
 
 namespace hir {
@@ -45,13 +46,15 @@ cudaError_t launchSignaledCopy(cudaStream_t stream, void* dst, const void* src,
                                uint32_t* signal_addr, uint32_t value);
 
 // Device::countedStep's parts in one block (see CountedStep): v = *counter
-// + offset, *counter += advance, wait for *wait_addr >= v (ended early by
-// *release != 0), copy dst[0, bytes) = src[0, bytes) (none for 0 bytes),
-// release v into *signal_addr; null pointers skip their part.
-cudaError_t launchCountedStep(cudaStream_t stream, uint32_t* counter, uint32_t offset,
-                              uint32_t advance, const uint32_t* wait_addr,
-                              const uint32_t* release, void* dst, const void* src,
-                              std::size_t bytes, uint32_t* signal_addr);
+// + offset, *counter += advance, wait for *wait_addr >= v - step.wait_back
+// (ended early by *release != 0), copy dst[0, bytes) = src[0, bytes) (none
+// for 0 bytes; with slots, both moved to slot v % slots first), release v
+// into *signal_addr; null pointers skip their part. `step` gives the
+// addresses; the three arguments after it override its counter's advance,
+// whether it waits and whether it copies and signals (a copy-engine copy
+// between two kernels splits one step).
+cudaError_t launchCountedStep(cudaStream_t stream, const CountedStep& step, uint32_t advance,
+                              bool wait, bool copy_and_signal);
 
 // out[k] = a[k] + b[k] for k in [0, count) (out may be a or b): floating
 // dtypes add in their precision (float16 and bfloat16 in float, rounded to
