@@ -1,6 +1,7 @@
 // Point-to-point benchmark through the whole evaluator: the same programs
-// with backend "ipc" (put and get) and "nccl" (or "mpi" on the host), in one
-// run, interleaved, medians of several repetitions; plus a "raw" baseline
+// with backend "ipc" (protocols put, get and eager) and "nccl" (or "mpi" on
+// the host), in one run, interleaved, medians of several repetitions; plus a
+// "raw" baseline
 // without any protocol: rank 0 copies into rank 1's memory mapped through the
 // device's IPC (CUDA IPC, or shared memory on the host device), through the
 // Device interface only, timed the same way and interleaved with the rest.
@@ -17,6 +18,10 @@
 //   check the last message's data); the timed runs do neither.
 // latency: ranks 0 and 1 ping-pong one 8-byte message; one-way latency =
 //   time / (2 x round trips).
+// eager: carries at most hir::ipcEagerMaxBytes() per message
+//   (HIR_IPC_EAGER_MAX, default 16 KiB), so it takes part in the latency row
+//   and in the bandwidth rows up to that size only; above it, it is neither
+//   built (the load would refuse it) nor run, and its cells print "-".
 // raw: bandwidth = m device copies of `bytes` from rank 0's buffer into rank
 //   1's imported buffer on one stream, then synchronize, / m; latency = one
 //   8-byte copy + synchronize (averaged over the trips). Ranks 0 and 1 only.
@@ -38,6 +43,7 @@
 #include <string_view>
 #include <vector>
 
+#include "backends/ipc_collectives.h"
 #include "bench_cli.h"
 #include "common/check.h"
 #include <hostir/device.h>
@@ -63,8 +69,9 @@ struct Options {
 // -1 to go on, or the exit code: 0 after --help, 2 after bad usage (the
 // message names the flag).
 int parse(int argc, char** argv, Options& o) {
-  CLI::App app{"Point-to-point benchmark through the evaluator: ipc (put, get) against nccl on\n"
-               "GPUs, against mpi on the host, plus a raw device copy. Needs 2 or more ranks:\n"
+  CLI::App app{"Point-to-point benchmark through the evaluator: ipc (put, get, eager) against\n"
+               "nccl on GPUs, against mpi on the host, plus a raw device copy. Needs 2 or more\n"
+               "ranks:\n"
                "  mpirun -np 2 hir_p2p_bench [options]\n",
                "hir_p2p_bench"};
   app.set_help_flag("-h,--help", "print this help and exit");
@@ -180,9 +187,22 @@ std::string pingPongProgram(const std::string& backend, const std::string& proto
                      fmt::arg("backend", backend), fmt::arg("proto", proto));
 }
 
+// One evaluator variant. `name` is its short name in the table's columns;
+// `max_bytes` the largest message it may carry, above which it is left out.
 struct Variant {
-  std::string label, backend, protocol;
+  std::string label, backend, protocol, name;
+  std::size_t max_bytes = std::numeric_limits<std::size_t>::max();
+
+  bool carries(int64_t bytes) const { return static_cast<std::size_t>(bytes) <= max_bytes; }
 };
+
+// The variants that carry `bytes`, by index into `variants`, in order.
+std::vector<std::size_t> presentAt(const std::vector<Variant>& variants, int64_t bytes) {
+  std::vector<std::size_t> out;
+  for (std::size_t k = 0; k < variants.size(); ++k)
+    if (variants[k].carries(bytes)) out.push_back(k);
+  return out;
+}
 
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
@@ -350,8 +370,13 @@ int main(int argc, char** argv) {
     if (boot->world() < 2) throw hir::UsageError("hir_p2p_bench needs at least 2 ranks");
     hir::Session session(*boot, hir::SessionOptions{o.device});
     std::string base = session.device().kind() == "cuda" ? "nccl" : "mpi";
-    std::vector<Variant> variants = {
-        {base, base, ""}, {"ipc-put", "ipc", "put"}, {"ipc-get", "ipc", "get"}};
+    // Read once: every rank has the same (the ipc backend's setup compares it).
+    const std::size_t eager_max = hir::ipcEagerMaxBytes();
+    // variants[0] is the base; the index of each is its place in every row.
+    std::vector<Variant> variants = {{base, base, "", base},
+                                     {"ipc-put", "ipc", "put", "put"},
+                                     {"ipc-get", "ipc", "get", "get"},
+                                     {"ipc-eager", "ipc", "eager", "eager", eager_max}};
     bool root = boot->rank() == 0;
     // The raw baseline's buffers, at the largest size (and at least the 8
     // bytes of the latency row).
@@ -362,28 +387,50 @@ int main(int argc, char** argv) {
       csv = std::fopen(o.csv.c_str(), "w");
       if (csv) std::fprintf(csv, "world,test,bytes,variant,us,gbps,ratio_to_%s\n", base.c_str());
     }
-    if (root)
-      std::printf("# hir_p2p_bench: %d ranks, device %s, median of %d runs\n"
-                  "%-10s %11s %10s %10s %10s %10s %9s %9s %9s %9s %7s %7s %7s %7s\n",
-                  boot->world(), session.device().describe().c_str(), o.reps, "test", "bytes",
-                  (base + "_us").c_str(), "put_us", "get_us", "raw_us", (base + "_GB/s").c_str(),
-                  "put_GB/s", "get_GB/s", "raw_GB/s", "put_x", "get_x", "put/raw", "get/raw");
-    // us: the variants' times, then raw's (NaN when unavailable: printed "-").
+
+    // The table's columns after test and bytes, for one row's times `us` (the
+    // variants' in order, then raw's; NaN where absent, printed "-"):
+    // <v>_us for each variant then raw_us, <v>_GB/s likewise, <v>_x = base
+    // time / variant time and <v>/raw = variant time / raw time for each
+    // variant but the base.
+    struct Cell {
+      std::string name;
+      double value;
+      int width, prec;
+    };
+    auto cells = [&](int64_t bytes, const std::vector<double>& us) {
+      std::vector<Cell> out;
+      auto add = [&](std::string name, double value, int width, int prec) {
+        int w = std::max(width, static_cast<int>(name.size()));
+        out.push_back({std::move(name), value, w, prec});
+      };
+      auto gbps = [&](double t) { return static_cast<double>(bytes) / (t * 1e3); };
+      const double r = us.back();
+      for (std::size_t k = 0; k < variants.size(); ++k) add(variants[k].name + "_us", us[k], 10, 2);
+      add("raw_us", r, 10, 2);
+      for (std::size_t k = 0; k < variants.size(); ++k)
+        add(variants[k].name + "_GB/s", gbps(us[k]), 9, 1);
+      add("raw_GB/s", gbps(r), 9, 1);
+      for (std::size_t k = 1; k < variants.size(); ++k)
+        add(variants[k].name + "_x", us[0] / us[k], 7, 3);
+      for (std::size_t k = 1; k < variants.size(); ++k)
+        add(variants[k].name + "/raw", us[k] / r, 7, 3);
+      return out;
+    };
+    if (root) {
+      std::string header = fmt::format("{:<10} {:>11}", "test", "bytes");
+      for (const Cell& c : cells(8, std::vector<double>(variants.size() + 1, 1.0)))
+        header += fmt::format(" {:>{}}", c.name, c.width);
+      std::printf("# hir_p2p_bench: %d ranks, device %s, median of %d runs\n%s\n", boot->world(),
+                  session.device().describe().c_str(), o.reps, header.c_str());
+    }
     auto row = [&](const char* test, int64_t bytes, const std::vector<double>& us) {
       if (!root) return;
-      auto gbps = [&](double t) { return static_cast<double>(bytes) / (t * 1e3); };
-      auto cell = [](double v, int width, int prec) {
-        return std::isfinite(v) ? fmt::format("{:{}.{}f}", v, width, prec)
-                                : fmt::format("{:>{}}", "-", width);
-      };
-      double r = us[3];
-      // x: the variant's speed relative to the base backend (base time / its time);
-      // put/raw, get/raw: the variant's time / raw's time (1: as fast as a raw copy).
-      std::printf("%-10s %11lld %10.2f %10.2f %10.2f %s %9.1f %9.1f %9.1f %s %7.3f %7.3f %s %s\n",
-                  test, static_cast<long long>(bytes), us[0], us[1], us[2],
-                  cell(r, 10, 2).c_str(), gbps(us[0]), gbps(us[1]), gbps(us[2]),
-                  cell(gbps(r), 9, 1).c_str(), us[0] / us[1], us[0] / us[2],
-                  cell(us[1] / r, 7, 3).c_str(), cell(us[2] / r, 7, 3).c_str());
+      std::string line = fmt::format("{:<10} {:>11}", test, bytes);
+      for (const Cell& c : cells(bytes, us))
+        line += std::isfinite(c.value) ? fmt::format(" {:{}.{}f}", c.value, c.width, c.prec)
+                                       : fmt::format(" {:>{}}", "-", c.width);
+      std::printf("%s\n", line.c_str());
       if (csv)
         for (std::size_t k = 0; k < us.size(); ++k) {
           if (!std::isfinite(us[k])) continue;
@@ -394,12 +441,26 @@ int main(int argc, char** argv) {
         }
     };
     const double nan = std::numeric_limits<double>::quiet_NaN();
+    // Times the variants that carry `bytes` (program(v) builds one's program),
+    // and raw, interleaved; seconds per run by variant index, NaN for the
+    // absent, then raw's.
+    using ProgramFor = std::function<std::string(const Variant&)>;
+    auto timeVariants = [&](int64_t bytes, const ProgramFor& program,
+                            const std::function<void()>& raw_fn) {
+      const std::vector<std::size_t> present = presentAt(variants, bytes);
+      std::vector<std::string> texts;
+      for (std::size_t k : present) texts.push_back(program(variants[k]));
+      std::vector<double> t = timePrograms(session, texts, o.reps, raw_fn);
+      std::vector<double> out(variants.size(), nan);
+      for (std::size_t i = 0; i < present.size(); ++i) out[present[i]] = t[i];
+      out.push_back(t.back());
+      return out;
+    };
 
     const int trips = 200;
-    std::vector<std::string> pp;
-    for (const Variant& v : variants) pp.push_back(pingPongProgram(v.backend, v.protocol, trips));
-    std::vector<double> t =
-        timePrograms(session, pp, o.reps, [&] { raw.pingCopies(8, trips); });
+    std::vector<double> t = timeVariants(
+        8, [&](const Variant& v) { return pingPongProgram(v.backend, v.protocol, trips); },
+        [&] { raw.pingCopies(8, trips); });
     std::vector<double> one_way;
     for (std::size_t k = 0; k < variants.size(); ++k) one_way.push_back(t[k] * 1e6 / (2.0 * trips));
     // raw: one 8-byte copy + synchronize (not a round trip).
@@ -408,15 +469,17 @@ int main(int argc, char** argv) {
 
     for (int64_t bytes = o.min; bytes <= o.max; bytes *= o.factor) {
       int m = messagesFor(bytes, o.run_bytes);
-      std::vector<std::string> texts, checked;
-      for (const Variant& v : variants) {
-        texts.push_back(bandwidthProgram(v.backend, v.protocol, bytes / 4, m, false));
-        checked.push_back(bandwidthProgram(v.backend, v.protocol, bytes / 4, m, true));
-      }
+      std::vector<std::string> checked;
+      for (std::size_t k : presentAt(variants, bytes))
+        checked.push_back(
+            bandwidthProgram(variants[k].backend, variants[k].protocol, bytes / 4, m, true));
       verifyPrograms(session, checked);
-      std::vector<double> s = timePrograms(session, texts, o.reps, [&] {
-        raw.stream(static_cast<std::size_t>(bytes), m);
-      });
+      std::vector<double> s = timeVariants(
+          bytes,
+          [&](const Variant& v) {
+            return bandwidthProgram(v.backend, v.protocol, bytes / 4, m, false);
+          },
+          [&] { raw.stream(static_cast<std::size_t>(bytes), m); });
       std::vector<double> us;
       for (double x : s) us.push_back(x * 1e6 / m);
       if (!raw.available()) us.back() = nan;
@@ -427,11 +490,23 @@ int main(int argc, char** argv) {
     raw.close();
     if (root && csv) std::fclose(csv);
     if (root) {
-      std::printf("# x = %s time / variant time (> 1: faster than %s)\n", base.c_str(),
+      std::string names;
+      for (std::size_t k = 1; k < variants.size(); ++k)
+        names += fmt::format("{}{}", k > 1 ? ", " : "", variants[k].name);
+      std::printf("# variants: %s (the base), then ipc with protocols %s\n", base.c_str(),
+                  names.c_str());
+      if (eager_max > 0)
+        std::printf("# eager carries at most %zu bytes a message (HIR_IPC_EAGER_MAX): \"-\" "
+                    "above\n",
+                    eager_max);
+      else
+        std::printf("# eager is off (HIR_IPC_EAGER_MAX=0): \"-\" everywhere\n");
+      std::printf("# <v>_x = %s time / variant time (> 1: faster than %s)\n", base.c_str(),
                   base.c_str());
       std::printf("# raw = device copies into the peer's IPC-mapped buffer, no protocol%s; "
-                  "put/raw, get/raw = variant time / raw time (1: as fast as raw)\n",
-                  raw_ok ? "" : " (unavailable here: no IPC between ranks 0 and 1)");
+                  "<v>/raw = variant time / raw time (1: as fast as raw), for %s\n",
+                  raw_ok ? "" : " (unavailable here: no IPC between ranks 0 and 1)",
+                  names.c_str());
     }
   } catch (const hir::Error& e) {
     std::fprintf(stderr, "hir_p2p_bench rank %d: %s\n", boot->rank(), e.what());

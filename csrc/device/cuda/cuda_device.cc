@@ -219,6 +219,7 @@ class CudaDevice final : public Device {
     name_ = props.name;
     max_blocks_ = std::max(1, props.multiProcessorCount) * 8;
     kernel_copy_max_ = kernelCopyMax();
+    HIR_CUDA_CHECK(ordinal_, preloadKernels());
     cudaStream_t s = nullptr;
     HIR_CUDA_CHECK(ordinal_, cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
     default_stream_ = std::make_unique<CudaStream>(s, ordinal_, /*owned=*/true, default_counter_);

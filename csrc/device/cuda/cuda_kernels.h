@@ -79,4 +79,12 @@ cudaError_t launchReduce(cudaStream_t stream, void* dst, const void* const* srcs
 // benchmarks that need a long-running kernel).
 cudaError_t launchSpin(cudaStream_t stream, uint64_t nanoseconds);
 
+// Loads every kernel of this file into the current device's context
+// (cudaFuncGetAttributes), launching none. Under CUDA's lazy loading (the
+// default since CUDA 12.2) a kernel is otherwise loaded at its first launch,
+// which may wait for the kernels running on the device: a launch made while
+// an ipc copy kernel polls for a peer's signal could then wait for that
+// signal, and the peer for ours (CudaDevice calls this when it is created).
+cudaError_t preloadKernels();
+
 }  // namespace hir::cuda
