@@ -17,7 +17,7 @@ std::size_t ipcOneShotMaxBytes() {
 std::size_t ipcEagerMaxBytes() {
   const char* v = std::getenv("HIR_IPC_EAGER_MAX");
   if (v == nullptr || *v == '\0') return std::size_t{16} << 10;
-  return static_cast<std::size_t>(parseInteger("HIR_IPC_EAGER_MAX", v, 0, int64_t{1} << 20));
+  return static_cast<std::size_t>(parseInteger("HIR_IPC_EAGER_MAX", v, 0, int64_t{1} << 24));
 }
 
 uint32_t ipcEagerSlots() {

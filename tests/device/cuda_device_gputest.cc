@@ -863,11 +863,8 @@ TEST(CudaDevice, SignaledCopyWaitsForTheFlagAndSignalsAfterTheCopy) {
 // the step of number v copies slot v % slots, after its word reached
 // v - wait_back, and signals v; the same contract as the host device's
 // (HostDeviceSemaphores.CountedStepsWithSlots...).
-TEST(CudaDevice, CountedStepsWithSlotsCopySlotVModSlotsAfterWaitingForVMinusBack) {
-  HIR_REQUIRE_GPUS(1);
-  auto device = makeCudaDevice();
-  if (!device->supports(DeviceFeature::CountedSemaphore))
-    GTEST_SKIP() << "counted semaphores are not available";
+void countedStepsWithSlots(Device& dev) {
+  Device* device = &dev;
   constexpr std::size_t kSlots = 4, kStride = 48, kSteps = 6;
   Buffer words(*device, 4 * sizeof(uint32_t)), ring(*device, kSlots * kStride),
       out(*device, kSteps * kStride);
@@ -911,6 +908,21 @@ TEST(CudaDevice, CountedStepsWithSlotsCopySlotVModSlotsAfterWaitingForVMinusBack
   device->check(*s, signal, DType::Int32, 1, 11, 0, 0, records.get(kSteps), 1);
   device->synchronize(*s, testTimeout());
   for (std::size_t k = 0; k <= kSteps; ++k) EXPECT_EQ(records[k].mismatches, 0u) << "record " << k;
+}
+
+// Both paths: one kernel per step, and, with HIR_CUDA_KERNEL_COPY_MAX=0, a
+// wait kernel, a grid-wide slot copy and a signal kernel.
+TEST(CudaDevice, CountedStepsWithSlotsCopySlotVModSlotsAfterWaitingForVMinusBack) {
+  HIR_REQUIRE_GPUS(1);
+  for (const char* copy_max : {"", "0"}) {
+    SCOPED_TRACE(fmt::format("HIR_CUDA_KERNEL_COPY_MAX='{}'", copy_max));
+    setenv("HIR_CUDA_KERNEL_COPY_MAX", copy_max, 1);
+    auto device = makeCudaDevice();
+    unsetenv("HIR_CUDA_KERNEL_COPY_MAX");
+    if (!device->supports(DeviceFeature::CountedSemaphore))
+      GTEST_SKIP() << "counted semaphores are not available";
+    countedStepsWithSlots(*device);
+  }
 }
 
 // ------------------------------------------------------- two ranks: IPC

@@ -696,8 +696,7 @@ class CudaDevice final : public Device {
                         "countedStep: {} slots is not a power of two", st.slots);
     activate(ordinal_);
     CudaStream& cs = cudaStream(s, "countedStep");
-    // A slot's address is known only on the device: always in the kernel.
-    if (st.bytes <= kernel_copy_max_ || st.slots > 0) {
+    if (st.bytes <= kernel_copy_max_) {
       HIR_CUDA_CHECK(ordinal_, launchCountedStep(cs.native(), st, st.advance, true, true));
     } else {
       const bool signals = st.signal_addr != nullptr;
@@ -706,8 +705,12 @@ class CudaDevice final : public Device {
       if (st.wait_addr != nullptr || (!signals && st.advance != 0))
         HIR_CUDA_CHECK(ordinal_,
                        launchCountedStep(cs.native(), none, signals ? 0 : st.advance, true, false));
-      HIR_CUDA_CHECK(ordinal_, cudaMemcpyAsync(st.dst, st.src, st.bytes, cudaMemcpyDeviceToDevice,
-                                               cs.native()));
+      // A slot's address is known only on the device: a kernel copies it.
+      if (st.slots > 0)
+        HIR_CUDA_CHECK(ordinal_, launchSlotCopy(cs.native(), st, max_blocks_));
+      else
+        HIR_CUDA_CHECK(ordinal_, cudaMemcpyAsync(st.dst, st.src, st.bytes,
+                                                 cudaMemcpyDeviceToDevice, cs.native()));
       if (signals)
         HIR_CUDA_CHECK(ordinal_, launchCountedStep(cs.native(), none, st.advance, false, true));
     }

@@ -393,7 +393,42 @@ __global__ void countedStepKernel(CountedArgs a) {
   if (threadIdx.x == 0) storeReleaseSys(a.signal_addr, value);
 }
 
+// The copy of a counted step over slots, by the whole grid: every thread
+// reads v = *counter + offset (the step's wait and signal are kernels of
+// their own, before and after, and the last advances the counter).
+__global__ void slotCopyKernel(CountedArgs a) {
+  const std::size_t slot = (*a.counter + a.offset) & (a.slots - 1);
+  const char* src = a.src + slot * a.src_stride;
+  char* dst = a.dst + slot * a.dst_stride;
+  const std::size_t first = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x;
+  const std::size_t stride = static_cast<std::size_t>(gridDim.x) * blockDim.x;
+  if (a.wide) {
+    for (std::size_t k = first; k < a.bytes / 16; k += stride)
+      reinterpret_cast<uint4*>(dst)[k] = reinterpret_cast<const uint4*>(src)[k];
+  } else {
+    for (std::size_t k = first; k < a.bytes; k += stride) dst[k] = src[k];
+  }
+}
+
 }  // namespace
+
+cudaError_t launchSlotCopy(cudaStream_t stream, const CountedStep& step, int max_blocks) {
+  CountedArgs a{};
+  a.counter = step.counter;
+  a.offset = step.offset;
+  a.slots = step.slots;
+  a.dst = static_cast<char*>(step.dst);
+  a.src = static_cast<const char*>(step.src);
+  a.bytes = step.bytes;
+  a.dst_stride = step.dst_stride;
+  a.src_stride = step.src_stride;
+  a.wide = (reinterpret_cast<uintptr_t>(a.dst) | reinterpret_cast<uintptr_t>(a.src) | a.bytes |
+            a.dst_stride | a.src_stride) % 16 == 0;
+  const std::size_t items = a.wide ? a.bytes / 16 : a.bytes;
+  void* args[] = {&a};
+  return launchKernel(reinterpret_cast<const void*>(&slotCopyKernel),
+                      dim3(blocksFor(items, max_blocks)), dim3(kBlockThreads), args, stream);
+}
 
 cudaError_t launchCountedStep(cudaStream_t stream, const CountedStep& step, uint32_t advance,
                               bool wait, bool copy_and_signal) {
@@ -757,6 +792,7 @@ cudaError_t preloadKernels() {
   note(launchCopy(nullptr, p, p, 16, 1));
   note(launchSignaledCopy(nullptr, p, p, 16, word, 0, word, 0));
   note(launchCountedStep(nullptr, CountedStep{.counter = word}, 0, false, false));
+  note(launchSlotCopy(nullptr, CountedStep{.counter = word, .bytes = 16, .slots = 1}, 1));
   note(launchSpin(nullptr, 0));
   preloading = false;
   return first;

@@ -56,6 +56,11 @@ cudaError_t launchSignaledCopy(cudaStream_t stream, void* dst, const void* src,
 cudaError_t launchCountedStep(cudaStream_t stream, const CountedStep& step, uint32_t advance,
                               bool wait, bool copy_and_signal);
 
+// The copy part of a counted step over slots (step.slots > 0), with up to
+// `max_blocks` blocks: dst and src moved to slot (*counter + offset) % slots
+// when it runs. No wait, no signal, no advance.
+cudaError_t launchSlotCopy(cudaStream_t stream, const CountedStep& step, int max_blocks);
+
 // out[k] = a[k] + b[k] for k in [0, count) (out may be a or b): floating
 // dtypes add in their precision (float16 and bfloat16 in float, rounded to
 // nearest even, bit for bit what the host device gives), integers wrap
