@@ -393,27 +393,24 @@ Step IpcBackend::State::resolveEager(const PostArgs& a, Step s, uint32_t* peer_p
                 static_cast<std::size_t>(peer);
     s.slots = eager_slots;
   }
+  // The sender writes our row of the peer's page, the receiver reads the
+  // peer's row of its own; counted steps find the slot on the device.
+  char* ring = send ? slotsOf(peer_page, me) : slotsOf(page, peer);
+  char* at = counted ? ring : ring + slot * slot_bytes;
+  const std::size_t stride = counted ? slot_bytes : 0;
+  s.await = page + peer * kSignals + (send ? kEagerFree : kEagerDone);
+  s.signal = peer_page + me * kSignals + (send ? kEagerDone : kEagerFree);
   if (send) {
-    s.wait_seq = s.seq - eager_slots;
+    s.wait_seq = s.seq - eager_slots;  // the slot's previous message was copied out
     s.wait_back = eager_slots;
-    s.await = page + peer * kSignals + kEagerFree;
-    s.signal = peer_page + me * kSignals + kEagerDone;
     s.src = a.input;
-    s.dst = slotsOf(peer_page, me);
-    if (counted)
-      s.dst_stride = slot_bytes;
-    else
-      s.dst = static_cast<char*>(s.dst) + slot * slot_bytes;
+    s.dst = at;
+    s.dst_stride = stride;
   } else {
     s.wait_seq = s.seq;
-    s.await = page + peer * kSignals + kEagerDone;
-    s.signal = peer_page + me * kSignals + kEagerFree;
+    s.src = at;
+    s.src_stride = stride;
     s.dst = a.output;
-    s.src = slotsOf(page, peer);
-    if (counted)
-      s.src_stride = slot_bytes;
-    else
-      s.src = static_cast<const char*>(s.src) + slot * slot_bytes;
   }
   return s;
 }

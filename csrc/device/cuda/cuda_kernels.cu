@@ -410,28 +410,10 @@ __global__ void slotCopyKernel(CountedArgs a) {
   }
 }
 
-}  // namespace
-
-cudaError_t launchSlotCopy(cudaStream_t stream, const CountedStep& step, int max_blocks) {
-  CountedArgs a{};
-  a.counter = step.counter;
-  a.offset = step.offset;
-  a.slots = step.slots;
-  a.dst = static_cast<char*>(step.dst);
-  a.src = static_cast<const char*>(step.src);
-  a.bytes = step.bytes;
-  a.dst_stride = step.dst_stride;
-  a.src_stride = step.src_stride;
-  a.wide = (reinterpret_cast<uintptr_t>(a.dst) | reinterpret_cast<uintptr_t>(a.src) | a.bytes |
-            a.dst_stride | a.src_stride) % 16 == 0;
-  const std::size_t items = a.wide ? a.bytes / 16 : a.bytes;
-  void* args[] = {&a};
-  return launchKernel(reinterpret_cast<const void*>(&slotCopyKernel),
-                      dim3(blocksFor(items, max_blocks)), dim3(kBlockThreads), args, stream);
-}
-
-cudaError_t launchCountedStep(cudaStream_t stream, const CountedStep& step, uint32_t advance,
-                              bool wait, bool copy_and_signal) {
+// A counted step's kernel arguments: its wait when `wait`, its copy and
+// signal when `copy_and_signal`.
+CountedArgs countedArgs(const CountedStep& step, uint32_t advance, bool wait,
+                        bool copy_and_signal) {
   CountedArgs a{};
   a.counter = step.counter;
   a.offset = step.offset;
@@ -450,6 +432,22 @@ cudaError_t launchCountedStep(cudaStream_t stream, const CountedStep& step, uint
   }
   a.wide = (reinterpret_cast<uintptr_t>(a.dst) | reinterpret_cast<uintptr_t>(a.src) | a.bytes |
             a.dst_stride | a.src_stride) % 16 == 0;
+  return a;
+}
+
+}  // namespace
+
+cudaError_t launchSlotCopy(cudaStream_t stream, const CountedStep& step, int max_blocks) {
+  CountedArgs a = countedArgs(step, 0, false, true);
+  const std::size_t items = a.wide ? a.bytes / 16 : a.bytes;
+  void* args[] = {&a};
+  return launchKernel(reinterpret_cast<const void*>(&slotCopyKernel),
+                      dim3(blocksFor(items, max_blocks)), dim3(kBlockThreads), args, stream);
+}
+
+cudaError_t launchCountedStep(cudaStream_t stream, const CountedStep& step, uint32_t advance,
+                              bool wait, bool copy_and_signal) {
+  CountedArgs a = countedArgs(step, advance, wait, copy_and_signal);
   const std::size_t items = a.wide ? a.bytes / 16 : a.bytes;
   const int threads = static_cast<int>(std::clamp<std::size_t>((items + 31) / 32 * 32, 32, 1024));
   void* args[] = {&a};
