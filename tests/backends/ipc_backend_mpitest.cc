@@ -11,6 +11,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -838,6 +839,25 @@ TEST(Ipc, TeardownUnmapsEveryPeerBlockAndFreesEveryBlock) {
     EXPECT_TRUE(ev.report().ok()) << ev.report().format();
     // Ours (a, b, the signal page) and, from another rank, its b and page.
     EXPECT_GE(hostirMappings(), baseline + (test::world().world() > 1 ? 5 : 3));
+  }
+  EXPECT_EQ(hostirMappings(), baseline);
+}
+
+// Eager messages go through the signal pages' slots: the exchange maps the
+// peers' pages and no buffer (put maps the peer's b too: the test above).
+TEST(Ipc, EagerMessagesMapOnlyThePeersPages) {
+  const int baseline = hostirMappings();
+  {
+    Session session(test::world(), SessionOptions{"host"});
+    Evaluator ev(session, parseProgram(ringWithShares("", 2, R"(, "protocol": "eager")")),
+                 options());
+    ev.run();
+    ev.synchronize();
+    EXPECT_TRUE(ev.report().ok()) << ev.report().format();
+    // Ours (a, b, the signal page) and the pages of the ring's two
+    // neighbours (one rank at world 2, none at world 1): no block of theirs.
+    const int w = test::world().world();
+    EXPECT_EQ(hostirMappings(), baseline + 3 + std::min(w - 1, 2));
   }
   EXPECT_EQ(hostirMappings(), baseline);
 }
