@@ -397,9 +397,14 @@ class RankRun {
   }
 
   Site site() const {
-    Site out{&plan_, node_, {}};
-    for (int slot : plan_.nodes[node_].loop_slots) out.loop_values.push_back(scalars_[slot]);
-    return out;
+    const std::vector<int>& slots = plan_.nodes[node_].loop_slots;
+    std::array<int64_t, 16> few{};
+    std::vector<int64_t> many;
+    if (slots.size() > few.size()) many.resize(slots.size());
+    const std::span<int64_t> values = many.empty() ? std::span<int64_t>(few.data(), slots.size())
+                                                   : std::span<int64_t>(many);
+    for (std::size_t k = 0; k < slots.size(); ++k) values[k] = scalars_[slots[k]];
+    return Site{&plan_, node_, LoopValues(values)};
   }
 
   // "on rank 1 (i=2)": who is at the current instruction.

@@ -35,13 +35,12 @@ void WaitGraph::meet(Meeting m, const std::vector<int>& parts) {
 
 std::string WaitGraph::siteOf(const Plan& plan, int id) const {
   const Node& n = nodes_[id];
-  Site site{&plan, plan.code[n.pc].node, {}};
-  const std::size_t count = plan.nodes[site.node].loop_slots.size();
+  const int node = plan.code[n.pc].node;
+  const std::size_t count = plan.nodes[node].loop_slots.size();
+  std::vector<int64_t> values(count, 0);
   if (n.loops >= 0)
-    site.loop_values.assign(loop_values_.begin() + n.loops, loop_values_.begin() + n.loops + count);
-  else
-    site.loop_values.assign(count, 0);
-  return site.str();
+    std::copy_n(loop_values_.begin() + n.loops, count, values.begin());
+  return Site{&plan, node, LoopValues(values)}.str();
 }
 
 std::string WaitGraph::describeMeeting(const Plan& plan, int id) const {
