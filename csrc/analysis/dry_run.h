@@ -49,21 +49,23 @@ struct CollectiveRecord {
   std::string_view algorithm;
 };
 
-// One send or recv, or one message of a collective run as messages.
+// One send or recv, or one message of a collective run as messages. The
+// check holds one per message end (two per message), so its fields go
+// widest first: 120 bytes, not 136.
 struct MessageRecord {
-  std::optional<int64_t> count;
-  DType dtype = DType::Float32;
   Site site;
-  int comm = -1;
   std::optional<Range> range;  // unknown when the tensor did not resolve
-  int backend = -1;
-  Protocol protocol = Protocol::Put;  // auto resolved (PlanBackend::protocolFor)
-  int part = -1;  // participation node in the wait-for graph (-1: a collective's message)
-  bool collective = false;  // a message of collective `comm`, not a send or recv
+  std::optional<int64_t> count;
   // A collective's message: the collective's team and its number among that
   // team's collectives on this rank (both ends must be of the same one).
-  int team = -1;
   int64_t instance = -1;
+  int team = -1;
+  int comm = -1;
+  int backend = -1;
+  int part = -1;  // participation node in the wait-for graph (-1: a collective's message)
+  DType dtype = DType::Float32;
+  Protocol protocol = Protocol::Put;  // auto resolved (PlanBackend::protocolFor)
+  bool collective = false;  // a message of collective `comm`, not a send or recv
 };
 
 // What must happen in the same order on every rank for peer-mapped memory:
