@@ -159,11 +159,20 @@ struct PostRecord {
 
   // A post that never completed (a timeout, an abort, or its completion
   // task skipped after an earlier failure) may still have MPI writing into
-  // its temporaries: leave them allocated for the rest of the process (the
-  // run has failed).
+  // its temporaries, and its requests stay with MPI (a collective cannot be
+  // cancelled): both go to lists kept for the rest of the process (the run
+  // has failed), where they stay reachable, kept on purpose rather than
+  // lost (LeakSanitizer then has nothing to report, as for the
+  // communicators and ops that teardown keeps after an abort).
   ~PostRecord() {
-    if (!completed)
-      for (auto& temp : temps) static_cast<void>(temp.release());
+    if (completed) return;
+    static std::mutex mutex;
+    static auto* kept_temps = new std::vector<std::unique_ptr<std::byte[]>>;
+    static auto* kept_requests = new std::vector<MPI_Request>;
+    std::lock_guard lock(mutex);
+    for (auto& temp : temps) kept_temps->push_back(std::move(temp));
+    for (MPI_Request r : requests)
+      if (r != MPI_REQUEST_NULL) kept_requests->push_back(r);
   }
 };
 
