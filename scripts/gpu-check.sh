@@ -321,9 +321,25 @@ if [ "$run_bench" = 1 ] && [ "$gpus" -ge 2 ]; then
     rc=$?
     if [ "$rc" = 0 ]; then record "p2p bench np=2 copy-engine" 1 0 0 ""; else
       record "p2p bench np=2 copy-engine" 0 1 0 "exit $rc"; fi
+    # Eager at every size up to 16 MiB (default: up to 16 KiB), which is
+    # what chooses HIR_IPC_EAGER_MAX's default (docs/ipc.md, "Eager").
+    log_header "$log" "hir_p2p_bench on 2 ranks, HIR_IPC_EAGER_MAX=16M (eager up to 16 MiB)"
+    eager_csv=$(mktemp)
+    HIR_IPC_EAGER_MAX=16777216 timeout 600 "${mpirun_cmd[@]}" -x HIR_IPC_EAGER_MAX -np 2 \
+      "$p2p" --device cuda --min 4K --max 16M --factor 4 --csv "$eager_csv" >>"$log" 2>&1
+    rc=$?
+    if [ "$rc" = 0 ]; then record "p2p bench np=2 eager<=16M" 1 0 0 ""; else
+      record "p2p bench np=2 eager<=16M" 0 1 0 "exit $rc"; fi
     p2p_lines "$out/p2p.csv" "" \
-      'latency:8 bandwidth:16777216 bandwidth:268435456 bandwidth:1073741824'
+      'latency:8 bandwidth:16384 bandwidth:16777216 bandwidth:268435456 bandwidth:1073741824'
     p2p_lines "$ce_csv" "  (copy engine only)" 'latency:8'
+    p2p_lines "$eager_csv" "  (HIR_IPC_EAGER_MAX=16M)" \
+      'bandwidth:65536 bandwidth:1048576 bandwidth:16777216'
+    # Kept in p2p.csv as test "bandwidth_eager16M".
+    if [ -s "$eager_csv" ] && [ -s "$out/p2p.csv" ]; then
+      tail -n +2 "$eager_csv" | sed 's/^\([0-9]*\),bandwidth,/\1,bandwidth_eager16M,/' >>"$out/p2p.csv"
+    fi
+    rm -f "$eager_csv"
     # Kept in p2p.csv as test "latency_ce".
     if [ -s "$ce_csv" ] && [ -s "$out/p2p.csv" ]; then
       tail -n +2 "$ce_csv" | sed 's/^\([0-9]*\),latency,/\1,latency_ce,/' >>"$out/p2p.csv"
