@@ -16,6 +16,7 @@
 #include <cstring>
 #include <exception>
 #include <iostream>
+#include <map>
 #include <optional>
 #include <set>
 #include <sstream>
@@ -620,6 +621,27 @@ int cmdCheck(const Args& a) {
                                                      "of each rank, the check's bound",
                                                      r.steps_per_rank)
                                        : std::string());
+  // What the protocols of messages through peer-mapped memory came to
+  // (auto decides by size: on ipc, eager up to HIR_IPC_EAGER_MAX, put above).
+  std::map<std::pair<int, Protocol>, int64_t> protocols;
+  for (const auto& [pair, messages] : r.trace.pairs)
+    for (const P2pMessage& m : messages)
+      if (m.backend >= 0 && r.plan.backends[m.backend].maps_peer_memory)
+        ++protocols[{m.backend, m.protocol}];
+  if (!protocols.empty()) {
+    std::string list;
+    int last = -1;
+    for (const auto& [key, count] : protocols) {
+      const auto [backend, protocol] = key;
+      list += fmt::format("{}{}{} {}", list.empty() ? "" : (backend == last ? ", " : "; "),
+                          backend == last ? "" : r.plan.backends[backend].name + ": ", count,
+                          toString(protocol));
+      last = backend;
+    }
+    std::cout << fmt::format("hir: messages through peer-mapped memory{}: {}\n",
+                             r.truncated ? " in the part checked" : " per run over all ranks",
+                             list);
+  }
   // Graph capture (cuda only) needs what this check proves: say whether it holds.
   if (device != "cuda") return kExitOk;
   if (r.capture_blocker)

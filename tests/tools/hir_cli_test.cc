@@ -609,6 +609,24 @@ TEST(HirCli, GraphModeRefusesWhatCannotBeCaptured) {
 
 // `hir check --device cuda` says whether a run can be captured, and names
 // the node that stops it (only in a build with the nccl backend).
+// What auto decided for messages through peer-mapped memory: the example's
+// 8-byte and 4 KiB messages are eager (auto, and eager asked for), its
+// 64 KiB one put (4 iterations x 2 ranks x (22 + 1)); collectives' messages
+// are put and get; a program without ipc prints no such line.
+TEST(HirCli, CheckCountsThePeerMappedMessagesOfARunByProtocol) {
+  CommandResult eager = hir({"check", example("eager_messages_ipc.json"), "--world", "2"});
+  ASSERT_EQ(eager.exit_code, 0) << eager.out << eager.err;
+  EXPECT_NE(eager.out.find("hir: messages through peer-mapped memory per run over all ranks: "
+                           "ipc: 8 put, 176 eager\n"),
+            std::string::npos)
+      << eager.out;
+  CommandResult collectives = hir({"check", example("collectives_ipc.json"), "--world", "4"});
+  ASSERT_EQ(collectives.exit_code, 0) << collectives.out << collectives.err;
+  EXPECT_NE(collectives.out.find("ipc: 81 put, 72 get\n"), std::string::npos) << collectives.out;
+  CommandResult none = hir({"check", example("ring_exchange.json"), "--world", "2"});
+  EXPECT_EQ(none.out.find("peer-mapped"), std::string::npos) << none.out;
+}
+
 TEST(HirCli, CheckForCudaSaysWhetherARunCanBeCaptured) {
   const std::vector<BackendCaps> catalog = backendCatalog();
   if (std::none_of(catalog.begin(), catalog.end(),
