@@ -297,9 +297,9 @@ cudaError_t launchCheck(cudaStream_t stream, const void* src, DType t, std::size
 
 namespace {
 
-// 16 bytes per thread and step when both ends and the size allow it,
-// otherwise one byte.
-__global__ void copyKernel(void* dst, const void* src, std::size_t bytes, bool wide) {
+// The whole grid copies dst[0, bytes) = src[0, bytes): 16 bytes per thread
+// and step when both ends and the size allow it (`wide`), otherwise one byte.
+__device__ void gridCopy(void* dst, const void* src, std::size_t bytes, bool wide) {
   const std::size_t first = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x;
   const std::size_t stride = static_cast<std::size_t>(gridDim.x) * blockDim.x;
   if (wide) {
@@ -311,6 +311,10 @@ __global__ void copyKernel(void* dst, const void* src, std::size_t bytes, bool w
     const auto* s = static_cast<const unsigned char*>(src);
     for (std::size_t k = first; k < bytes; k += stride) d[k] = s[k];
   }
+}
+
+__global__ void copyKernel(void* dst, const void* src, std::size_t bytes, bool wide) {
+  gridCopy(dst, src, bytes, wide);
 }
 
 // Acquire/release at system scope: the flags live in a peer GPU's memory
@@ -398,16 +402,7 @@ __global__ void countedStepKernel(CountedArgs a) {
 // their own, before and after, and the last advances the counter).
 __global__ void slotCopyKernel(CountedArgs a) {
   const std::size_t slot = (*a.counter + a.offset) & (a.slots - 1);
-  const char* src = a.src + slot * a.src_stride;
-  char* dst = a.dst + slot * a.dst_stride;
-  const std::size_t first = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x;
-  const std::size_t stride = static_cast<std::size_t>(gridDim.x) * blockDim.x;
-  if (a.wide) {
-    for (std::size_t k = first; k < a.bytes / 16; k += stride)
-      reinterpret_cast<uint4*>(dst)[k] = reinterpret_cast<const uint4*>(src)[k];
-  } else {
-    for (std::size_t k = first; k < a.bytes; k += stride) dst[k] = src[k];
-  }
+  gridCopy(a.dst + slot * a.dst_stride, a.src + slot * a.src_stride, a.bytes, a.wide);
 }
 
 // A counted step's kernel arguments: its wait when `wait`, its copy and
@@ -768,8 +763,9 @@ cudaError_t launchSpin(cudaStream_t stream, uint64_t nanoseconds) {
                       stream);
 }
 
-// Every (dtype, op) instantiation of every kernel above, through the launch
-// functions with placeholder arguments that nothing dereferences.
+// Every (dtype, op) instantiation of every kernel above (every value of
+// types.h's tables), through the launch functions with placeholder
+// arguments that nothing dereferences.
 cudaError_t preloadKernels() {
   preloading = true;
   cudaError_t first = cudaSuccess;
@@ -779,13 +775,13 @@ cudaError_t preloadKernels() {
   void* p = reinterpret_cast<void*>(uintptr_t{256});
   auto* word = static_cast<uint32_t*>(p);
   const void* srcs[1] = {p};
-  for (DType t : {DType::Float32, DType::Float64, DType::Float16, DType::BFloat16, DType::Int32,
-                  DType::Int64, DType::UInt8}) {
+  for (const auto& dtype : kDTypeNames) {
+    const DType t = dtype.first;
     note(launchFill(nullptr, p, t, 1, 0, 0, 1));
     note(launchCheck(nullptr, p, t, 1, 0, 0, 0, nullptr, 0, 1));
     note(launchAdd(nullptr, p, p, p, t, 1, 1));
-    for (ReduceOp op : {ReduceOp::Sum, ReduceOp::Prod, ReduceOp::Min, ReduceOp::Max, ReduceOp::Avg})
-      note(launchReduce(nullptr, p, srcs, 1, t, op, 1, 1));
+    for (const auto& op : kReduceOpNames)
+      note(launchReduce(nullptr, p, srcs, 1, t, op.first, 1, 1));
   }
   note(launchCopy(nullptr, p, p, 16, 1));
   note(launchSignaledCopy(nullptr, p, p, 16, word, 0, word, 0));
