@@ -922,9 +922,8 @@ void HostDevice::waitValue(Stream& s, const uint32_t* addr, uint32_t at_least) {
       [dev, word, at_least] { pollValue(dev, word, at_least, nullptr, "waitValue"); });
 }
 
-// Three parts in stream order: the wait (a task), the copy (the device's
-// own), the signal (a task); each computes v when it runs, and the last
-// task advances the counter.
+// One stream task: v from the counter when it runs, the wait, the copy (of
+// slot v % slots with a ring), the signal, then the counter's advance.
 void HostDevice::countedStep(Stream& s, const CountedStep& step) {
   HIR_INTERNAL_ASSERT(step.counter != nullptr, "countedStep without a counter");
   for (const void* a : {static_cast<const void*>(step.counter),
@@ -936,49 +935,20 @@ void HostDevice::countedStep(Stream& s, const CountedStep& step) {
   HIR_INTERNAL_ASSERT((step.slots & (step.slots - 1)) == 0,
                       "countedStep: {} slots is not a power of two", step.slots);
   Impl* dev = impl_.get();
-  uint32_t* counter = step.counter;
-  const uint32_t offset = step.offset, back = step.wait_back;
-  const bool signals = step.signal_addr != nullptr;
-  auto* release = const_cast<uint32_t*>(step.release);
-  if (step.slots > 0) {
-    // The copy's addresses depend on v: the whole step is one task.
-    impl_->stream(s).worker().enqueue([dev, step, release] {
-      std::atomic_ref<uint32_t> c(*step.counter);
-      const uint32_t base = c.load(std::memory_order_relaxed), v = base + step.offset;
-      if (step.wait_addr != nullptr)
-        pollValue(dev, const_cast<uint32_t*>(step.wait_addr), v - step.wait_back, release,
-                  "countedStep");
-      const std::size_t slot = v & (step.slots - 1);
-      if (step.bytes > 0)
-        std::memmove(static_cast<char*>(step.dst) + slot * step.dst_stride,
-                     static_cast<const char*>(step.src) + slot * step.src_stride, step.bytes);
-      if (step.signal_addr != nullptr)
-        std::atomic_ref<uint32_t>(*step.signal_addr).store(v, std::memory_order_release);
-      if (step.advance != 0) c.store(base + step.advance, std::memory_order_relaxed);
-    });
-    return;
-  }
-  if (step.wait_addr != nullptr || (!signals && step.advance != 0)) {
-    auto* word = const_cast<uint32_t*>(step.wait_addr);
-    const uint32_t advance = signals ? 0 : step.advance;
-    impl_->stream(s).worker().enqueue([dev, counter, offset, back, advance, word, release] {
-      std::atomic_ref<uint32_t> c(*counter);
-      const uint32_t v = c.load(std::memory_order_relaxed) + offset;
-      if (word != nullptr) pollValue(dev, word, v - back, release, "countedStep");
-      if (advance != 0) c.store(v - offset + advance, std::memory_order_relaxed);
-    });
-  }
-  if (step.bytes > 0) copy(s, step.dst, step.src, step.bytes);
-  if (signals) {
-    uint32_t* signal = step.signal_addr;
-    const uint32_t advance = step.advance;
-    impl_->stream(s).worker().enqueue([counter, offset, advance, signal] {
-      std::atomic_ref<uint32_t> c(*counter);
-      const uint32_t base = c.load(std::memory_order_relaxed);
-      std::atomic_ref<uint32_t>(*signal).store(base + offset, std::memory_order_release);
-      if (advance != 0) c.store(base + advance, std::memory_order_relaxed);
-    });
-  }
+  impl_->stream(s).worker().enqueue([dev, step] {
+    std::atomic_ref<uint32_t> c(*step.counter);
+    const uint32_t base = c.load(std::memory_order_relaxed), v = base + step.offset;
+    if (step.wait_addr != nullptr)
+      pollValue(dev, const_cast<uint32_t*>(step.wait_addr), v - step.wait_back,
+                const_cast<uint32_t*>(step.release), "countedStep");
+    const std::size_t slot = step.slots > 0 ? v & (step.slots - 1) : 0;
+    if (step.bytes > 0)
+      std::memmove(static_cast<char*>(step.dst) + slot * step.dst_stride,
+                   static_cast<const char*>(step.src) + slot * step.src_stride, step.bytes);
+    if (step.signal_addr != nullptr)
+      std::atomic_ref<uint32_t>(*step.signal_addr).store(v, std::memory_order_release);
+    if (step.advance != 0) c.store(base + step.advance, std::memory_order_relaxed);
+  });
 }
 
 // --------------------------------------------------------------- registry
