@@ -294,6 +294,10 @@ struct IpcBackend::State {
   // peer's signal, copies and signals (transfer); the other side signals
   // (announce), then waits (await).
   void announce(Stream& on, const Step& s);
+  // A step's wait for its peer's signal alone, and its own signal alone
+  // (`advance`: the counter's, in counted mode; see countInGroup()).
+  void waitFor(Stream& on, const Step& s, uint32_t advance);
+  void signalTo(Stream& on, const Step& s, uint32_t advance);
   void transfer(Stream& on, const Step& s);
   void await(Stream& on, const Step& s);
   void importPage(int peer, const Table& table);
@@ -415,11 +419,26 @@ Step IpcBackend::State::resolveEager(const PostArgs& a, Step s, uint32_t* peer_p
   return s;
 }
 
-void IpcBackend::State::announce(Stream& on, const Step& s) {
-  if (s.copies) return;
+void IpcBackend::State::waitFor(Stream& on, const Step& s, uint32_t advance) {
+  if (s.counter == nullptr) return dev->waitValue(on, s.await, s.wait_seq);
+  dev->countedStep(on, CountedStep{.counter = s.counter,
+                                   .offset = s.offset,
+                                   .advance = advance,
+                                   .wait_addr = s.await,
+                                   .release = releaseWord(),
+                                   .wait_back = s.wait_back});
+}
+
+void IpcBackend::State::signalTo(Stream& on, const Step& s, uint32_t advance) {
   if (s.counter == nullptr) return dev->writeValue(on, s.signal, s.seq);
-  dev->countedStep(on,
-                   CountedStep{.counter = s.counter, .offset = s.offset, .signal_addr = s.signal});
+  dev->countedStep(on, CountedStep{.counter = s.counter,
+                                   .offset = s.offset,
+                                   .advance = advance,
+                                   .signal_addr = s.signal});
+}
+
+void IpcBackend::State::announce(Stream& on, const Step& s) {
+  if (!s.copies) signalTo(on, s, 0);
 }
 
 void IpcBackend::State::transfer(Stream& on, const Step& s) {
@@ -442,13 +461,7 @@ void IpcBackend::State::transfer(Stream& on, const Step& s) {
 }
 
 void IpcBackend::State::await(Stream& on, const Step& s) {
-  if (s.copies) return;
-  if (s.counter == nullptr) return dev->waitValue(on, s.await, s.seq);
-  dev->countedStep(on, CountedStep{.counter = s.counter,
-                                   .offset = s.offset,
-                                   .advance = s.advance,
-                                   .wait_addr = s.await,
-                                   .release = releaseWord()});
+  if (!s.copies) waitFor(on, s, s.advance);
 }
 
 void IpcBackend::State::add(const PostArgs& a, Work& w) {
@@ -537,32 +550,14 @@ void IpcBackend::State::addCollective(const PostArgs& a, Work& w) {
 void IpcBackend::State::reduce(Stream& on, Work& w, int u) {
   // The senders' "ready", then the reduction, then "consumed": a counted
   // step's wait and its signal, split around the kernel.
-  for (const Step& s : w.steps) {
-    if (s.unit != u) continue;
-    if (s.counter == nullptr) {
-      dev->waitValue(on, s.await, s.seq);
-    } else {
-      dev->countedStep(on, CountedStep{.counter = s.counter,
-                                       .offset = s.offset,
-                                       .wait_addr = s.await,
-                                       .release = releaseWord()});
-    }
-  }
+  for (const Step& s : w.steps)
+    if (s.unit == u) waitFor(on, s, 0);
   const ReduceUnit& r = w.units[static_cast<std::size_t>(u)];
   if (r.count > 0)
     dev->reduce(on, r.dst, r.srcs.data(), static_cast<std::size_t>(r.members), r.dtype, r.op,
                 r.count);
-  for (const Step& s : w.steps) {
-    if (s.unit != u) continue;
-    if (s.counter == nullptr) {
-      dev->writeValue(on, s.signal, s.seq);
-    } else {
-      dev->countedStep(on, CountedStep{.counter = s.counter,
-                                       .offset = s.offset,
-                                       .advance = s.advance,
-                                       .signal_addr = s.signal});
-    }
-  }
+  for (const Step& s : w.steps)
+    if (s.unit == u) signalTo(on, s, s.advance);
 }
 
 // On the lane's stream, after the poster's `ready` event and the lane's
