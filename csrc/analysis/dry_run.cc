@@ -397,14 +397,7 @@ class RankRun {
   }
 
   Site site() const {
-    const std::vector<int>& slots = plan_.nodes[node_].loop_slots;
-    std::array<int64_t, 16> few{};
-    std::vector<int64_t> many;
-    if (slots.size() > few.size()) many.resize(slots.size());
-    const std::span<int64_t> values = many.empty() ? std::span<int64_t>(few.data(), slots.size())
-                                                   : std::span<int64_t>(many);
-    for (std::size_t k = 0; k < slots.size(); ++k) values[k] = scalars_[slots[k]];
-    return Site{&plan_, node_, LoopValues(values)};
+    return Site{&plan_, node_, LoopValues(plan_.nodes[node_].loop_slots, scalars_)};
   }
 
   // "on rank 1 (i=2)": who is at the current instruction.

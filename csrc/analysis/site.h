@@ -28,6 +28,15 @@ class LoopValues {
     std::copy(values.begin(), values.end(), owned.get());
     values_ = std::move(owned);
   }
+  // scalars[slots[k]] for each k: the loop indices' values where a node runs.
+  LoopValues(const std::vector<int>& slots, std::span<const int64_t> scalars)
+      : size_(slots.size()) {
+    if (slots.empty()) return;
+    auto owned = std::make_shared<int64_t[]>(slots.size());
+    for (std::size_t k = 0; k < slots.size(); ++k)
+      owned[static_cast<std::ptrdiff_t>(k)] = scalars[static_cast<std::size_t>(slots[k])];
+    values_ = std::move(owned);
+  }
   std::size_t size() const { return size_; }
   bool empty() const { return size_ == 0; }
   int64_t operator[](std::size_t k) const { return values_[static_cast<std::ptrdiff_t>(k)]; }
