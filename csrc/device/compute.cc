@@ -37,13 +37,21 @@ bool isMatmulDType(DType t) {
 }  // namespace
 
 void checkReduceArgs(void* dst, const void* const* srcs, std::size_t sources, std::size_t count,
-                     std::string_view device) {
+                     const ReduceRing* ring, std::string_view device) {
   HIR_INTERNAL_ASSERT(sources >= 1 && sources <= kMaxReduceSources,
                       "{} reduce of {} sources (1 to {} allowed)", device, sources,
                       kMaxReduceSources);
   if (count == 0) return;
   HIR_INTERNAL_ASSERT(dst != nullptr && std::find(srcs, srcs + sources, nullptr) == srcs + sources,
                       "{} reduce of {} elements with a null buffer", device, count);
+  if (ring == nullptr) return;
+  HIR_INTERNAL_ASSERT(ring->slots > 0 && (ring->slots & (ring->slots - 1)) == 0,
+                      "{} reduce: a ring of {} slots (a power of two expected)", device,
+                      ring->slots);
+  for (std::size_t j = sources; j < kMaxReduceSources; ++j)
+    HIR_INTERNAL_ASSERT(ring->counters[j] == nullptr,
+                        "{} reduce of {} sources with a ring counter for source {}", device,
+                        sources, j);
 }
 
 void checkMatmulArgs(const MatmulArgs& x, std::string_view device) {

@@ -35,8 +35,8 @@ void Device::matmul(Stream&, const MatmulArgs&) { throwUnsupported(*this, "compu
 void Device::add(Stream&, void*, const void*, const void*, DType, std::size_t) {
   throwUnsupported(*this, "compute", "add");
 }
-void Device::reduce(Stream&, void*, const void* const*, std::size_t, DType, ReduceOp,
-                    std::size_t) {
+void Device::reduce(Stream&, void*, const void* const*, std::size_t, DType, ReduceOp, std::size_t,
+                    const ReduceRing*) {
   throwUnsupported(*this, "reduce", "reduce");
 }
 void* Device::nativeStream(Stream&) { return nullptr; }

@@ -781,14 +781,28 @@ void hostReduce(void* dst, const ReduceSources& srcs, int n, DType t, ReduceOp o
 
 }  // namespace
 
+// A ring's sources are found when the task runs, from their counters.
 void HostDevice::reduce(Stream& s, void* dst, const void* const* srcs, std::size_t sources,
-                        DType t, ReduceOp op, std::size_t count) {
-  checkReduceArgs(dst, srcs, sources, count, "host");
+                        DType t, ReduceOp op, std::size_t count, const ReduceRing* ring) {
+  checkReduceArgs(dst, srcs, sources, count, ring, "host");
   if (count == 0) return;
   ReduceSources from{};
   std::copy(srcs, srcs + sources, from.begin());
   const int n = static_cast<int>(sources);
-  impl_->stream(s).worker().enqueue([=] { hostReduce(dst, from, n, t, op, count); });
+  if (ring == nullptr)
+    return impl_->stream(s).worker().enqueue([=] { hostReduce(dst, from, n, t, op, count); });
+  impl_->stream(s).worker().enqueue([=, r = *ring]() mutable {
+    for (int j = 0; j < n; ++j) {
+      const uint32_t* c = r.counters[static_cast<std::size_t>(j)];
+      if (c == nullptr) continue;
+      const uint32_t v = std::atomic_ref<uint32_t>(*const_cast<uint32_t*>(c))
+                             .load(std::memory_order_relaxed) +
+                         r.offsets[static_cast<std::size_t>(j)];
+      from[static_cast<std::size_t>(j)] =
+          static_cast<const char*>(from[static_cast<std::size_t>(j)]) + (v & (r.slots - 1)) * r.stride;
+    }
+    hostReduce(dst, from, n, t, op, count);
+  });
 }
 
 // -------------------------------------------------------------------- IPC

@@ -112,8 +112,9 @@ class HostDevice : public Device {
   void matmul(Stream& s, const MatmulArgs& args) override;
   void add(Stream& s, void* out, const void* a, const void* b, DType t,
            std::size_t count) override;
+  using Device::reduce;
   void reduce(Stream& s, void* dst, const void* const* srcs, std::size_t sources, DType t, ReduceOp op,
-              std::size_t count) override;
+              std::size_t count, const ReduceRing* ring) override;
 
   std::unique_ptr<Event> createTimingEvent() override;
   double elapsedMs(Event& from, Event& to) override;

@@ -20,6 +20,7 @@
 // graph's replays go on counting), and elementwise reductions across buffers.
 #pragma once
 
+#include <array>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -87,6 +88,19 @@ enum class DeviceFeature : uint8_t {
 
 // The most sources one Device::reduce combines.
 inline constexpr std::size_t kMaxReduceSources = 16;
+
+// Sources of a Device::reduce that lie in rings of slots whose slot is known
+// only on the device (ipc's eager messages in graph mode): source j with
+// counters[j] != nullptr is srcs[j] + (v % slots) * stride, where
+// v = *counters[j] + offsets[j] is read when the reduction runs, as a
+// CountedStep finds its slot. slots is a power of two; stride and every
+// such srcs[j] keep the alignment of the other sources.
+struct ReduceRing {
+  std::array<const uint32_t*, kMaxReduceSources> counters{};
+  std::array<uint32_t, kMaxReduceSources> offsets{};
+  uint32_t slots = 0;
+  std::size_t stride = 0;
+};
 
 // One step of a semaphore protocol whose value is not the host's but
 // v = *counter + offset, with `counter` in this device's memory and read when
@@ -205,10 +219,14 @@ class Device {
   // rank reducing the same sources in the same order gets the same bits; avg: the sum, then divided
   // by `sources` in the dtype (integers truncate toward zero). dst may be one of the sources
   // (each element is read before it is written); sources may be a peer's mapped memory (ipc).
-  // srcs[0, sources), 1 <= sources <= kMaxReduceSources; the pointer list is copied before the
-  // call returns.
+  // srcs[0, sources), 1 <= sources <= kMaxReduceSources; the pointer list and `ring` (null:
+  // every source is where srcs says) are copied before the call returns.
   virtual void reduce(Stream& s, void* dst, const void* const* srcs, std::size_t sources, DType t,
-                      ReduceOp op, std::size_t count);
+                      ReduceOp op, std::size_t count, const ReduceRing* ring);
+  void reduce(Stream& s, void* dst, const void* const* srcs, std::size_t sources, DType t,
+              ReduceOp op, std::size_t count) {
+    reduce(s, dst, srcs, sources, t, op, count, nullptr);
+  }
 
   // --- Optional: the native stream behind `s` (cudaStream_t for cuda), for
   // kernels an embedder registers; nullptr where there is none (host: such a

@@ -727,6 +727,47 @@ TEST(CudaDevice, ReduceIsCapturedInAGraphWithItsSourceList) {
   }
 }
 
+// Captured into a graph: a source in a ring of 4 slots is read from the
+// slot its counter names at each replay (the counter set between replays,
+// across its wrap), beside a plain source.
+TEST(CudaDevice, ReduceFindsRingSourcesInTheSlotTheirCountersNameAtEachReplay) {
+  HIR_REQUIRE_GPUS(1);
+  auto device = makeCudaDevice();
+  auto s = device->createStream();
+  constexpr std::size_t kCount = 37, kSlots = 4, kStride = 160;
+  Buffer ring_buf(*device, kSlots * kStride), plain(*device, kCount * sizeof(int32_t)),
+      dst(*device, kCount * sizeof(int32_t)), counter(*device, sizeof(uint32_t));
+  std::vector<int32_t> ring_image(kSlots * kStride / sizeof(int32_t));
+  for (std::size_t k = 0; k < kSlots; ++k)
+    for (std::size_t i = 0; i < kCount; ++i)
+      ring_image[k * kStride / sizeof(int32_t) + i] = static_cast<int32_t>(1000 * k + i);
+  upload(ring_buf.data(), ring_image.data(), kSlots * kStride);
+  const std::vector<int32_t> sevens(kCount, 7);
+  upload(plain.data(), sevens.data(), kCount * sizeof(int32_t));
+  ReduceRing ring;
+  ring.counters[1] = static_cast<const uint32_t*>(counter.data());
+  ring.offsets[1] = 3;
+  ring.slots = kSlots;
+  ring.stride = kStride;
+  device->beginCapture(*s);
+  const std::vector<const void*> srcs = {plain.data(), ring_buf.data()};
+  device->reduce(*s, dst.data(), srcs.data(), srcs.size(), DType::Int32, ReduceOp::Sum, kCount,
+                 &ring);
+  std::unique_ptr<Graph> graph = device->endCapture(*s);
+  for (const uint32_t c : {0u, 2u, 0xFFFFFFFEu}) {  // slots 3, 1, then (2^32 + 1) % 4 = 1
+    upload(counter.data(), &c, sizeof c);
+    device->launchGraph(*graph, *s);
+    device->synchronize(*s, testTimeout());
+    const std::size_t k = (c + 3u) % kSlots;
+    const std::vector<std::byte> got = readBack(dst.data(), kCount * sizeof(int32_t));
+    for (std::size_t i = 0; i < kCount; ++i) {
+      int32_t v = 0;
+      std::memcpy(&v, got.data() + i * sizeof v, sizeof v);
+      ASSERT_EQ(v, static_cast<int32_t>(7 + 1000 * k + i)) << "counter " << c << ", element " << i;
+    }
+  }
+}
+
 TEST(CudaDevice, TimingEventsMeasureTheWorkBetweenThemAndOrderStreams) {
   HIR_REQUIRE_GPUS(1);
   auto device = makeCudaDevice();

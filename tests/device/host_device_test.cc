@@ -1152,6 +1152,47 @@ TEST(HostDeviceReduce, ReduceRunsInStreamOrderWithItsPointerListCopiedAtTheCall)
   for (void* p : srcs) dev.deallocate(p);
 }
 
+// Two sources in rings of 4 slots (their counters wrap or not) and one
+// plain: each ring's slot is the one its counter names when the reduce
+// runs, not when it was enqueued.
+TEST(HostDeviceReduce, ReduceFindsRingSourcesInTheSlotTheirCountersNameWhenItRuns) {
+  HostDevice dev;
+  auto s = dev.createStream();
+  constexpr std::size_t kCount = 37, kSlots = 4, kStride = 160;
+  auto* ring_a = static_cast<int32_t*>(dev.allocate(kSlots * kStride));
+  auto* ring_b = static_cast<int32_t*>(dev.allocate(kSlots * kStride));
+  auto* plain = static_cast<int32_t*>(dev.allocate(kCount * sizeof(int32_t)));
+  auto* dst = static_cast<int32_t*>(dev.allocate(kCount * sizeof(int32_t)));
+  auto* counters = static_cast<uint32_t*>(dev.allocate(2 * sizeof(uint32_t)));
+  auto slot = [&](int32_t* ring, std::size_t k) { return ring + k * kStride / sizeof(int32_t); };
+  for (std::size_t k = 0; k < kSlots; ++k)
+    for (std::size_t i = 0; i < kCount; ++i) {
+      slot(ring_a, k)[i] = static_cast<int32_t>(1000 * k + i);
+      slot(ring_b, k)[i] = static_cast<int32_t>(100000 * k);
+    }
+  for (std::size_t i = 0; i < kCount; ++i) plain[i] = 7;
+  counters[0] = counters[1] = 0;
+  ReduceRing ring;
+  ring.counters[0] = &counters[0];
+  ring.offsets[0] = 2;
+  ring.counters[2] = &counters[1];
+  ring.offsets[2] = 3;
+  ring.slots = kSlots;
+  ring.stride = kStride;
+  Gate gate;
+  dev.launchHostFunc(*s, gate.task());
+  const std::vector<const void*> srcs = {ring_a, plain, ring_b};
+  dev.reduce(*s, dst, srcs.data(), srcs.size(), DType::Int32, ReduceOp::Sum, kCount, &ring);
+  counters[0] = 5;           // 5 + 2: slot 3
+  counters[1] = 0xFFFFFFFF;  // 2^32 - 1 + 3 wraps to 2: slot 2
+  gate.open();
+  dev.synchronize(*s, kLong);
+  for (std::size_t i = 0; i < kCount; ++i)
+    ASSERT_EQ(dst[i], static_cast<int32_t>(3000 + i + 7 + 200000)) << "element " << i;
+  for (void* p : std::initializer_list<void*>{ring_a, ring_b, plain, dst, counters})
+    dev.deallocate(p);
+}
+
 // ------------------------------------------------------------------ timing
 
 TEST(HostDeviceTiming, ElapsedMsMeasuresTheWorkBetweenTwoRecords) {

@@ -569,14 +569,15 @@ class CudaDevice final : public Device {
     cs.noteWork();
   }
 
+  using Device::reduce;
   void reduce(Stream& s, void* dst, const void* const* srcs, std::size_t sources, DType t,
-              ReduceOp op, std::size_t count) override {
-    checkReduceArgs(dst, srcs, sources, count, "cuda");
+              ReduceOp op, std::size_t count, const ReduceRing* ring) override {
+    checkReduceArgs(dst, srcs, sources, count, ring, "cuda");
     if (count == 0) return;
     activate(ordinal_);
     CudaStream& cs = cudaStream(s, "reduce");
     HIR_CUDA_CHECK(ordinal_, launchReduce(cs.native(), dst, srcs, static_cast<int>(sources), t,
-                                          op, count, max_blocks_));
+                                          op, count, ring, max_blocks_));
     cs.noteWork();
   }
 

@@ -554,6 +554,34 @@ struct ReduceSources {
   const void* p[kMaxReduceSources];
 };
 
+// ReduceRing (device.h) by value: source j with counter[j] moves by
+// ((*counter[j] + offset[j]) & mask) * stride bytes.
+struct RingSources {
+  const uint32_t* counter[kMaxReduceSources];
+  uint32_t offset[kMaxReduceSources];
+  uint32_t mask;
+  std::size_t stride;
+};
+
+// The sources where they are when the kernel runs (a ring's slot read from
+// its counter; every thread reads the same words). Unrolled: the result
+// stays in registers.
+__device__ __forceinline__ ReduceSources placeSources(const ReduceSources& srcs,
+                                                      const RingSources& ring) {
+  ReduceSources at;
+#pragma unroll
+  for (int j = 0; j < static_cast<int>(kMaxReduceSources); ++j) {
+    at.p[j] = srcs.p[j];
+    if (ring.counter[j] != nullptr)
+      at.p[j] = static_cast<const char*>(srcs.p[j]) +
+                static_cast<std::size_t>((*static_cast<const volatile uint32_t*>(ring.counter[j]) +
+                                          ring.offset[j]) &
+                                         ring.mask) *
+                    ring.stride;
+  }
+  return at;
+}
+
 // std::min and std::max, argument for argument (which of two equal or
 // unordered values they return matters for -0 and NaN).
 template <class T>
@@ -653,8 +681,10 @@ __device__ __forceinline__ typename A::S reduceElement(const ReduceSources& srcs
 // read from every source before it is written: dst may be a source.
 template <class A, ReduceOp Op>
 __global__ void __launch_bounds__(kBlockThreads)
-    reduceKernel(typename A::S* dst, ReduceSources srcs, int n, std::size_t count, bool wide) {
+    reduceKernel(typename A::S* dst, ReduceSources given, RingSources ring, int n, std::size_t count,
+                 bool wide) {
   using S = typename A::S;
+  const ReduceSources srcs = placeSources(given, ring);
   constexpr int kPer = 16 / sizeof(S);
   union Vec {
     uint4 bits;
@@ -690,14 +720,14 @@ __global__ void __launch_bounds__(kBlockThreads)
 }
 
 template <class A, ReduceOp Op>
-cudaError_t reduceAs(cudaStream_t stream, void* dst, ReduceSources srcs, int n,
+cudaError_t reduceAs(cudaStream_t stream, void* dst, ReduceSources srcs, RingSources ring, int n,
                      std::size_t count, bool wide, int max_blocks) {
   using S = typename A::S;
   constexpr std::size_t kPer = 16 / sizeof(S);
   // Threads with work: one per vector, or per element of the tail.
   const std::size_t items = wide ? std::max(count / kPer, count % kPer) : count;
   S* typed = static_cast<S*>(dst);
-  void* args[] = {&typed, &srcs, &n, &count, &wide};
+  void* args[] = {&typed, &srcs, &ring, &n, &count, &wide};
   return launchKernel(reinterpret_cast<const void*>(&reduceKernel<A, Op>),
                       dim3(blocksFor(items, max_blocks)), dim3(kBlockThreads), args,
                       stream);
@@ -705,18 +735,19 @@ cudaError_t reduceAs(cudaStream_t stream, void* dst, ReduceSources srcs, int n,
 
 template <class A>
 cudaError_t reduceWith(ReduceOp op, cudaStream_t stream, void* dst, const ReduceSources& srcs,
-                       int n, std::size_t count, bool wide, int max_blocks) {
+                       const RingSources& ring, int n, std::size_t count, bool wide,
+                       int max_blocks) {
   switch (op) {
     case ReduceOp::Sum:
-      return reduceAs<A, ReduceOp::Sum>(stream, dst, srcs, n, count, wide, max_blocks);
+      return reduceAs<A, ReduceOp::Sum>(stream, dst, srcs, ring, n, count, wide, max_blocks);
     case ReduceOp::Prod:
-      return reduceAs<A, ReduceOp::Prod>(stream, dst, srcs, n, count, wide, max_blocks);
+      return reduceAs<A, ReduceOp::Prod>(stream, dst, srcs, ring, n, count, wide, max_blocks);
     case ReduceOp::Min:
-      return reduceAs<A, ReduceOp::Min>(stream, dst, srcs, n, count, wide, max_blocks);
+      return reduceAs<A, ReduceOp::Min>(stream, dst, srcs, ring, n, count, wide, max_blocks);
     case ReduceOp::Max:
-      return reduceAs<A, ReduceOp::Max>(stream, dst, srcs, n, count, wide, max_blocks);
+      return reduceAs<A, ReduceOp::Max>(stream, dst, srcs, ring, n, count, wide, max_blocks);
     case ReduceOp::Avg:
-      return reduceAs<A, ReduceOp::Avg>(stream, dst, srcs, n, count, wide, max_blocks);
+      return reduceAs<A, ReduceOp::Avg>(stream, dst, srcs, ring, n, count, wide, max_blocks);
   }
   return cudaErrorInvalidValue;
 }
@@ -724,35 +755,46 @@ cudaError_t reduceWith(ReduceOp op, cudaStream_t stream, void* dst, const Reduce
 }  // namespace
 
 cudaError_t launchReduce(cudaStream_t stream, void* dst, const void* const* srcs, int n, DType t,
-                         ReduceOp op, std::size_t count, int max_blocks) {
+                         ReduceOp op, std::size_t count, const ReduceRing* ring, int max_blocks) {
   if (count == 0) return cudaSuccess;
   if (n < 1 || n > static_cast<int>(kMaxReduceSources) || dst == nullptr || srcs == nullptr)
     return cudaErrorInvalidValue;
   ReduceSources from{};
+  RingSources in_ring{};
   uintptr_t addresses = reinterpret_cast<uintptr_t>(dst);
   for (int j = 0; j < n; ++j) {
     if (srcs[j] == nullptr) return cudaErrorInvalidValue;
     from.p[j] = srcs[j];
     addresses |= reinterpret_cast<uintptr_t>(srcs[j]);
   }
+  if (ring != nullptr) {
+    if (ring->slots == 0 || (ring->slots & (ring->slots - 1)) != 0) return cudaErrorInvalidValue;
+    for (int j = 0; j < n; ++j) {
+      in_ring.counter[j] = ring->counters[static_cast<std::size_t>(j)];
+      in_ring.offset[j] = ring->offsets[static_cast<std::size_t>(j)];
+    }
+    in_ring.mask = ring->slots - 1;
+    in_ring.stride = ring->stride;
+    addresses |= ring->stride;
+  }
   const bool wide = addresses % 16 == 0;
   switch (t) {
     case DType::Float32:
-      return reduceWith<FloatArith<float>>(op, stream, dst, from, n, count, wide, max_blocks);
+      return reduceWith<FloatArith<float>>(op, stream, dst, from, in_ring, n, count, wide, max_blocks);
     case DType::Float64:
-      return reduceWith<FloatArith<double>>(op, stream, dst, from, n, count, wide, max_blocks);
+      return reduceWith<FloatArith<double>>(op, stream, dst, from, in_ring, n, count, wide, max_blocks);
     case DType::Float16:
-      return reduceWith<SixteenArith<HalfBits>>(op, stream, dst, from, n, count, wide,
+      return reduceWith<SixteenArith<HalfBits>>(op, stream, dst, from, in_ring, n, count, wide,
                                                 max_blocks);
     case DType::BFloat16:
-      return reduceWith<SixteenArith<BFloat16Bits>>(op, stream, dst, from, n, count, wide,
+      return reduceWith<SixteenArith<BFloat16Bits>>(op, stream, dst, from, in_ring, n, count, wide,
                                                     max_blocks);
     case DType::Int32:
-      return reduceWith<IntArith<int32_t>>(op, stream, dst, from, n, count, wide, max_blocks);
+      return reduceWith<IntArith<int32_t>>(op, stream, dst, from, in_ring, n, count, wide, max_blocks);
     case DType::Int64:
-      return reduceWith<IntArith<int64_t>>(op, stream, dst, from, n, count, wide, max_blocks);
+      return reduceWith<IntArith<int64_t>>(op, stream, dst, from, in_ring, n, count, wide, max_blocks);
     case DType::UInt8:
-      return reduceWith<IntArith<uint8_t>>(op, stream, dst, from, n, count, wide, max_blocks);
+      return reduceWith<IntArith<uint8_t>>(op, stream, dst, from, in_ring, n, count, wide, max_blocks);
   }
   return cudaErrorInvalidValue;
 }
@@ -781,7 +823,7 @@ cudaError_t preloadKernels() {
     note(launchCheck(nullptr, p, t, 1, 0, 0, 0, nullptr, 0, 1));
     note(launchAdd(nullptr, p, p, p, t, 1, 1));
     for (const auto& op : kReduceOpNames)
-      note(launchReduce(nullptr, p, srcs, 1, t, op.first, 1, 1));
+      note(launchReduce(nullptr, p, srcs, 1, t, op.first, 1, nullptr, 1));
   }
   note(launchCopy(nullptr, p, p, 16, 1));
   note(launchSignaledCopy(nullptr, p, p, 16, word, 0, word, 0));

@@ -76,9 +76,10 @@ cudaError_t launchAdd(cudaStream_t stream, void* out, const void* a, const void*
 // kMaxReduceSources (device.h); the pointers go into the kernel's parameters
 // (no device memory, capturable), 16 bytes per source and step when dst and
 // every source are 16-byte aligned. Uses at most `max_blocks` blocks
-// (grid-stride loop).
+// (grid-stride loop). With `ring`, sources in rings of slots are found when
+// the kernel runs (ReduceRing, device.h).
 cudaError_t launchReduce(cudaStream_t stream, void* dst, const void* const* srcs, int n, DType t,
-                         ReduceOp op, std::size_t count, int max_blocks);
+                         ReduceOp op, std::size_t count, const ReduceRing* ring, int max_blocks);
 
 // One thread that busy-waits `nanoseconds` of GPU global time (for tests and
 // benchmarks that need a long-running kernel).
