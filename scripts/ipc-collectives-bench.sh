@@ -4,12 +4,17 @@
 # collective) on backend ipc and on backend nccl, every size from -b to -e,
 # eager and (up to --graph-max) with --graph; one table of times, bus
 # bandwidths and ratios (ipc / nccl time; ipc / nccl busbw) at the end.
+# ipc runs twice up to --eager-sweep-max: as it is (auto: chunks up to
+# HIR_IPC_EAGER_MAX go eager) and with eager off (HIR_IPC_EAGER_MAX=0:
+# put and get), the "ipc put" column, which is what chooses the limit.
 #
 #   bash scripts/ipc-collectives-bench.sh [--build DIR] [--np N] [-b SIZE] [-e SIZE]
-#        [-f N] [-n N] [-w N] [--graph-max SIZE] [--ops a,b,...] [--device host]
+#        [-f N] [-n N] [-w N] [--graph-max SIZE] [--eager-sweep-max SIZE]
+#        [--ops a,b,...] [--device host]
 #
 # Defaults: build-gpu, as many ranks as GPUs (at least 2), 8 B to 1 GiB by
-# 4x, 20 timed and 5 warm-up runs per size, graphs up to 64 KiB. On a
+# 4x, 20 timed and 5 warm-up runs per size, graphs and ipc put up to 64 KiB
+# (--eager-sweep-max 0: no ipc put sweep). On a
 # machine of one GPU it runs 2 ranks sharing it (HIR_SHARE_GPUS=1), ipc only
 # (NCCL refuses a shared GPU): a smoke test of the script, whose times say
 # nothing about two GPUs. Writes ${OUT:-ipc-bench-out}/ipc-collectives.txt
@@ -19,7 +24,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
-build=build-gpu np="" b=8 e=1G f=4 n=20 w=5 graph_max=64K device=cuda
+build=build-gpu np="" b=8 e=1G f=4 n=20 w=5 graph_max=64K eager_sweep_max=64K device=cuda
 ops=allreduce,allgather,reduce_scatter,broadcast,alltoall
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -31,9 +36,10 @@ while [ $# -gt 0 ]; do
     -n) shift; n=$1 ;;
     -w) shift; w=$1 ;;
     --graph-max) shift; graph_max=$1 ;;
+    --eager-sweep-max) shift; eager_sweep_max=$1 ;;
     --ops) shift; ops=$1 ;;
     --device) shift; device=$1 ;;
-    -h|--help) sed -n '2,17p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,22p' "$0"; exit 0 ;;
     *) echo "ipc-collectives-bench: unknown argument '$1'" >&2; exit 2 ;;
   esac
   shift
@@ -47,10 +53,12 @@ gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
 [ -n "$np" ] || np=$(( gpus >= 2 ? gpus : 2 ))
 baseline=nccl modes="eager graph"
 [ "$device" = host ] && baseline=mpi modes=eager
-backends="ipc $baseline"
+backends="ipc ipc_put $baseline"
+[ "$eager_sweep_max" = 0 ] && backends="ipc $baseline"
 if [ "$device" = cuda ] && [ "$gpus" -lt "$np" ]; then
   export HIR_SHARE_GPUS=1
-  backends=ipc
+  backends="ipc ipc_put"
+  [ "$eager_sweep_max" = 0 ] && backends=ipc
   echo "ipc-collectives-bench: $gpus GPU(s) for $np ranks: ranks share GPUs, ipc only" >&2
 fi
 tmp=$(mktemp -d)
@@ -60,12 +68,15 @@ csv="$out/ipc-collectives.csv"
 status=0
 
 # sweep OP BACKEND MODE(eager|graph) MAXSIZE
+# (BACKEND ipc_put: ipc with eager off)
 sweep() {
   local op=$1 backend=$2 mode=$3 max=$4 prog="$tmp/${1}_$2.json" rows="$tmp/$1_$2_$3.csv"
-  sed "s/\"backend\": \"ipc\"/\"backend\": \"$backend\"/" "bench/ipc/${op}_loop.json" >"$prog"
+  local env=()
+  [ "$backend" = ipc_put ] && env=(HIR_IPC_EAGER_MAX=0)
+  sed "s/\"backend\": \"ipc\"/\"backend\": \"${backend%_put}\"/" "bench/ipc/${op}_loop.json" >"$prog"
   local extra=()
   [ "$mode" = graph ] && extra=(--graph)
-  if ! "$hir" sweep "$prog" --param-size n -b "$b" -e "$max" -f "$f" -n "$n" -w "$w" \
+  if ! env "${env[@]}" "$hir" sweep "$prog" --param-size n -b "$b" -e "$max" -f "$f" -n "$n" -w "$w" \
       --np "$np" --device "$device" --no-progress --csv "$rows" "${extra[@]}" \
       >"$tmp/$1_$2_$3.log" 2>&1; then
     echo "ipc-collectives-bench: $op on $backend ($mode) failed:" >&2
@@ -77,11 +88,24 @@ sweep() {
   tail -n +2 "$rows" | sed "s/^/$op,$backend,$mode,/" >>"$csv"
 }
 
+# The smaller of two sizes such as 64K and 1G (hir sweep's suffixes).
+smaller() {
+  python3 -c '
+import sys
+def b(v):
+    m = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+    return int(v[:-1]) * m[v[-1]] if v[-1] in m else int(v)
+print(min(sys.argv[1:], key=b))' "$1" "$2"
+}
+
 IFS=, read -r -a op_list <<<"$ops"
 for op in "${op_list[@]}"; do
   for backend in $backends; do
     for mode in $modes; do
-      sweep "$op" "$backend" "$mode" "$([ "$mode" = graph ] && echo "$graph_max" || echo "$e")"
+      max=$e
+      [ "$mode" = graph ] && max=$graph_max
+      [ "$backend" = ipc_put ] && max=$(smaller "$max" "$eager_sweep_max")
+      sweep "$op" "$backend" "$mode" "$max"
     done
   done
 done
@@ -96,18 +120,21 @@ for r in csv.reader(open(path)):
 print(f"# ipc collectives against {base} through hir sweep: {np} ranks, {gpus} GPU(s)")
 print("# time: us per collective (mean over ranks); ratio < 1: ipc faster; busbw GB/s")
 print()
-print(f"| op | mode | size (B) | {base} us | ipc us | ipc/{base} time | {base} busbw | ipc busbw "
-      "| #wrong |")
-print("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+print("# ipc: as it runs (chunks up to HIR_IPC_EAGER_MAX eager); ipc put: eager off")
+print()
+print(f"| op | mode | size (B) | {base} us | ipc us | ipc put us | ipc/{base} time | {base} busbw "
+      "| ipc busbw | #wrong |")
+print("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
 keys = sorted({k[:3] for k in rows})
 for op, mode, size in keys:
     n = rows.get((op, mode, size, base))
     i = rows.get((op, mode, size, "ipc"))
+    p = rows.get((op, mode, size, "ipc_put"))
     fmt = lambda v, p=2: "-" if v is None else f"{v:.{p}f}"
     ratio = fmt(i[0] / n[0], 3) if n and i and n[0] > 0 else "-"
-    wrong = (n[2] if n else 0) + (i[2] if i else 0)
-    print(f"| {op} | {mode} | {size} | {fmt(n and n[0])} | {fmt(i and i[0])} | {ratio} | "
-          f"{fmt(n and n[1])} | {fmt(i and i[1])} | {wrong} |")
+    wrong = sum(r[2] for r in (n, i, p) if r)
+    print(f"| {op} | {mode} | {size} | {fmt(n and n[0])} | {fmt(i and i[0])} | "
+          f"{fmt(p and p[0])} | {ratio} | {fmt(n and n[1])} | {fmt(i and i[1])} | {wrong} |")
 PY
 cat "$out/ipc-collectives.txt"
 exit $status

@@ -123,9 +123,10 @@ struct Step {
   // pointing at slot 0 (CountedStep).
   uint32_t wait_back = 0, slots = 0;
   std::size_t dst_stride = 0, src_stride = 0;
-  // A get message of a reduction: reduce unit `unit` of the post reads
-  // `src` instead of a copy (wait, then the unit's reduce, then signal).
-  int unit = -1;
+  // A get or eager message of a reduction: reduce unit `unit` of the post
+  // reads `src` (the sender's buffer, or the slot) as its source `source`,
+  // instead of a copy (wait, then the unit's reduce, then signal).
+  int unit = -1, source = -1;
 };
 
 // A collective's own chunk: a copy that needs no peer.
@@ -274,18 +275,22 @@ struct IpcBackend::State {
   void enqueueDetached(Work& w, Stream& current, Event& done);
   void reduce(Stream& on, Work& w, int unit);
   uint32_t* releaseWord() const { return counts + 4 * static_cast<std::size_t>(world); }
-  // Some lane of `w` has more eager sends than slots: its later ones would
-  // wait for the peer to copy out this post's earlier ones, which
-  // enqueuePhased() cannot promise.
-  bool overfull(const Work& w) const;
-  // A post with collective `a` runs on one stream, in phases: it cannot be
-  // overfull.
-  [[noreturn]] void refuseOverfull(const PostArgs& a) const {
-    throw ProgramError(fmt::format(
-        "ipc: {}: a group with a collective and more eager sends to one peer than its {} slots "
-        "(HIR_IPC_EAGER_SLOTS); give the sends protocol 'put', or post the collective apart",
-        a.path, eager_slots));
-  }
+  // The most eager sends to one peer in `ops`, which must not exceed the
+  // slots in one phased post: the later ones would wait for the peer to
+  // copy out this post's earlier ones, which enqueuePhased() runs after
+  // every eager send.
+  uint32_t eagerLoad(std::span<const PostArgs> ops);
+  // Calls fn(peer) for each eager send of op `a`.
+  template <class Fn>
+  void forEachEagerSend(const PostArgs& a, Fn&& fn) const;
+  // A post on the one stream `on`: one phased post, or, when a lane has
+  // more eager sends than slots (a post of collectives; postJoined() runs
+  // other such posts lane by lane), waves of whole ops that each fit (a
+  // group of many small collectives), one after the other. A send or recv
+  // in such a post could then wait for a peer's group that is cut
+  // elsewhere: that is refused, naming the collective and the message.
+  void enqueueOnStream(std::span<const PostArgs> ops, Stream& on, const Stream* covered);
+  std::vector<uint32_t> wave_load;  // eager sends per peer of the wave so far (world)
   void enqueue(const Step& s, Stream& current);
   // Makes `on` wait for the lane's earlier messages, unless they ran on `on`
   // itself or on `covered` (whose work `on` already waits for).
@@ -515,9 +520,10 @@ void IpcBackend::State::addCollective(const PostArgs& a, Work& w) {
     else
       one.output = out + m.to_offset * size;
     Step step = resolve(one);
-    if (reduction && !send && m.protocol == Protocol::Get) {
+    if (reduction && !send && m.protocol != Protocol::Put) {
       // The sender's chunk is a source: every source has this chunk's place.
       step.unit = static_cast<int>(w.units.size());
+      step.source = m.from;
       unit.srcs[static_cast<std::size_t>(m.from)] = step.src;
       if (unit.first_step < 0) unit.first_step = static_cast<int>(w.steps.size());
       unit.dst = step.dst;
@@ -548,14 +554,26 @@ void IpcBackend::State::addCollective(const PostArgs& a, Work& w) {
 }
 
 void IpcBackend::State::reduce(Stream& on, Work& w, int u) {
-  // The senders' "ready", then the reduction, then "consumed": a counted
-  // step's wait and its signal, split around the kernel.
-  for (const Step& s : w.steps)
-    if (s.unit == u) waitFor(on, s, 0);
+  // The senders' "ready" (or "done": eager), then the reduction, then
+  // "consumed" ("free"): a counted step's wait and its signal, split around
+  // the kernel. Counted eager sources are found on the device, in the slot
+  // of their number (as the steps' own waits find it).
+  ReduceRing ring;
+  bool in_slots = false;
+  for (const Step& s : w.steps) {
+    if (s.unit != u) continue;
+    waitFor(on, s, 0);
+    if (s.slots == 0) continue;
+    in_slots = true;
+    ring.counters[static_cast<std::size_t>(s.source)] = s.counter;
+    ring.offsets[static_cast<std::size_t>(s.source)] = s.offset;
+    ring.slots = s.slots;
+    ring.stride = s.src_stride;
+  }
   const ReduceUnit& r = w.units[static_cast<std::size_t>(u)];
   if (r.count > 0)
     dev->reduce(on, r.dst, r.srcs.data(), static_cast<std::size_t>(r.members), r.dtype, r.op,
-                r.count);
+                r.count, in_slots ? &ring : nullptr);
   for (const Step& s : w.steps)
     if (s.unit == u) signalTo(on, s, s.advance);
 }
@@ -799,6 +817,7 @@ void IpcBackend::setup(const BackendContext& ctx) {
   st.joined = d.createEvent();
   st.peer_pages.assign(static_cast<std::size_t>(st.world), nullptr);
   st.imports.resize(static_cast<std::size_t>(st.world));
+  st.wave_load.resize(static_cast<std::size_t>(st.world));
   st.send_lanes.resize(static_cast<std::size_t>(st.world));
   st.recv_lanes.resize(static_cast<std::size_t>(st.world));
   // HIR_IPC_SEQ_START (a test's): message numbers start past it, so that a
@@ -851,15 +870,11 @@ void IpcBackend::post(std::span<const PostArgs> ops, Stream& current, Event& don
   const auto first = std::find_if(ops.begin(), ops.end(),
                                   [](const PostArgs& a) { return !isPointToPoint(a.type); });
   if (first != ops.end()) {
-    Work& w = st.work;
-    w.clear();
-    for (const PostArgs& a : ops) st.add(a, w);
-    if (st.overfull(w)) st.refuseOverfull(*first);
     d.record(*st.ready, current);
     std::unique_ptr<Stream>& on = st.phased[static_cast<std::size_t>(first->team)];
     if (!on) on = d.createStream();
     d.wait(*on, *st.ready);
-    st.enqueuePhased(w, *on, &current);
+    st.enqueueOnStream(ops, *on, &current);
     d.record(done, *on);
     return;
   }
@@ -934,7 +949,7 @@ void IpcBackend::State::enqueuePhased(Work& w, Stream& on, const Stream* covered
   if (counted) countInGroup(w.steps, w.per_counter);
   for (Lane* l : w.lanes) follow(*l, on, covered);
   // The peers wait for these signals, and for the eager sends (which wait
-  // only for earlier posts' messages, see overfull()); the local copies
+  // only for earlier posts' messages, see eagerLoad()); the local copies
   // touch only the member's own chunk, which no peer reads or writes.
   for (const Step& s : w.steps) {
     if (s.early)
@@ -960,39 +975,85 @@ void IpcBackend::State::enqueuePhased(Work& w, Stream& on, const Stream* covered
   }
 }
 
-bool IpcBackend::State::overfull(const Work& w) const {
-  if (w.steps.size() <= eager_slots) return false;
-  for (const Step& s : w.steps) {
-    if (!s.early) continue;
-    const auto n = std::count_if(w.steps.begin(), w.steps.end(),
-                                 [&](const Step& t) { return t.early && t.lane == s.lane; });
-    if (static_cast<std::size_t>(n) > eager_slots) return true;
+template <class Fn>
+void IpcBackend::State::forEachEagerSend(const PostArgs& a, Fn&& fn) const {
+  if (isPointToPoint(a.type)) {
+    if (a.type == CommType::Send && a.protocol == Protocol::Eager) fn(a.peer);
+    return;
   }
-  return false;
+  const std::vector<int>& team = ctx.teams[static_cast<std::size_t>(a.team)];
+  for (const CollectivePiece& piece : a.pieces)
+    if (piece.message.protocol == Protocol::Eager &&
+        team[static_cast<std::size_t>(piece.message.from)] == rank)
+      fn(piece.peer_rank);
+}
+
+uint32_t IpcBackend::State::eagerLoad(std::span<const PostArgs> ops) {
+  std::fill(wave_load.begin(), wave_load.end(), 0);
+  uint32_t most = 0;
+  for (const PostArgs& a : ops)
+    forEachEagerSend(a, [&](int peer) {
+      most = std::max(most, ++wave_load[static_cast<std::size_t>(peer)]);
+    });
+  return most;
+}
+
+void IpcBackend::State::enqueueOnStream(std::span<const PostArgs> ops, Stream& on,
+                                           const Stream* covered) {
+  Work& w = work;
+  w.clear();
+  if (eagerLoad(ops) <= eager_slots) {
+    for (const PostArgs& a : ops) add(a, w);
+    return enqueuePhased(w, on, covered);
+  }
+  const auto collective = std::find_if(ops.begin(), ops.end(),
+                                       [](const PostArgs& a) { return !isPointToPoint(a.type); });
+  for (const PostArgs& a : ops)
+    if (isPointToPoint(a.type))
+      throw ProgramError(fmt::format(
+          "ipc: {}: a group with a collective and more eager messages to one peer than its {} "
+          "slots (HIR_IPC_EAGER_SLOTS), and a {} ({}) that a wave of the group could leave "
+          "waiting; give the sends and recvs protocol 'put', or post the collective apart",
+          collective->path, eager_slots, toString(a.type), a.path));
+  // Every member cuts its group at the same ops: a collective's eager
+  // sends are the same on every member (one per peer).
+  std::fill(wave_load.begin(), wave_load.end(), 0);
+  for (const PostArgs& a : ops) {
+    bool fits = true;
+    forEachEagerSend(a, [&](int peer) {
+      if (wave_load[static_cast<std::size_t>(peer)] + 1 > eager_slots) fits = false;
+    });
+    if (!fits) {
+      enqueuePhased(w, on, covered);
+      w.clear();
+      covered = nullptr;  // the lanes' last messages ran on `on`
+      std::fill(wave_load.begin(), wave_load.end(), 0);
+    }
+    forEachEagerSend(a, [&](int peer) { ++wave_load[static_cast<std::size_t>(peer)]; });
+    add(a, w);
+  }
+  enqueuePhased(w, on, covered);
 }
 
 // Everything on `current` (enqueuePhased), unless a lane has more eager
-// sends than slots: then as post() does (each lane on its own stream).
+// sends than slots: then, without a collective, as post() does (each lane
+// on its own stream).
 bool IpcBackend::postJoined(std::span<const PostArgs> ops, Stream& current, Event& done) {
   State& st = *state_;
   HIR_INTERNAL_ASSERT(st.dev != nullptr, "ipc backend posted to before setup()");
   HIR_INTERNAL_ASSERT(!ops.empty(), "ipc: empty post");
   st.checkNotAborted(ops);
-  {
-    std::lock_guard lock(st.post_mutex);
-    Work& w = st.work;
-    w.clear();
-    for (const PostArgs& a : ops) st.add(a, w);
-    if (!st.overfull(w)) {
-      st.enqueuePhased(w, current, nullptr);
-      return true;  // no `done`: the lanes' tails order later messages
-    }
-    const auto collective = std::find_if(
-        ops.begin(), ops.end(), [](const PostArgs& a) { return !isPointToPoint(a.type); });
-    if (collective != ops.end()) st.refuseOverfull(*collective);
-    // Resolving again would number the eager messages twice.
-    st.enqueueDetached(w, current, done);
+  std::lock_guard lock(st.post_mutex);
+  const bool collective = std::any_of(ops.begin(), ops.end(),
+                                      [](const PostArgs& a) { return !isPointToPoint(a.type); });
+  if (collective || st.eagerLoad(ops) <= st.eager_slots) {
+    st.enqueueOnStream(ops, current, nullptr);
+    return true;  // no `done`: the lanes' tails order later messages
   }
+  Work& w = st.work;
+  w.clear();
+  for (const PostArgs& a : ops) w.steps.push_back(st.resolve(a));
+  st.enqueueDetached(w, current, done);
   return false;
 }
 

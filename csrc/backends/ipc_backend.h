@@ -34,7 +34,9 @@
 //   are messages of the same protocol between the team's members, listed by
 //   ipcCollectiveMessages (ipc_collectives.h), plus a local part: a copy of
 //   the member's own chunk, or one Device::reduce of the peers' buffers
-//   (read where they are, after their "ready", before "consumed").
+//   (read where they are, after their "ready", before "consumed"), or of
+//   the member's own eager slots that they wrote (after "done", before
+//   "free"). A group of more small collectives than slots runs in waves.
 // - Teardown needs no peer: once this rank's communications completed, the
 //   protocol guarantees that no peer touches its memory any more. After an
 //   abort (a failed run), nothing is waited for and nothing is freed.

@@ -66,33 +66,42 @@ std::string_view ipcCollectiveMessages(const CollectiveShape& s, std::vector<Col
                  std::size_t count, Protocol protocol) {
     out.push_back({f, t, from_output, from_offset, to_offset, count, protocol});
   };
+  // Every message of the copies and of one-shot carries c elements: up to
+  // the eager limit they go through the receiver's slots, with no round
+  // trip (the same decision on every member: c and the limit are).
+  const std::size_t eager_max = ipcEagerMaxBytes();
+  const bool eager = eager_max > 0 && c * dtypeSize(s.dtype) <= eager_max;
+  const Protocol copy = eager ? Protocol::Eager : Protocol::Put;
+  const std::string_view copies = eager ? "eager copies" : "copies";
   switch (s.type) {
     case CommType::Allgather:
       for (int k = 1; k < n; ++k) {
-        add(me, to(k), false, 0, me * c, c, Protocol::Put);
-        add(from(k), me, false, 0, from(k) * c, c, Protocol::Put);
+        add(me, to(k), false, 0, me * c, c, copy);
+        add(from(k), me, false, 0, from(k) * c, c, copy);
       }
-      return "copies";
+      return copies;
     case CommType::Broadcast:
       HIR_INTERNAL_ASSERT(s.root >= 0 && s.root < n, "ipc broadcast from member {} of {}", s.root,
                           n);
       for (int k = 1; k < n; ++k) {
         const int peer = (s.root + k) % n;
         if (me == s.root)
-          add(me, peer, false, 0, 0, c, Protocol::Put);
+          add(me, peer, false, 0, 0, c, copy);
         else if (peer == me)
-          add(s.root, me, false, 0, 0, c, Protocol::Put);
+          add(s.root, me, false, 0, 0, c, copy);
       }
-      return "copies";
+      return copies;
     case CommType::Alltoall:
+      // Eager copies read the whole input before any peer's chunk lands,
+      // but the put copies do not: one rule for both.
       HIR_CHECK(!s.in_place || n == 1,
                 "backend 'ipc' runs alltoall by copies into the peers' outputs while they read "
                 "their inputs, so it cannot run in place: give it an output apart from its input");
       for (int k = 1; k < n; ++k) {
-        add(me, to(k), false, to(k) * c, me * c, c, Protocol::Put);
-        add(from(k), me, false, me * c, from(k) * c, c, Protocol::Put);
+        add(me, to(k), false, to(k) * c, me * c, c, copy);
+        add(from(k), me, false, me * c, from(k) * c, c, copy);
       }
-      return "copies";
+      return copies;
     case CommType::ReduceScatter:
     case CommType::Allreduce: {
       HIR_CHECK(n <= kIpcMaxReduceMembers,
@@ -100,14 +109,17 @@ std::string_view ipcCollectiveMessages(const CollectiveShape& s, std::vector<Col
                 "{} has a team of {}",
                 kIpcMaxReduceMembers, toString(s.type), n);
       const bool scatter = s.type == CommType::ReduceScatter;
-      if (scatter || (!s.in_place && c * dtypeSize(s.dtype) <= ipcOneShotMaxBytes())) {
-        // Member me reads [me * c, +c) of each input (reduce_scatter) or all
-        // of it (allreduce).
+      if (eager || scatter || (!s.in_place && c * dtypeSize(s.dtype) <= ipcOneShotMaxBytes())) {
+        // Member me reduces [me * c, +c) of each input (reduce_scatter) or
+        // all of it (allreduce): read where it is (get), or pushed by each
+        // peer into me's slots (eager; in place too, since no peer reads
+        // what me overwrites).
+        const Protocol p = eager ? Protocol::Eager : Protocol::Get;
         for (int k = 1; k < n; ++k) {
-          add(me, to(k), false, scatter ? to(k) * c : 0, 0, c, Protocol::Get);
-          add(from(k), me, false, scatter ? me * c : 0, 0, c, Protocol::Get);
+          add(me, to(k), false, scatter ? to(k) * c : 0, 0, c, p);
+          add(from(k), me, false, scatter ? me * c : 0, 0, c, p);
         }
-        return "one-shot";
+        return eager ? "eager one-shot" : "one-shot";
       }
       // Reduce chunk me of every input into the own output, then put it into
       // every peer's output.

@@ -17,6 +17,10 @@
 //   read what the member overwrites); above it, or in place, "two-shot":
 //   member i reduces chunk i of every input into its own output (get), then
 //   puts that chunk into every peer's output (put).
+// - Small messages (a member's chunk up to ipcEagerMaxBytes()) go eager:
+//   "eager copies", and "eager one-shot" for allreduce (in place too) and
+//   reduce_scatter, whose reduction reads the peers' chunks from the
+//   member's own slots. No message then waits for its receiver.
 #pragma once
 
 #include <cstddef>

@@ -39,20 +39,28 @@ std::string program(const std::string& params, const std::string& body) {
                      params, body);
 }
 
-// How the backend numbers messages and splits allreduce. Wrap: message
-// numbers start 6 below 2^32 (HIR_IPC_SEQ_START), so that two runs of three
-// collectives cross the wrap on every lane.
-enum class Mode { Default, TwoShot, Counted, Wrap };
+// How the backend numbers messages and splits allreduce. Default: small
+// chunks (all but the large cases') go eager; NoEager turns eager off
+// (HIR_IPC_EAGER_MAX=0), so that they run put and get; TwoShot forces
+// allreduce to two-shot (eager off too, which would take it first). Wrap:
+// message numbers start 6 below 2^32 (HIR_IPC_SEQ_START), so that two runs
+// of three collectives cross the wrap on every lane.
+enum class Mode { Default, NoEager, TwoShot, Counted, CountedNoEager, Wrap, WrapNoEager };
 
 // Sets the environment of a mode for the lifetime of an evaluator.
 class ModeEnv {
  public:
   explicit ModeEnv(Mode m) {
+    if (m == Mode::NoEager || m == Mode::TwoShot || m == Mode::CountedNoEager ||
+        m == Mode::WrapNoEager)
+      ::setenv("HIR_IPC_EAGER_MAX", "0", 1);
     if (m == Mode::TwoShot) ::setenv("HIR_IPC_ONE_SHOT_MAX", "0", 1);
-    if (m == Mode::Counted) ::setenv("HIR_IPC_COUNTED", "1", 1);
-    if (m == Mode::Wrap) ::setenv("HIR_IPC_SEQ_START", "4294967290", 1);
+    if (m == Mode::Counted || m == Mode::CountedNoEager) ::setenv("HIR_IPC_COUNTED", "1", 1);
+    if (m == Mode::Wrap || m == Mode::WrapNoEager)
+      ::setenv("HIR_IPC_SEQ_START", "4294967290", 1);
   }
   ~ModeEnv() {
+    ::unsetenv("HIR_IPC_EAGER_MAX");
     ::unsetenv("HIR_IPC_ONE_SHOT_MAX");
     ::unsetenv("HIR_IPC_COUNTED");
     ::unsetenv("HIR_IPC_SEQ_START");
@@ -182,14 +190,14 @@ std::vector<Case> cases() {
   constexpr DType kAll[] = {DType::Float32, DType::Float64, DType::Float16, DType::BFloat16,
                             DType::Int32,   DType::Int64,   DType::UInt8};
   constexpr DType kSome[] = {DType::Float32, DType::BFloat16, DType::Int32, DType::UInt8};
-  for (Mode m : {Mode::Default, Mode::TwoShot, Mode::Counted})
+  for (Mode m : {Mode::Default, Mode::NoEager, Mode::TwoShot, Mode::Counted, Mode::CountedNoEager})
     for (bool in_place : {false, true}) {
       for (DType t : kAll) out.push_back({CommType::Allreduce, ReduceOp::Sum, t, 8, in_place, m});
-      if (m == Mode::Counted) continue;
+      if (m == Mode::Counted || m == Mode::CountedNoEager) continue;
       for (ReduceOp op : {ReduceOp::Prod, ReduceOp::Min, ReduceOp::Max, ReduceOp::Avg})
         for (DType t : kSome) out.push_back({CommType::Allreduce, op, t, 8, in_place, m});
     }
-  for (Mode m : {Mode::Default, Mode::Counted})
+  for (Mode m : {Mode::Default, Mode::NoEager, Mode::Counted, Mode::CountedNoEager})
     for (bool in_place : {false, true}) {
       for (DType t : kAll) {
         out.push_back({CommType::ReduceScatter, ReduceOp::Sum, t, 8, in_place, m});
@@ -200,13 +208,16 @@ std::vector<Case> cases() {
       out.push_back({CommType::ReduceScatter, ReduceOp::Max, DType::Int32, 8, in_place, m});
     }
   // Across the wrap of the message numbers at 2^32, with host and counted
-  // numbers alike (the counted ones start where the page does).
-  for (bool in_place : {false, true}) {
-    out.push_back({CommType::Allreduce, ReduceOp::Sum, DType::Int32, 8, in_place, Mode::Wrap});
-    out.push_back({CommType::Allgather, ReduceOp::Sum, DType::Int32, 8, in_place, Mode::Wrap});
+  // numbers alike (the counted ones start where the page does), eager or
+  // not.
+  for (Mode m : {Mode::Wrap, Mode::WrapNoEager}) {
+    for (bool in_place : {false, true}) {
+      out.push_back({CommType::Allreduce, ReduceOp::Sum, DType::Int32, 8, in_place, m});
+      out.push_back({CommType::Allgather, ReduceOp::Sum, DType::Int32, 8, in_place, m});
+    }
+    out.push_back({CommType::Alltoall, ReduceOp::Sum, DType::Int32, 8, false, m});
+    out.push_back({CommType::ReduceScatter, ReduceOp::Sum, DType::Int32, 8, false, m});
   }
-  out.push_back({CommType::Alltoall, ReduceOp::Sum, DType::Int32, 8, false, Mode::Wrap});
-  out.push_back({CommType::ReduceScatter, ReduceOp::Sum, DType::Int32, 8, false, Mode::Wrap});
   // Large and odd: uneven two-shot chunks, the copy engine and the
   // reduction kernel's vector path on GPUs.
   for (DType t : {DType::Float32, DType::Int32})
@@ -227,9 +238,15 @@ std::string caseName(const ::testing::TestParamInfo<Case>& info) {
                                  hasReduceOp(c.type) ? toString(c.op) : "copy", toString(c.dtype),
                                  c.n);
   if (c.in_place) name += "_inplace";
-  if (c.mode == Mode::TwoShot) name += "_twoshot";
-  if (c.mode == Mode::Counted) name += "_counted";
-  if (c.mode == Mode::Wrap) name += "_wrap";
+  switch (c.mode) {
+    case Mode::Default: break;
+    case Mode::NoEager: name += "_noeager"; break;
+    case Mode::TwoShot: name += "_twoshot"; break;
+    case Mode::Counted: name += "_counted"; break;
+    case Mode::CountedNoEager: name += "_counted_noeager"; break;
+    case Mode::Wrap: name += "_wrap"; break;
+    case Mode::WrapNoEager: name += "_wrap_noeager"; break;
+  }
   return name;
 }
 
@@ -280,10 +297,12 @@ TEST(IpcCollectivesCheck, ACollectiveAndASendInAnotherOrderOnTheirTwoRanksAreRej
   EXPECT_THAT(e.what(), HasSubstr("is recv 'r'; backend 'ipc' runs collectives as messages"));
 }
 
-// In place on rank 0 (two-shot), out of place on the others (one-shot):
-// their messages would not pair.
+// Eager off: in place on rank 0 (two-shot), out of place on the others
+// (one-shot): their messages would not pair. (Eager, both are eager
+// one-shot, in the seeded cases above.)
 TEST(IpcCollectivesCheck, RanksThatPickDifferentAllreduceAlgorithmsAreRejected) {
   HIR_REQUIRE_WORLD_AT_LEAST(2);
+  ModeEnv env(Mode::NoEager);
   const ValidationError e = loadFails(R"(
     {"op": "allocate", "name": "x", "dtype": "int32", "shape": ["n"]},
     {"op": "allocate", "name": "y", "dtype": "int32", "shape": ["n"]},
@@ -343,7 +362,7 @@ TEST(IpcCollectivesCheck, AnAlltoallInPlaceIsRejectedNamingTheNode) {
 // An allgather and a ring of sends and recvs, posted as one group on ipc:
 // the ring's messages and the allgather's share the lanes, in order.
 TEST(IpcCollectives, AGroupOfAnAllgatherAndARingRunsBothOverIterations) {
-  for (Mode m : {Mode::Default, Mode::Counted}) {
+  for (Mode m : {Mode::Default, Mode::Counted, Mode::NoEager, Mode::CountedNoEager}) {
     ModeEnv env(m);
     Session session(test::world(), SessionOptions{testDevice()});
     Evaluator ev(session, parseProgram(program(R"("n": 64)", R"(
@@ -381,9 +400,11 @@ TEST(IpcCollectives, AGroupOfAnAllgatherAndARingRunsBothOverIterations) {
 // Get messages of a ring listed before an allreduce in one group: on the
 // lane from the previous rank, the ring's copy runs after the allreduce's
 // reduction although it comes first, so in counted mode the lane's counter
-// must advance at the copy, the part enqueued last.
+// must advance at the copy, the part enqueued last (eager off: the
+// allreduce's messages are get messages of the same lane; eager on, they
+// have counters of their own).
 TEST(IpcCollectives, AGroupOfGetMessagesBeforeAnAllreduceRunsBothOverIterations) {
-  for (Mode m : {Mode::Default, Mode::Counted}) {
+  for (Mode m : {Mode::Default, Mode::Counted, Mode::NoEager, Mode::CountedNoEager}) {
     ModeEnv env(m);
     Session session(test::world(), SessionOptions{testDevice()});
     Evaluator ev(session, parseProgram(program(R"("n": 64)", R"(
@@ -412,8 +433,89 @@ TEST(IpcCollectives, AGroupOfGetMessagesBeforeAnAllreduceRunsBothOverIterations)
     ev.run();
     ev.synchronize();
     const RunReport r = ev.report();
-    EXPECT_TRUE(r.ok()) << (m == Mode::Counted ? "counted: " : "") << r.format();
+    EXPECT_TRUE(r.ok()) << "mode " << static_cast<int>(m) << ": " << r.format();
     EXPECT_EQ(r.checks_run, 8u);
+  }
+}
+
+// More small collectives in one group than eager slots (2 here): the group
+// runs in waves that each fit, joined or not, with host and counted message
+// numbers, over iterations (each wave's sends wait for the slots the last
+// wave's freed).
+TEST(IpcCollectives, AGroupOfMoreSmallCollectivesThanSlotsRunsInWaves) {
+  for (const char* between : {"", R"({"op": "fill", "tensor": "other", "value": 1},)"})
+    for (Mode m : {Mode::Default, Mode::Counted}) {
+      ModeEnv env(m);
+      ::setenv("HIR_IPC_EAGER_SLOTS", "2", 1);
+      Session session(test::world(), SessionOptions{testDevice()});
+      std::string group, checks;
+      for (int k = 0; k < 5; ++k) {
+        group += fmt::format(R"({}{{"op": "communication", "name": "ag{}", "type": "allgather",
+          "input": "x", "output": "all{}", "backend": "ipc"}})",
+                             k == 0 ? "" : ",", k, k);
+        checks += fmt::format(R"(,{{"op": "for", "index": "c", "start": 0, "stop": "world",
+          "body": [{{"op": "check", "tensor": "all{}[c]", "value": "c * 100 + it", "step": 1}}]}})",
+                              k);
+      }
+      std::string allocs;
+      for (int k = 0; k < 5; ++k)
+        allocs += fmt::format(R"({{"op": "allocate", "name": "all{}", "dtype": "float32",
+          "shape": ["world", "n"]}},)",
+                              k);
+      Evaluator ev(session, parseProgram(program(R"("n": 16)", fmt::format(R"(
+        {{"op": "allocate", "name": "x", "dtype": "float32", "shape": ["n"]}},
+        {{"op": "allocate", "name": "sum", "dtype": "float32", "shape": ["n"]}},
+        {{"op": "allocate", "name": "other", "dtype": "float32", "shape": ["n"]}}, {}
+        {{"op": "for", "index": "it", "start": 0, "stop": 3, "body": [
+          {{"op": "fill", "tensor": "x", "value": "rank * 100 + it", "step": 1}},
+          {{"op": "fill", "tensor": "sum", "value": -7}},
+          {{"op": "group", "name": "g", "body": [{},
+            {{"op": "communication", "name": "ar", "type": "allreduce", "input": "x",
+             "output": "sum", "reduce": "sum", "backend": "ipc"}}]}}, {}
+          {{"op": "wait", "communication": "g"}},
+          {{"op": "check", "tensor": "sum", "value": "50 * world * (world - 1) + world * it",
+           "step": "world"}} {}]}})",
+                                                                            allocs, group, between,
+                                                                            checks))),
+                   options());
+      ev.run();
+      ev.synchronize();
+      const RunReport r = ev.report();
+      ::unsetenv("HIR_IPC_EAGER_SLOTS");
+      EXPECT_TRUE(r.ok()) << "mode " << static_cast<int>(m) << between << ": " << r.format();
+      EXPECT_EQ(r.checks_run, 3u * (1 + 5 * static_cast<uint64_t>(test::world().world())));
+    }
+}
+
+// Such a group with a send and a recv in it is refused when it is posted:
+// its waves could leave the recv waiting for a peer's send in a later wave.
+TEST(IpcCollectives, AGroupOfMoreSmallCollectivesThanSlotsWithASendIsRefusedNamingBoth) {
+  HIR_REQUIRE_WORLD_AT_LEAST(2);
+  ::setenv("HIR_IPC_EAGER_SLOTS", "1", 1);
+  Session session(test::world(), SessionOptions{testDevice()});
+  Evaluator ev(session, parseProgram(program(R"("n": 16)", R"(
+    {"op": "allocate", "name": "x", "dtype": "float32", "shape": ["n"]},
+    {"op": "allocate", "name": "all", "dtype": "float32", "shape": ["world", "n"]},
+    {"op": "allocate", "name": "from_prev", "dtype": "float32", "shape": ["n"]},
+    {"op": "group", "name": "g", "body": [
+      {"op": "communication", "name": "ag", "type": "allgather", "input": "x",
+       "output": "all", "backend": "ipc"},
+      {"op": "communication", "name": "s", "type": "send", "tensor": "x",
+       "peer": "(rank + 1) % world", "backend": "ipc"},
+      {"op": "communication", "name": "r", "type": "recv", "tensor": "from_prev",
+       "peer": "(rank - 1 + world) % world", "backend": "ipc"}
+    ]},
+    {"op": "wait", "communication": "g"})")),
+               options());
+  ::unsetenv("HIR_IPC_EAGER_SLOTS");
+  try {
+    ev.run();
+    ev.synchronize();
+    ADD_FAILURE() << "the group ran";
+  } catch (const ProgramError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("more eager messages to one peer than its 1 slots"));
+    EXPECT_THAT(e.what(), HasSubstr("/body/3/body/0"));
+    EXPECT_THAT(e.what(), HasSubstr("a send (/body/3/body/1)"));
   }
 }
 

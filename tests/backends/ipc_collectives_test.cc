@@ -9,6 +9,7 @@
 
 #include <cstdlib>
 #include <map>
+#include <set>
 #include <tuple>
 #include <vector>
 
@@ -40,17 +41,23 @@ bool operator==(const CollectiveMessage& a, const CollectiveMessage& b) {
 }
 
 // Every shape the backend runs: team sizes 1..9, counts around the chunk
-// boundaries, every root, in and out of place (alltoall: out only).
+// boundaries, every root, in and out of place (alltoall: out only); with
+// eager on (its limit 64 bytes: 16 floats, so that the larger counts are
+// put and get) and off.
 template <class F>
 void forEveryShape(F&& f) {
-  for (CommType type : kTypes)
-    for (int n = 1; n <= 9; ++n)
-      for (std::size_t count : {0, 1, 5, 7, 1000})
-        for (bool in_place : {false, true})
-          for (int root = 0; root < (type == CommType::Broadcast ? n : 1); ++root) {
-            if (type == CommType::Alltoall && in_place && n > 1) continue;
-            f(CollectiveShape{type, DType::Float32, count, n, 0, root, in_place});
-          }
+  for (const char* eager_max : {"64", "0"}) {
+    ::setenv("HIR_IPC_EAGER_MAX", eager_max, 1);
+    for (CommType type : kTypes)
+      for (int n = 1; n <= 9; ++n)
+        for (std::size_t count : {0, 1, 5, 7, 16, 17, 1000})
+          for (bool in_place : {false, true})
+            for (int root = 0; root < (type == CommType::Broadcast ? n : 1); ++root) {
+              if (type == CommType::Alltoall && in_place && n > 1) continue;
+              f(CollectiveShape{type, DType::Float32, count, n, 0, root, in_place});
+            }
+  }
+  ::unsetenv("HIR_IPC_EAGER_MAX");
 }
 
 TEST(IpcCollectives, EveryMemberListsEachPairsMessagesAlike) {
@@ -77,9 +84,10 @@ TEST(IpcCollectives, EveryMemberListsEachPairsMessagesAlike) {
   });
 }
 
-// What lands in a member's output: the put messages it receives, its own
-// chunk (copied locally, or reduced), and, for a reduction, the chunk it
-// reduces from get messages. Each element exactly once.
+// What lands in a member's output: the put (or eager) messages it
+// receives, its own chunk (copied locally, or reduced), and, for a
+// reduction, the chunk it reduces from get (or eager) messages. Each
+// element exactly once.
 TEST(IpcCollectives, WhatAMemberReceivesAndItsOwnChunkCoverItsOutputOnce) {
   forEveryShape([](const CollectiveShape& s) {
     std::string_view algorithm;
@@ -99,8 +107,9 @@ TEST(IpcCollectives, WhatAMemberReceivesAndItsOwnChunkCoverItsOutputOnce) {
       bool reduces = s.type == CommType::Allreduce || s.type == CommType::ReduceScatter;
       for (const CollectiveMessage& m : all[static_cast<std::size_t>(me)]) {
         if (m.to != me) continue;
-        if (m.protocol == Protocol::Put) cover(m.to_offset, m.count);
-        if (m.protocol == Protocol::Get) {
+        const bool source = m.protocol == Protocol::Get || (reduces && m.protocol == Protocol::Eager);
+        if (!source) cover(m.to_offset, m.count);
+        if (source) {
           ASSERT_TRUE(reduces) << "a get message outside a reduction";
           reduced_begin = m.to_offset;
           reduced_count = m.count;
@@ -123,6 +132,7 @@ TEST(IpcCollectives, WhatAMemberReceivesAndItsOwnChunkCoverItsOutputOnce) {
 }
 
 TEST(IpcCollectives, AllreduceIsOneShotUpToTheLimitAndTwoShotAboveItOrInPlace) {
+  ::setenv("HIR_IPC_EAGER_MAX", "0", 1);  // eager would take the small ones first
   ::setenv("HIR_IPC_ONE_SHOT_MAX", "4096", 1);
   std::vector<CollectiveMessage> out;
   CollectiveShape s{CommType::Allreduce, DType::Float32, 1024, 4, 1, 0, false};
@@ -143,6 +153,47 @@ TEST(IpcCollectives, AllreduceIsOneShotUpToTheLimitAndTwoShotAboveItOrInPlace) {
   EXPECT_EQ(ipcCollectiveMessages(s, out), "one-shot") << "the default limit is 256 KiB";
   s.count += 1;
   EXPECT_EQ(ipcCollectiveMessages(s, out), "two-shot");
+  ::unsetenv("HIR_IPC_EAGER_MAX");
+}
+
+// Up to the eager limit (16 KiB by default), per message: a chunk that fits
+// goes eager, in place too for a reduction (the peers read their slots),
+// and every message of the collective alike.
+TEST(IpcCollectives, ChunksUpToTheEagerLimitGoEagerInPlaceToo) {
+  std::vector<CollectiveMessage> out;
+  auto protocols = [&] {
+    std::set<Protocol> p;
+    for (const CollectiveMessage& m : out) p.insert(m.protocol);
+    return p;
+  };
+  const std::set<Protocol> eager{Protocol::Eager};
+  CollectiveShape s{CommType::Allreduce, DType::Float32, 4096, 4, 1, 0, false};
+  EXPECT_EQ(ipcCollectiveMessages(s, out), "eager one-shot");
+  EXPECT_EQ(out.size(), 6u);  // from and to each of 3 peers, as get's one-shot
+  EXPECT_EQ(protocols(), eager);
+  s.in_place = true;
+  EXPECT_EQ(ipcCollectiveMessages(s, out), "eager one-shot");
+  s.count = 4097;  // 16 KiB + 4: two-shot in place, one-shot by get out of place
+  EXPECT_EQ(ipcCollectiveMessages(s, out), "two-shot");
+  s.in_place = false;
+  EXPECT_EQ(ipcCollectiveMessages(s, out), "one-shot");
+  s.type = CommType::ReduceScatter;  // chunk c of each input
+  EXPECT_EQ(ipcCollectiveMessages(s, out), "one-shot");
+  s.count = 4096;
+  EXPECT_EQ(ipcCollectiveMessages(s, out), "eager one-shot");
+  for (CommType t : {CommType::Allgather, CommType::Broadcast, CommType::Alltoall}) {
+    s.type = t;
+    s.count = 4096;
+    EXPECT_EQ(ipcCollectiveMessages(s, out), "eager copies") << toString(t);
+    EXPECT_EQ(protocols(), eager) << toString(t);
+    s.count = 4097;
+    EXPECT_EQ(ipcCollectiveMessages(s, out), "copies") << toString(t);
+    EXPECT_EQ(protocols(), std::set<Protocol>{Protocol::Put}) << toString(t);
+  }
+  ::setenv("HIR_IPC_EAGER_MAX", "0", 1);  // off
+  s.count = 1;
+  EXPECT_EQ(ipcCollectiveMessages(s, out), "copies");
+  ::unsetenv("HIR_IPC_EAGER_MAX");
 }
 
 TEST(IpcCollectives, AlltoallInPlaceIsRefusedSayingWhy) {
@@ -158,7 +209,7 @@ TEST(IpcCollectives, AlltoallInPlaceIsRefusedSayingWhy) {
 TEST(IpcCollectives, ATeamLargerThanANodeIsRefusedSoTheCheckStaysSmall) {
   std::vector<CollectiveMessage> out;
   EXPECT_EQ(ipcCollectiveMessages({CommType::Allgather, DType::Int32, 4, 64, 0, 0, false}, out),
-            "copies");
+            "eager copies");
   EXPECT_EQ(out.size(), 126u);
   try {
     ipcCollectiveMessages({CommType::Allgather, DType::Int32, 4, 65, 0, 0, false}, out);

@@ -611,8 +611,10 @@ TEST(HirCli, GraphModeRefusesWhatCannotBeCaptured) {
 // the node that stops it (only in a build with the nccl backend).
 // What auto decided for messages through peer-mapped memory: the example's
 // 8-byte and 4 KiB messages are eager (auto, and eager asked for), its
-// 64 KiB one put (4 iterations x 2 ranks x (22 + 1)); collectives' messages
-// are put and get; a program without ipc prints no such line.
+// 64 KiB one put (4 iterations x 2 ranks x (22 + 1)); collectives' 32 KiB
+// chunks are put and get, 1 KiB ones eager (put and get with eager off,
+// where the in-place allreduce is two-shot: more messages); a program
+// without ipc prints no such line.
 TEST(HirCli, CheckCountsThePeerMappedMessagesOfARunByProtocol) {
   CommandResult eager = hir({"check", example("eager_messages_ipc.json"), "--world", "2"});
   ASSERT_EQ(eager.exit_code, 0) << eager.out << eager.err;
@@ -623,6 +625,11 @@ TEST(HirCli, CheckCountsThePeerMappedMessagesOfARunByProtocol) {
   CommandResult collectives = hir({"check", example("collectives_ipc.json"), "--world", "4"});
   ASSERT_EQ(collectives.exit_code, 0) << collectives.out << collectives.err;
   EXPECT_NE(collectives.out.find("ipc: 81 put, 72 get\n"), std::string::npos) << collectives.out;
+  CommandResult small = hir({"check", example("eager_collectives_ipc.json"), "--world", "4"});
+  EXPECT_NE(small.out.find("ipc: 444 eager\n"), std::string::npos) << small.out;
+  CommandResult eager_off = runCommand({"env", "HIR_IPC_EAGER_MAX=0", hirBinary(), "check",
+                                        example("eager_collectives_ipc.json"), "--world", "4"});
+  EXPECT_NE(eager_off.out.find("ipc: 156 put, 336 get\n"), std::string::npos) << eager_off.out;
   CommandResult none = hir({"check", example("ring_exchange.json"), "--world", "2"});
   EXPECT_EQ(none.out.find("peer-mapped"), std::string::npos) << none.out;
 }
