@@ -553,29 +553,31 @@ void IpcBackend::State::addCollective(const PostArgs& a, Work& w) {
   }
 }
 
+// One device step: the senders' "ready" (eager: "done"), the reduction,
+// then "consumed" ("free") and, in counted mode, the lanes' advance; counted
+// eager sources are found on the device, in the slot of their number.
 void IpcBackend::State::reduce(Stream& on, Work& w, int u) {
-  // The senders' "ready" (or "done": eager), then the reduction, then
-  // "consumed" ("free"): a counted step's wait and its signal, split around
-  // the kernel. Counted eager sources are found on the device, in the slot
-  // of their number (as the steps' own waits find it).
-  ReduceRing ring;
-  bool in_slots = false;
+  ReduceSync sync;
+  sync.release = counted ? releaseWord() : nullptr;
   for (const Step& s : w.steps) {
     if (s.unit != u) continue;
-    waitFor(on, s, 0);
-    if (s.slots == 0) continue;
-    in_slots = true;
-    ring.counters[static_cast<std::size_t>(s.source)] = s.counter;
-    ring.offsets[static_cast<std::size_t>(s.source)] = s.offset;
-    ring.slots = s.slots;
-    ring.stride = s.src_stride;
+    HIR_INTERNAL_ASSERT(s.wait_back == 0 && s.wait_seq == s.seq,
+                        "ipc: a reduction source waits for {} and signals {}", s.wait_seq, s.seq);
+    const auto j = static_cast<std::size_t>(s.source);
+    sync.counters[j] = s.counter;
+    sync.numbers[j] = s.counter != nullptr ? s.offset : s.seq;
+    sync.advances[j] = s.counter != nullptr ? s.advance : 0;
+    sync.waits[j] = s.await;
+    sync.signals[j] = s.signal;
+    sync.slotted[j] = s.slots > 0;
+    if (s.slots > 0) {
+      sync.slots = s.slots;
+      sync.stride = s.src_stride;
+    }
   }
   const ReduceUnit& r = w.units[static_cast<std::size_t>(u)];
-  if (r.count > 0)
-    dev->reduce(on, r.dst, r.srcs.data(), static_cast<std::size_t>(r.members), r.dtype, r.op,
-                r.count, in_slots ? &ring : nullptr);
-  for (const Step& s : w.steps)
-    if (s.unit == u) signalTo(on, s, s.advance);
+  dev->reduce(on, r.dst, r.srcs.data(), static_cast<std::size_t>(r.members), r.dtype, r.op,
+              r.count, &sync);
 }
 
 // On the lane's stream, after the poster's `ready` event and the lane's

@@ -37,21 +37,31 @@ bool isMatmulDType(DType t) {
 }  // namespace
 
 void checkReduceArgs(void* dst, const void* const* srcs, std::size_t sources, std::size_t count,
-                     const ReduceRing* ring, std::string_view device) {
+                     const ReduceSync* sync, std::string_view device) {
   HIR_INTERNAL_ASSERT(sources >= 1 && sources <= kMaxReduceSources,
                       "{} reduce of {} sources (1 to {} allowed)", device, sources,
                       kMaxReduceSources);
+  if (sync != nullptr) {
+    for (std::size_t j = sources; j < kMaxReduceSources; ++j)
+      HIR_INTERNAL_ASSERT(sync->counters[j] == nullptr && sync->waits[j] == nullptr &&
+                              sync->signals[j] == nullptr && !sync->slotted[j],
+                          "{} reduce of {} sources with a sync part for source {}", device,
+                          sources, j);
+    const bool ring = std::find(sync->slotted.begin(), sync->slotted.end(), true) !=
+                      sync->slotted.end();
+    HIR_INTERNAL_ASSERT(!ring || (sync->slots > 0 && (sync->slots & (sync->slots - 1)) == 0),
+                        "{} reduce: a ring of {} slots (a power of two expected)", device,
+                        sync->slots);
+    for (std::size_t j = 0; j < sources; ++j)
+      for (const void* a : {static_cast<const void*>(sync->counters[j]),
+                            static_cast<const void*>(sync->waits[j]),
+                            static_cast<const void*>(sync->signals[j])})
+        HIR_INTERNAL_ASSERT(reinterpret_cast<uintptr_t>(a) % alignof(uint32_t) == 0,
+                            "{} reduce: misaligned semaphore {} of source {}", device, a, j);
+  }
   if (count == 0) return;
   HIR_INTERNAL_ASSERT(dst != nullptr && std::find(srcs, srcs + sources, nullptr) == srcs + sources,
                       "{} reduce of {} elements with a null buffer", device, count);
-  if (ring == nullptr) return;
-  HIR_INTERNAL_ASSERT(ring->slots > 0 && (ring->slots & (ring->slots - 1)) == 0,
-                      "{} reduce: a ring of {} slots (a power of two expected)", device,
-                      ring->slots);
-  for (std::size_t j = sources; j < kMaxReduceSources; ++j)
-    HIR_INTERNAL_ASSERT(ring->counters[j] == nullptr,
-                        "{} reduce of {} sources with a ring counter for source {}", device,
-                        sources, j);
 }
 
 void checkMatmulArgs(const MatmulArgs& x, std::string_view device) {

@@ -36,7 +36,7 @@ void Device::add(Stream&, void*, const void*, const void*, DType, std::size_t) {
   throwUnsupported(*this, "compute", "add");
 }
 void Device::reduce(Stream&, void*, const void* const*, std::size_t, DType, ReduceOp, std::size_t,
-                    const ReduceRing*) {
+                    const ReduceSync*) {
   throwUnsupported(*this, "reduce", "reduce");
 }
 void* Device::nativeStream(Stream&) { return nullptr; }

@@ -756,6 +756,12 @@ namespace {
 
 using ReduceSources = std::array<const void*, kMaxReduceSources>;
 
+// Polls *word until (int32_t)(*word - at_least) >= 0, *release != 0 (when
+// given) or the device failed; throws after the device's stream wait limit
+// (defined with the semaphores below).
+void pollValue(HostDevice::Impl* dev, uint32_t* word, uint32_t at_least, uint32_t* release,
+               const char* what);
+
 // Bytes of each step of a reduce: small enough for the worker's stack and
 // its core's cache.
 constexpr std::size_t kReduceBlockBytes = 4096;
@@ -781,27 +787,39 @@ void hostReduce(void* dst, const ReduceSources& srcs, int n, DType t, ReduceOp o
 
 }  // namespace
 
-// A ring's sources are found when the task runs, from their counters.
+// With sync, one task: the numbers from the counters when it runs, the
+// waits, the sources in their slots, the reduction, the signals, the
+// counters' advance.
 void HostDevice::reduce(Stream& s, void* dst, const void* const* srcs, std::size_t sources,
-                        DType t, ReduceOp op, std::size_t count, const ReduceRing* ring) {
-  checkReduceArgs(dst, srcs, sources, count, ring, "host");
-  if (count == 0) return;
+                        DType t, ReduceOp op, std::size_t count, const ReduceSync* sync) {
+  checkReduceArgs(dst, srcs, sources, count, sync, "host");
+  if (count == 0 && sync == nullptr) return;
   ReduceSources from{};
   std::copy(srcs, srcs + sources, from.begin());
   const int n = static_cast<int>(sources);
-  if (ring == nullptr)
+  if (sync == nullptr)
     return impl_->stream(s).worker().enqueue([=] { hostReduce(dst, from, n, t, op, count); });
-  impl_->stream(s).worker().enqueue([=, r = *ring]() mutable {
-    for (int j = 0; j < n; ++j) {
-      const uint32_t* c = r.counters[static_cast<std::size_t>(j)];
-      if (c == nullptr) continue;
-      const uint32_t v = std::atomic_ref<uint32_t>(*const_cast<uint32_t*>(c))
-                             .load(std::memory_order_relaxed) +
-                         r.offsets[static_cast<std::size_t>(j)];
-      from[static_cast<std::size_t>(j)] =
-          static_cast<const char*>(from[static_cast<std::size_t>(j)]) + (v & (r.slots - 1)) * r.stride;
+  Impl* dev = impl_.get();
+  impl_->stream(s).worker().enqueue([=, y = *sync]() mutable {
+    std::array<uint32_t, kMaxReduceSources> v{};
+    for (std::size_t j = 0; j < static_cast<std::size_t>(n); ++j) {
+      v[j] = y.numbers[j];
+      if (y.counters[j] != nullptr)
+        v[j] += std::atomic_ref<uint32_t>(*y.counters[j]).load(std::memory_order_relaxed);
+      if (y.waits[j] != nullptr)
+        pollValue(dev, const_cast<uint32_t*>(y.waits[j]), v[j],
+                  const_cast<uint32_t*>(y.release), "reduce");
+      if (y.slotted[j])
+        from[j] = static_cast<const char*>(from[j]) + (v[j] & (y.slots - 1)) * y.stride;
     }
-    hostReduce(dst, from, n, t, op, count);
+    if (count > 0) hostReduce(dst, from, n, t, op, count);
+    for (std::size_t j = 0; j < static_cast<std::size_t>(n); ++j) {
+      if (y.signals[j] != nullptr)
+        std::atomic_ref<uint32_t>(*y.signals[j]).store(v[j], std::memory_order_release);
+      if (y.counters[j] != nullptr && y.advances[j] != 0)
+        std::atomic_ref<uint32_t>(*y.counters[j])
+            .store(v[j] - y.numbers[j] + y.advances[j], std::memory_order_relaxed);
+    }
   });
 }
 

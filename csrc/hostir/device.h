@@ -89,15 +89,32 @@ enum class DeviceFeature : uint8_t {
 // The most sources one Device::reduce combines.
 inline constexpr std::size_t kMaxReduceSources = 16;
 
-// Sources of a Device::reduce that lie in rings of slots whose slot is known
-// only on the device (ipc's eager messages in graph mode): source j with
-// counters[j] != nullptr is srcs[j] + (v % slots) * stride, where
-// v = *counters[j] + offsets[j] is read when the reduction runs, as a
-// CountedStep finds its slot. slots is a power of two; stride and every
-// such srcs[j] keep the alignment of the other sources.
-struct ReduceRing {
-  std::array<const uint32_t*, kMaxReduceSources> counters{};
-  std::array<uint32_t, kMaxReduceSources> offsets{};
+// What a Device::reduce does around its reduction for a protocol whose
+// sources are peers' messages (ipc's one-shot reductions), so that waiting
+// for the senders, reducing and answering them is one step. For each source
+// j with waits[j] or signals[j] or counters[j], its number is
+// v = (counters[j] != nullptr ? *counters[j] : 0) + numbers[j], read when the
+// step runs (a counter: in this device's memory, as CountedStep's), and in
+// order:
+// - wait until (int32_t)(*waits[j] - v) >= 0 (the cyclic compare of
+//   waitValue), or until *release != 0 (release may be null; the step then
+//   goes on with whatever is there: the run failed);
+// - source j is srcs[j], or, with slotted[j], srcs[j] + (v % slots) * stride
+//   (a ring of slots, a power of two: ipc's eager messages; stride keeps the
+//   sources' alignment);
+// - the reduction;
+// - store v into *signals[j], after every source was read and dst written,
+//   visible to whoever sees the value (release at system scope);
+// - *counters[j] += advances[j].
+// With sync, a reduce of no elements still waits and signals.
+struct ReduceSync {
+  std::array<uint32_t*, kMaxReduceSources> counters{};
+  std::array<uint32_t, kMaxReduceSources> numbers{};
+  std::array<uint32_t, kMaxReduceSources> advances{};
+  std::array<const uint32_t*, kMaxReduceSources> waits{};
+  std::array<uint32_t*, kMaxReduceSources> signals{};
+  std::array<bool, kMaxReduceSources> slotted{};
+  const uint32_t* release = nullptr;
   uint32_t slots = 0;
   std::size_t stride = 0;
 };
@@ -219,10 +236,11 @@ class Device {
   // rank reducing the same sources in the same order gets the same bits; avg: the sum, then divided
   // by `sources` in the dtype (integers truncate toward zero). dst may be one of the sources
   // (each element is read before it is written); sources may be a peer's mapped memory (ipc).
-  // srcs[0, sources), 1 <= sources <= kMaxReduceSources; the pointer list and `ring` (null:
-  // every source is where srcs says) are copied before the call returns.
+  // srcs[0, sources), 1 <= sources <= kMaxReduceSources; the pointer list and `sync` (null:
+  // every source is where srcs says, nothing waited for or signaled; see ReduceSync) are
+  // copied before the call returns.
   virtual void reduce(Stream& s, void* dst, const void* const* srcs, std::size_t sources, DType t,
-                      ReduceOp op, std::size_t count, const ReduceRing* ring);
+                      ReduceOp op, std::size_t count, const ReduceSync* sync);
   void reduce(Stream& s, void* dst, const void* const* srcs, std::size_t sources, DType t,
               ReduceOp op, std::size_t count) {
     reduce(s, dst, srcs, sources, t, op, count, nullptr);

@@ -744,15 +744,16 @@ TEST(CudaDevice, ReduceFindsRingSourcesInTheSlotTheirCountersNameAtEachReplay) {
   upload(ring_buf.data(), ring_image.data(), kSlots * kStride);
   const std::vector<int32_t> sevens(kCount, 7);
   upload(plain.data(), sevens.data(), kCount * sizeof(int32_t));
-  ReduceRing ring;
-  ring.counters[1] = static_cast<const uint32_t*>(counter.data());
-  ring.offsets[1] = 3;
-  ring.slots = kSlots;
-  ring.stride = kStride;
+  ReduceSync sync;
+  sync.counters[1] = static_cast<uint32_t*>(counter.data());
+  sync.numbers[1] = 3;
+  sync.slotted[1] = true;
+  sync.slots = kSlots;
+  sync.stride = kStride;
   device->beginCapture(*s);
   const std::vector<const void*> srcs = {plain.data(), ring_buf.data()};
   device->reduce(*s, dst.data(), srcs.data(), srcs.size(), DType::Int32, ReduceOp::Sum, kCount,
-                 &ring);
+                 &sync);
   std::unique_ptr<Graph> graph = device->endCapture(*s);
   for (const uint32_t c : {0u, 2u, 0xFFFFFFFEu}) {  // slots 3, 1, then (2^32 + 1) % 4 = 1
     upload(counter.data(), &c, sizeof c);
@@ -764,6 +765,61 @@ TEST(CudaDevice, ReduceFindsRingSourcesInTheSlotTheirCountersNameAtEachReplay) {
       int32_t v = 0;
       std::memcpy(&v, got.data() + i * sizeof v, sizeof v);
       ASSERT_EQ(v, static_cast<int32_t>(7 + 1000 * k + i)) << "counter " << c << ", element " << i;
+    }
+  }
+}
+
+// A reduce with waits and signals captured into a graph, of few elements
+// (one fused kernel), of many (a wait kernel, the grid's reduction, a
+// signal kernel) and of none: at each replay it waits for both semaphores
+// (set before the replay: a host-numbered source, 7, and a counted one,
+// counter + 2), signals each number and advances the counter by 3.
+TEST(CudaDevice, ReduceWithSyncWaitsSignalsAndAdvancesAtEachReplay) {
+  HIR_REQUIRE_GPUS(1);
+  auto device = makeCudaDevice();
+  auto s = device->createStream();
+  for (const std::size_t count : {std::size_t{5}, std::size_t{1} << 20, std::size_t{0}}) {
+    const std::size_t bytes = std::max<std::size_t>(count, 1) * sizeof(int32_t);
+    Buffer a(*device, bytes), b(*device, bytes), c(*device, bytes), dst(*device, bytes);
+    Buffer words(*device, 8 * sizeof(uint32_t));  // wait a, wait b, signal a, signal b, counter
+    auto* w = static_cast<uint32_t*>(words.data());
+    const std::vector<int32_t> ones(bytes / sizeof(int32_t), 1), poison(bytes / sizeof(int32_t), -7);
+    for (Buffer* x : {&a, &b, &c}) upload(x->data(), ones.data(), bytes);
+    const uint32_t start[8] = {7, 12, 0, 0, 10, 0, 0, 0};
+    upload(w, start, sizeof start);
+    ReduceSync sync;
+    sync.waits[1] = w + 0;
+    sync.signals[1] = w + 2;
+    sync.numbers[1] = 7;
+    sync.counters[2] = w + 4;
+    sync.numbers[2] = 2;
+    sync.advances[2] = 3;
+    sync.waits[2] = w + 1;
+    sync.signals[2] = w + 3;
+    sync.release = w + 5;
+    device->beginCapture(*s);
+    const std::vector<const void*> srcs = {a.data(), b.data(), c.data()};
+    device->reduce(*s, dst.data(), srcs.data(), srcs.size(), DType::Int32, ReduceOp::Sum, count,
+                   &sync);
+    std::unique_ptr<Graph> graph = device->endCapture(*s);
+    for (uint32_t replay = 0; replay < 2; ++replay) {
+      const uint32_t v = 12 + 3 * replay;  // the counted source's number at this replay
+      upload(w + 1, &v, sizeof v);
+      upload(dst.data(), poison.data(), bytes);
+      device->launchGraph(*graph, *s);
+      device->synchronize(*s, testTimeout());
+      const std::vector<std::byte> got = readBack(w, 8 * sizeof(uint32_t));
+      uint32_t seen[8];
+      std::memcpy(seen, got.data(), sizeof seen);
+      EXPECT_EQ(seen[2], 7u) << count << " elements, replay " << replay;
+      EXPECT_EQ(seen[3], v) << count << " elements, replay " << replay;
+      EXPECT_EQ(seen[4], v + 1) << count << " elements, replay " << replay;  // v - 2 + 3
+      const std::vector<std::byte> out = readBack(dst.data(), bytes);
+      int32_t first = 0, last = 0;
+      std::memcpy(&first, out.data(), sizeof first);
+      std::memcpy(&last, out.data() + bytes - sizeof last, sizeof last);
+      EXPECT_EQ(first, count > 0 ? 3 : -7) << count << " elements, replay " << replay;
+      EXPECT_EQ(last, count > 0 ? 3 : -7) << count << " elements, replay " << replay;
     }
   }
 }

@@ -1172,25 +1172,115 @@ TEST(HostDeviceReduce, ReduceFindsRingSourcesInTheSlotTheirCountersNameWhenItRun
     }
   for (std::size_t i = 0; i < kCount; ++i) plain[i] = 7;
   counters[0] = counters[1] = 0;
-  ReduceRing ring;
-  ring.counters[0] = &counters[0];
-  ring.offsets[0] = 2;
-  ring.counters[2] = &counters[1];
-  ring.offsets[2] = 3;
-  ring.slots = kSlots;
-  ring.stride = kStride;
+  ReduceSync sync;
+  sync.counters[0] = &counters[0];
+  sync.numbers[0] = 2;
+  sync.slotted[0] = true;
+  sync.counters[2] = &counters[1];
+  sync.numbers[2] = 3;
+  sync.slotted[2] = true;
+  sync.slots = kSlots;
+  sync.stride = kStride;
   Gate gate;
   dev.launchHostFunc(*s, gate.task());
   const std::vector<const void*> srcs = {ring_a, plain, ring_b};
-  dev.reduce(*s, dst, srcs.data(), srcs.size(), DType::Int32, ReduceOp::Sum, kCount, &ring);
+  dev.reduce(*s, dst, srcs.data(), srcs.size(), DType::Int32, ReduceOp::Sum, kCount, &sync);
   counters[0] = 5;           // 5 + 2: slot 3
   counters[1] = 0xFFFFFFFF;  // 2^32 - 1 + 3 wraps to 2: slot 2
   gate.open();
   dev.synchronize(*s, kLong);
   for (std::size_t i = 0; i < kCount; ++i)
     ASSERT_EQ(dst[i], static_cast<int32_t>(3000 + i + 7 + 200000)) << "element " << i;
+  EXPECT_EQ(counters[0], 5u) << "no advance asked for";
   for (void* p : std::initializer_list<void*>{ring_a, ring_b, plain, dst, counters})
     dev.deallocate(p);
+}
+
+// Words of a reduce with sync: a host-numbered source (7) and a counted one
+// (counter 10 + 2 = 12, advancing by 3), each waited for and signaled.
+struct SyncWords {
+  uint32_t wait_a = 0, wait_b = 0, signal_a = 0, signal_b = 0, counter = 10, release = 0;
+  ReduceSync sync() {
+    ReduceSync y;
+    y.waits[1] = &wait_a;
+    y.signals[1] = &signal_a;
+    y.numbers[1] = 7;
+    y.counters[2] = &counter;
+    y.numbers[2] = 2;
+    y.advances[2] = 3;
+    y.waits[2] = &wait_b;
+    y.signals[2] = &signal_b;
+    y.release = &release;
+    return y;
+  }
+  static void store(uint32_t& word, uint32_t v) {
+    std::atomic_ref<uint32_t>(word).store(v, std::memory_order_release);
+  }
+  static uint32_t load(uint32_t& word) {
+    return std::atomic_ref<uint32_t>(word).load(std::memory_order_acquire);
+  }
+};
+
+// The reduction reads no source before every semaphore says so, then
+// signals each source's number and advances the counted one.
+TEST(HostDeviceReduce, ReduceWithSyncWaitsForEverySourceThenSignalsAndAdvances) {
+  HostDevice dev;
+  auto s = dev.createStream();
+  constexpr std::size_t kCount = 5;
+  std::vector<void*> srcs = makeReduceSources(dev, DType::Int32, 3, kCount);
+  auto* dst = static_cast<int32_t*>(dev.allocate(kCount * sizeof(int32_t)));
+  auto* words = static_cast<SyncWords*>(dev.allocate(sizeof(SyncWords)));
+  *words = SyncWords{};
+  std::fill(dst, dst + kCount, -7);
+  const ReduceSync sync = words->sync();
+  dev.reduce(*s, dst, srcs.data(), srcs.size(), DType::Int32, ReduceOp::Sum, kCount, &sync);
+  SyncWords::store(words->wait_a, 7);
+  std::this_thread::sleep_for(20ms);
+  EXPECT_EQ(dst[0], -7) << "reduced before the counted source's semaphore said 12";
+  EXPECT_EQ(SyncWords::load(words->signal_a), 0u);
+  SyncWords::store(words->wait_b, 11);  // not yet
+  std::this_thread::sleep_for(20ms);
+  EXPECT_EQ(dst[0], -7) << "reduced at 11, waiting for 12";
+  SyncWords::store(words->wait_b, 12);
+  dev.synchronize(*s, kLong);
+  EXPECT_EQ(firstDifferentElement(dst, reduceReference(DType::Int32, ReduceOp::Sum, 3, kCount),
+                                  DType::Int32),
+            -1);
+  EXPECT_EQ(words->signal_a, 7u);
+  EXPECT_EQ(words->signal_b, 12u);
+  EXPECT_EQ(words->counter, 13u);
+  // No elements: the waits and the signals still happen, numbered on.
+  SyncWords::store(words->wait_b, 15);
+  const ReduceSync next = words->sync();
+  dev.reduce(*s, dst, srcs.data(), srcs.size(), DType::Int32, ReduceOp::Sum, 0, &next);
+  dev.synchronize(*s, kLong);
+  EXPECT_EQ(words->signal_b, 15u);
+  EXPECT_EQ(words->counter, 16u);
+  dev.deallocate(words);
+  dev.deallocate(dst);
+  for (void* p : srcs) dev.deallocate(p);
+}
+
+// A wait that no peer will satisfy ends at the release word (abort): the
+// step goes on and signals, so the stream drains.
+TEST(HostDeviceReduce, ReduceWithSyncGoesOnWhenReleased) {
+  HostDevice dev;
+  auto s = dev.createStream();
+  std::vector<void*> srcs = makeReduceSources(dev, DType::Int32, 3, 4);
+  auto* dst = static_cast<int32_t*>(dev.allocate(4 * sizeof(int32_t)));
+  auto* words = static_cast<SyncWords*>(dev.allocate(sizeof(SyncWords)));
+  *words = SyncWords{};
+  const ReduceSync sync = words->sync();
+  dev.reduce(*s, dst, srcs.data(), srcs.size(), DType::Int32, ReduceOp::Sum, 4, &sync);
+  std::this_thread::sleep_for(10ms);
+  EXPECT_EQ(SyncWords::load(words->signal_b), 0u);
+  SyncWords::store(words->release, 1);
+  dev.synchronize(*s, kLong);
+  EXPECT_EQ(words->signal_a, 7u);
+  EXPECT_EQ(words->signal_b, 12u);
+  dev.deallocate(words);
+  dev.deallocate(dst);
+  for (void* p : srcs) dev.deallocate(p);
 }
 
 // ------------------------------------------------------------------ timing

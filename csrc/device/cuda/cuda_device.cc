@@ -571,13 +571,15 @@ class CudaDevice final : public Device {
 
   using Device::reduce;
   void reduce(Stream& s, void* dst, const void* const* srcs, std::size_t sources, DType t,
-              ReduceOp op, std::size_t count, const ReduceRing* ring) override {
-    checkReduceArgs(dst, srcs, sources, count, ring, "cuda");
-    if (count == 0) return;
+              ReduceOp op, std::size_t count, const ReduceSync* sync) override {
+    checkReduceArgs(dst, srcs, sources, count, sync, "cuda");
+    if (count == 0 && sync == nullptr) return;
     activate(ordinal_);
     CudaStream& cs = cudaStream(s, "reduce");
+    // Waits and signals fused into the reduction up to the size of a fused
+    // copy (HIR_CUDA_KERNEL_COPY_MAX): one block.
     HIR_CUDA_CHECK(ordinal_, launchReduce(cs.native(), dst, srcs, static_cast<int>(sources), t,
-                                          op, count, ring, max_blocks_));
+                                          op, count, sync, max_blocks_, kernel_copy_max_));
     cs.noteWork();
   }
 

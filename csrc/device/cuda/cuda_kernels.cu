@@ -554,30 +554,83 @@ struct ReduceSources {
   const void* p[kMaxReduceSources];
 };
 
-// ReduceRing (device.h) by value: source j with counter[j] moves by
-// ((*counter[j] + offset[j]) & mask) * stride bytes.
-struct RingSources {
-  const uint32_t* counter[kMaxReduceSources];
-  uint32_t offset[kMaxReduceSources];
-  uint32_t mask;
+// ReduceSync (device.h) by value: a captured graph holds it.
+struct SyncSources {
+  uint32_t* counter[kMaxReduceSources];
+  uint32_t number[kMaxReduceSources];
+  uint32_t advance[kMaxReduceSources];
+  const uint32_t* wait[kMaxReduceSources];
+  uint32_t* signal[kMaxReduceSources];
+  const uint32_t* release;
+  uint32_t slotted;  // bit j: source j is in a ring
+  uint32_t mask;     // slots - 1
   std::size_t stride;
 };
 
-// The sources where they are when the kernel runs (a ring's slot read from
-// its counter; every thread reads the same words). Unrolled: the result
-// stays in registers.
+// What the reduce kernel does of its ReduceSync: Place (any grid): finds
+// the ring sources in their slots from the counters; Fused (one block):
+// also waits before and signals and advances after.
+enum class SyncMode : int { Place, Fused };
+
+// Source j's number v, from its counter when it has one.
+__device__ __forceinline__ uint32_t numberOf(const SyncSources& y, int j) {
+  return y.number[j] +
+         (y.counter[j] != nullptr ? *static_cast<const volatile uint32_t*>(y.counter[j]) : 0u);
+}
+
+// One block: thread j < n reads source j's number into v[j] and waits for
+// its semaphore (or the release word); then the whole block goes on.
+__device__ void syncWait(const SyncSources& y, int n, uint32_t* v) {
+  const int j = static_cast<int>(threadIdx.x);
+  if (j < n) {
+    v[j] = numberOf(y, j);
+    if (y.wait[j] != nullptr)
+      while (static_cast<int32_t>(loadAcquireSys(y.wait[j]) - v[j]) < 0 &&
+             (y.release == nullptr || *static_cast<const volatile uint32_t*>(y.release) == 0)) {
+      }
+  }
+  __syncthreads();
+}
+
+// One block, after its reads and writes: every thread fences them at
+// system scope, then thread j < n releases v[j] into source j's signal and
+// advances its counter.
+__device__ void syncSignal(const SyncSources& y, int n, const uint32_t* v) {
+  __threadfence_system();
+  __syncthreads();
+  const int j = static_cast<int>(threadIdx.x);
+  if (j >= n) return;
+  if (y.signal[j] != nullptr) storeReleaseSys(y.signal[j], v[j]);
+  if (y.counter[j] != nullptr && y.advance[j] != 0)
+    *y.counter[j] = v[j] - y.number[j] + y.advance[j];
+}
+
+// The waits and the signals of a reduction too large for one block (or of
+// no elements), around the grid's reduce kernel.
+__global__ void syncKernel(SyncSources y, int n, bool wait, bool signal) {
+  __shared__ uint32_t v[kMaxReduceSources];
+  if (wait) {
+    syncWait(y, n, v);
+  } else {
+    if (static_cast<int>(threadIdx.x) < n) v[threadIdx.x] = numberOf(y, threadIdx.x);
+    __syncthreads();
+  }
+  if (signal) syncSignal(y, n, v);
+}
+
+// The sources where they are when the kernel runs: a ring source in the
+// slot of its number (v, or its counter's when v is null). Unrolled: the
+// result stays in registers.
 __device__ __forceinline__ ReduceSources placeSources(const ReduceSources& srcs,
-                                                      const RingSources& ring) {
+                                                      const SyncSources& y, const uint32_t* v) {
   ReduceSources at;
 #pragma unroll
   for (int j = 0; j < static_cast<int>(kMaxReduceSources); ++j) {
     at.p[j] = srcs.p[j];
-    if (ring.counter[j] != nullptr)
+    if ((y.slotted >> j) & 1u)
       at.p[j] = static_cast<const char*>(srcs.p[j]) +
-                static_cast<std::size_t>((*static_cast<const volatile uint32_t*>(ring.counter[j]) +
-                                          ring.offset[j]) &
-                                         ring.mask) *
-                    ring.stride;
+                static_cast<std::size_t>((v != nullptr ? v[j] : numberOf(y, j)) & y.mask) *
+                    y.stride;
   }
   return at;
 }
@@ -681,10 +734,13 @@ __device__ __forceinline__ typename A::S reduceElement(const ReduceSources& srcs
 // read from every source before it is written: dst may be a source.
 template <class A, ReduceOp Op>
 __global__ void __launch_bounds__(kBlockThreads)
-    reduceKernel(typename A::S* dst, ReduceSources given, RingSources ring, int n, std::size_t count,
-                 bool wide) {
+    reduceKernel(typename A::S* dst, ReduceSources given, SyncSources sync, SyncMode mode, int n,
+                 std::size_t count, bool wide) {
   using S = typename A::S;
-  const ReduceSources srcs = placeSources(given, ring);
+  __shared__ uint32_t v[kMaxReduceSources];
+  const bool fused = mode == SyncMode::Fused;
+  if (fused) syncWait(sync, n, v);
+  const ReduceSources srcs = placeSources(given, sync, fused ? v : nullptr);
   constexpr int kPer = 16 / sizeof(S);
   union Vec {
     uint4 bits;
@@ -717,86 +773,133 @@ __global__ void __launch_bounds__(kBlockThreads)
   }
   for (std::size_t k = scalar_from + first; k < count; k += stride)
     dst[k] = reduceElement<A, Op>(srcs, n, k);
+  if (fused) syncSignal(sync, n, v);
 }
 
 template <class A, ReduceOp Op>
-cudaError_t reduceAs(cudaStream_t stream, void* dst, ReduceSources srcs, RingSources ring, int n,
-                     std::size_t count, bool wide, int max_blocks) {
+cudaError_t reduceAs(cudaStream_t stream, void* dst, ReduceSources srcs, SyncSources sync,
+                     SyncMode mode, int n, std::size_t count, bool wide, int max_blocks) {
   using S = typename A::S;
   constexpr std::size_t kPer = 16 / sizeof(S);
   // Threads with work: one per vector, or per element of the tail.
   const std::size_t items = wide ? std::max(count / kPer, count % kPer) : count;
   S* typed = static_cast<S*>(dst);
-  void* args[] = {&typed, &srcs, &ring, &n, &count, &wide};
-  return launchKernel(reinterpret_cast<const void*>(&reduceKernel<A, Op>),
-                      dim3(blocksFor(items, max_blocks)), dim3(kBlockThreads), args,
-                      stream);
+  void* args[] = {&typed, &srcs, &sync, &mode, &n, &count, &wide};
+  const int blocks = mode == SyncMode::Fused ? 1 : blocksFor(items, max_blocks);
+  return launchKernel(reinterpret_cast<const void*>(&reduceKernel<A, Op>), dim3(blocks),
+                      dim3(kBlockThreads), args, stream);
 }
 
 template <class A>
 cudaError_t reduceWith(ReduceOp op, cudaStream_t stream, void* dst, const ReduceSources& srcs,
-                       const RingSources& ring, int n, std::size_t count, bool wide,
-                       int max_blocks) {
+                       const SyncSources& sync, SyncMode mode, int n, std::size_t count,
+                       bool wide, int max_blocks) {
   switch (op) {
     case ReduceOp::Sum:
-      return reduceAs<A, ReduceOp::Sum>(stream, dst, srcs, ring, n, count, wide, max_blocks);
+      return reduceAs<A, ReduceOp::Sum>(stream, dst, srcs, sync, mode, n, count, wide, max_blocks);
     case ReduceOp::Prod:
-      return reduceAs<A, ReduceOp::Prod>(stream, dst, srcs, ring, n, count, wide, max_blocks);
+      return reduceAs<A, ReduceOp::Prod>(stream, dst, srcs, sync, mode, n, count, wide,
+                                         max_blocks);
     case ReduceOp::Min:
-      return reduceAs<A, ReduceOp::Min>(stream, dst, srcs, ring, n, count, wide, max_blocks);
+      return reduceAs<A, ReduceOp::Min>(stream, dst, srcs, sync, mode, n, count, wide, max_blocks);
     case ReduceOp::Max:
-      return reduceAs<A, ReduceOp::Max>(stream, dst, srcs, ring, n, count, wide, max_blocks);
+      return reduceAs<A, ReduceOp::Max>(stream, dst, srcs, sync, mode, n, count, wide, max_blocks);
     case ReduceOp::Avg:
-      return reduceAs<A, ReduceOp::Avg>(stream, dst, srcs, ring, n, count, wide, max_blocks);
+      return reduceAs<A, ReduceOp::Avg>(stream, dst, srcs, sync, mode, n, count, wide, max_blocks);
   }
   return cudaErrorInvalidValue;
 }
 
 }  // namespace
 
+namespace {
+
+cudaError_t launchSync(cudaStream_t stream, const SyncSources& sync, int n, bool wait,
+                       bool signal) {
+  SyncSources y = sync;
+  bool w = wait, sig = signal;
+  void* args[] = {&y, &n, &w, &sig};
+  return launchKernel(reinterpret_cast<const void*>(&syncKernel), dim3(1), dim3(32), args,
+                      stream);
+}
+
+}  // namespace
+
 cudaError_t launchReduce(cudaStream_t stream, void* dst, const void* const* srcs, int n, DType t,
-                         ReduceOp op, std::size_t count, const ReduceRing* ring, int max_blocks) {
-  if (count == 0) return cudaSuccess;
-  if (n < 1 || n > static_cast<int>(kMaxReduceSources) || dst == nullptr || srcs == nullptr)
+                         ReduceOp op, std::size_t count, const ReduceSync* sync, int max_blocks,
+                         std::size_t fuse_max) {
+  if (n < 1 || n > static_cast<int>(kMaxReduceSources) || (count > 0 && dst == nullptr) ||
+      srcs == nullptr)
     return cudaErrorInvalidValue;
   ReduceSources from{};
-  RingSources in_ring{};
+  SyncSources y{};
+  bool waits_or_signals = false;
   uintptr_t addresses = reinterpret_cast<uintptr_t>(dst);
   for (int j = 0; j < n; ++j) {
-    if (srcs[j] == nullptr) return cudaErrorInvalidValue;
+    if (count > 0 && srcs[j] == nullptr) return cudaErrorInvalidValue;
     from.p[j] = srcs[j];
     addresses |= reinterpret_cast<uintptr_t>(srcs[j]);
   }
-  if (ring != nullptr) {
-    if (ring->slots == 0 || (ring->slots & (ring->slots - 1)) != 0) return cudaErrorInvalidValue;
+  if (sync != nullptr) {
     for (int j = 0; j < n; ++j) {
-      in_ring.counter[j] = ring->counters[static_cast<std::size_t>(j)];
-      in_ring.offset[j] = ring->offsets[static_cast<std::size_t>(j)];
+      const auto k = static_cast<std::size_t>(j);
+      y.counter[j] = sync->counters[k];
+      y.number[j] = sync->numbers[k];
+      y.advance[j] = sync->advances[k];
+      y.wait[j] = sync->waits[k];
+      y.signal[j] = sync->signals[k];
+      if (sync->slotted[k]) y.slotted |= 1u << j;
+      waits_or_signals = waits_or_signals || y.wait[j] != nullptr || y.signal[j] != nullptr ||
+                         (y.counter[j] != nullptr && y.advance[j] != 0);
     }
-    in_ring.mask = ring->slots - 1;
-    in_ring.stride = ring->stride;
-    addresses |= ring->stride;
+    if (y.slotted != 0 && (sync->slots == 0 || (sync->slots & (sync->slots - 1)) != 0))
+      return cudaErrorInvalidValue;
+    y.release = sync->release;
+    y.mask = sync->slots - 1;
+    y.stride = sync->stride;
+    addresses |= sync->stride;
   }
+  if (count == 0) return waits_or_signals ? launchSync(stream, y, n, true, true) : cudaSuccess;
   const bool wide = addresses % 16 == 0;
+  // One kernel when one block is enough for the elements; else the waits,
+  // the grid's reduction, then the signals.
+  const bool fuse = waits_or_signals && count * dtypeSize(t) <= fuse_max;
+  if (waits_or_signals && !fuse)
+    if (cudaError_t e = launchSync(stream, y, n, true, false); e != cudaSuccess) return e;
+  const SyncMode mode = fuse ? SyncMode::Fused : SyncMode::Place;
+  cudaError_t e = cudaErrorInvalidValue;
   switch (t) {
     case DType::Float32:
-      return reduceWith<FloatArith<float>>(op, stream, dst, from, in_ring, n, count, wide, max_blocks);
+      e = reduceWith<FloatArith<float>>(op, stream, dst, from, y, mode, n, count, wide,
+                                        max_blocks);
+      break;
     case DType::Float64:
-      return reduceWith<FloatArith<double>>(op, stream, dst, from, in_ring, n, count, wide, max_blocks);
+      e = reduceWith<FloatArith<double>>(op, stream, dst, from, y, mode, n, count, wide,
+                                         max_blocks);
+      break;
     case DType::Float16:
-      return reduceWith<SixteenArith<HalfBits>>(op, stream, dst, from, in_ring, n, count, wide,
-                                                max_blocks);
+      e = reduceWith<SixteenArith<HalfBits>>(op, stream, dst, from, y, mode, n, count, wide,
+                                             max_blocks);
+      break;
     case DType::BFloat16:
-      return reduceWith<SixteenArith<BFloat16Bits>>(op, stream, dst, from, in_ring, n, count, wide,
-                                                    max_blocks);
+      e = reduceWith<SixteenArith<BFloat16Bits>>(op, stream, dst, from, y, mode, n, count, wide,
+                                                 max_blocks);
+      break;
     case DType::Int32:
-      return reduceWith<IntArith<int32_t>>(op, stream, dst, from, in_ring, n, count, wide, max_blocks);
+      e = reduceWith<IntArith<int32_t>>(op, stream, dst, from, y, mode, n, count, wide,
+                                        max_blocks);
+      break;
     case DType::Int64:
-      return reduceWith<IntArith<int64_t>>(op, stream, dst, from, in_ring, n, count, wide, max_blocks);
+      e = reduceWith<IntArith<int64_t>>(op, stream, dst, from, y, mode, n, count, wide,
+                                        max_blocks);
+      break;
     case DType::UInt8:
-      return reduceWith<IntArith<uint8_t>>(op, stream, dst, from, in_ring, n, count, wide, max_blocks);
+      e = reduceWith<IntArith<uint8_t>>(op, stream, dst, from, y, mode, n, count, wide,
+                                        max_blocks);
+      break;
   }
-  return cudaErrorInvalidValue;
+  if (e != cudaSuccess || fuse || !waits_or_signals) return e;
+  return launchSync(stream, y, n, false, true);
 }
 
 cudaError_t launchSpin(cudaStream_t stream, uint64_t nanoseconds) {
@@ -823,13 +926,16 @@ cudaError_t preloadKernels() {
     note(launchCheck(nullptr, p, t, 1, 0, 0, 0, nullptr, 0, 1));
     note(launchAdd(nullptr, p, p, p, t, 1, 1));
     for (const auto& op : kReduceOpNames)
-      note(launchReduce(nullptr, p, srcs, 1, t, op.first, 1, nullptr, 1));
+      note(launchReduce(nullptr, p, srcs, 1, t, op.first, 1, nullptr, 1, 0));
   }
   note(launchCopy(nullptr, p, p, 16, 1));
   note(launchSignaledCopy(nullptr, p, p, 16, word, 0, word, 0));
   note(launchCountedStep(nullptr, CountedStep{.counter = word}, 0, false, false));
   note(launchSlotCopy(nullptr, CountedStep{.counter = word, .bytes = 16, .slots = 1}, 1));
   note(launchSpin(nullptr, 0));
+  ReduceSync sync;
+  sync.signals[0] = word;
+  note(launchReduce(nullptr, p, srcs, 1, DType::Int32, ReduceOp::Sum, 0, &sync, 1, 0));
   preloading = false;
   return first;
 }
