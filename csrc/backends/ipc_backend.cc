@@ -273,7 +273,15 @@ struct IpcBackend::State {
   // Send/recv steps only: each on its lane's stream (enqueue()), `done`
   // after all of them.
   void enqueueDetached(Work& w, Stream& current, Event& done);
-  void reduce(Stream& on, Work& w, int unit);
+  void reduce(Stream& on, Work& w, int unit, bool push_sends = false);
+  // `w` is one eager one-shot reduction and nothing else: its eager sends
+  // and its reduction can be one device step (reduce() with push_sends),
+  // since the phases would enqueue them back to back.
+  bool oneStep(const Work& w) const {
+    if (w.units.size() != 1 || w.units[0].first_step < 0 || !w.copies.empty()) return false;
+    return std::all_of(w.steps.begin(), w.steps.end(),
+                       [](const Step& s) { return s.early || s.unit == 0; });
+  }
   uint32_t* releaseWord() const { return counts + 4 * static_cast<std::size_t>(world); }
   // The most eager sends to one peer in `ops`, which must not exceed the
   // slots in one phased post: the later ones would wait for the peer to
@@ -555,10 +563,29 @@ void IpcBackend::State::addCollective(const PostArgs& a, Work& w) {
 
 // One device step: the senders' "ready" (eager: "done"), the reduction,
 // then "consumed" ("free") and, in counted mode, the lanes' advance; counted
-// eager sources are found on the device, in the slot of their number.
-void IpcBackend::State::reduce(Stream& on, Work& w, int u) {
+// eager sources are found on the device, in the slot of their number. With
+// `push_sends`, the post's eager sends come first in the same step.
+void IpcBackend::State::reduce(Stream& on, Work& w, int u, bool push_sends) {
   ReduceSync sync;
   sync.release = counted ? releaseWord() : nullptr;
+  for (const Step& s : w.steps) {
+    if (!push_sends || !s.early) continue;
+    ReduceSync::Push& p = sync.pushes[sync.push_count++];
+    p.counter = s.counter;
+    p.number = s.counter != nullptr ? s.offset : s.seq;
+    p.advance = s.counter != nullptr ? s.advance : 0;
+    p.wait_back = s.counter != nullptr ? s.wait_back : s.seq - s.wait_seq;
+    p.wait = s.await;
+    p.dst = s.dst;
+    p.src = s.src;
+    p.bytes = s.bytes;
+    p.signal = s.signal;
+    p.slotted = s.slots > 0;
+    if (s.slots > 0) {
+      sync.slots = s.slots;
+      sync.stride = s.dst_stride;
+    }
+  }
   for (const Step& s : w.steps) {
     if (s.unit != u) continue;
     HIR_INTERNAL_ASSERT(s.wait_back == 0 && s.wait_seq == s.seq,
@@ -950,6 +977,14 @@ void countInGroup(std::vector<Step>& steps,
 void IpcBackend::State::enqueuePhased(Work& w, Stream& on, const Stream* covered) {
   if (counted) countInGroup(w.steps, w.per_counter);
   for (Lane* l : w.lanes) follow(*l, on, covered);
+  if (oneStep(w)) {
+    reduce(on, w, 0, true);
+    for (Lane* l : w.lanes) {
+      dev->record(*l->tail, on);
+      l->on = &on;
+    }
+    return;
+  }
   // The peers wait for these signals, and for the eager sends (which wait
   // only for earlier posts' messages, see eagerLoad()); the local copies
   // touch only the member's own chunk, which no peer reads or writes.

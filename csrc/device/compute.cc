@@ -58,6 +58,19 @@ void checkReduceArgs(void* dst, const void* const* srcs, std::size_t sources, st
                             static_cast<const void*>(sync->signals[j])})
         HIR_INTERNAL_ASSERT(reinterpret_cast<uintptr_t>(a) % alignof(uint32_t) == 0,
                             "{} reduce: misaligned semaphore {} of source {}", device, a, j);
+    HIR_INTERNAL_ASSERT(sync->push_count <= kMaxReduceSources, "{} reduce with {} pushes", device,
+                        sync->push_count);
+    for (std::size_t k = 0; k < sync->push_count; ++k) {
+      const ReduceSync::Push& p = sync->pushes[k];
+      HIR_INTERNAL_ASSERT(p.bytes == 0 || (p.dst != nullptr && p.src != nullptr),
+                          "{} reduce: push {} of {} bytes with a null buffer", device, k, p.bytes);
+      HIR_INTERNAL_ASSERT(!p.slotted || (sync->slots > 0 && (sync->slots & (sync->slots - 1)) == 0),
+                          "{} reduce: push {} into a ring of {} slots", device, k, sync->slots);
+      for (const void* a : {static_cast<const void*>(p.counter), static_cast<const void*>(p.wait),
+                            static_cast<const void*>(p.signal)})
+        HIR_INTERNAL_ASSERT(reinterpret_cast<uintptr_t>(a) % alignof(uint32_t) == 0,
+                            "{} reduce: misaligned semaphore {} of push {}", device, a, k);
+    }
   }
   if (count == 0) return;
   HIR_INTERNAL_ASSERT(dst != nullptr && std::find(srcs, srcs + sources, nullptr) == srcs + sources,

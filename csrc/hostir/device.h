@@ -106,7 +106,14 @@ inline constexpr std::size_t kMaxReduceSources = 16;
 // - store v into *signals[j], after every source was read and dst written,
 //   visible to whoever sees the value (release at system scope);
 // - *counters[j] += advances[j].
-// With sync, a reduce of no elements still waits and signals.
+// Before all of that come the pushes (ipc's eager sends of a collective
+// that is posted alone: its chunks into the peers' slots, so that the whole
+// collective is one step). Push k has its number v as a source has; wait
+// until (int32_t)(*wait - (v - wait_back)) >= 0 or *release != 0; copy
+// `bytes` from src to dst, moved by (v % slots) * stride when slotted; once
+// every push's copy is visible, store v into *signal; *counter += advance.
+// Every push signals before the step waits for any source.
+// With sync, a reduce of no elements still pushes, waits and signals.
 struct ReduceSync {
   std::array<uint32_t*, kMaxReduceSources> counters{};
   std::array<uint32_t, kMaxReduceSources> numbers{};
@@ -117,6 +124,18 @@ struct ReduceSync {
   const uint32_t* release = nullptr;
   uint32_t slots = 0;
   std::size_t stride = 0;
+  struct Push {
+    uint32_t* counter = nullptr;
+    uint32_t number = 0, advance = 0, wait_back = 0;
+    const uint32_t* wait = nullptr;
+    void* dst = nullptr;
+    const void* src = nullptr;
+    std::size_t bytes = 0;
+    uint32_t* signal = nullptr;
+    bool slotted = false;
+  };
+  std::array<Push, kMaxReduceSources> pushes{};
+  std::size_t push_count = 0;
 };
 
 // One step of a semaphore protocol whose value is not the host's but

@@ -824,6 +824,84 @@ TEST(CudaDevice, ReduceWithSyncWaitsSignalsAndAdvancesAtEachReplay) {
   }
 }
 
+// A reduce with a push captured into a graph, replayed three times: the
+// push copies its source into the slot of its number (counter + 1, over a
+// ring of 4), signals that number and advances its counter; the source
+// counted beside it is waited for (set before each replay), reduced from
+// its own slot and freed. The fused kernel (few elements) and the split one
+// (HIR_CUDA_KERNEL_COPY_MAX=0) alike.
+TEST(CudaDevice, ReduceWithAPushCopiesIntoItsSlotAndSignalsAtEachReplay) {
+  HIR_REQUIRE_GPUS(1);
+  for (const char* fuse : {"65536", "0"}) {
+    ::setenv("HIR_CUDA_KERNEL_COPY_MAX", fuse, 1);
+    auto device = makeCudaDevice();
+    ::unsetenv("HIR_CUDA_KERNEL_COPY_MAX");
+    auto s = device->createStream();
+    constexpr std::size_t kCount = 8, kSlots = 4, kStride = 64;
+    Buffer own(*device, kCount * sizeof(int32_t)), out_ring(*device, kSlots * kStride),
+        in_ring(*device, kSlots * kStride), dst(*device, kCount * sizeof(int32_t)),
+        words(*device, 8 * sizeof(uint32_t));  // push counter, free, done; src counter, ready, freed
+    auto* w = static_cast<uint32_t*>(words.data());
+    const uint32_t start[8] = {0, 100, 0, 0, 0, 0, 0, 0};
+    upload(w, start, sizeof start);
+    std::vector<int32_t> mine(kCount), theirs(kSlots * kStride / sizeof(int32_t));
+    for (std::size_t i = 0; i < kCount; ++i) mine[i] = static_cast<int32_t>(i);
+    for (std::size_t k = 0; k < kSlots; ++k)
+      for (std::size_t i = 0; i < kCount; ++i)
+        theirs[k * kStride / sizeof(int32_t) + i] = static_cast<int32_t>(1000 * k);
+    upload(own.data(), mine.data(), kCount * sizeof(int32_t));
+    upload(in_ring.data(), theirs.data(), kSlots * kStride);
+    ReduceSync sync;
+    sync.slots = kSlots;
+    sync.stride = kStride;
+    sync.push_count = 1;
+    ReduceSync::Push& p = sync.pushes[0];
+    p.counter = w;
+    p.number = 1;
+    p.advance = 1;
+    p.wait_back = kSlots;
+    p.wait = w + 1;
+    p.dst = out_ring.data();
+    p.src = own.data();
+    p.bytes = kCount * sizeof(int32_t);
+    p.signal = w + 2;
+    p.slotted = true;
+    sync.counters[1] = w + 3;
+    sync.numbers[1] = 1;
+    sync.advances[1] = 1;
+    sync.waits[1] = w + 4;
+    sync.signals[1] = w + 5;
+    sync.slotted[1] = true;
+    device->beginCapture(*s);
+    const std::vector<const void*> srcs = {own.data(), in_ring.data()};
+    device->reduce(*s, dst.data(), srcs.data(), srcs.size(), DType::Int32, ReduceOp::Sum, kCount,
+                   &sync);
+    std::unique_ptr<Graph> graph = device->endCapture(*s);
+    for (uint32_t replay = 0; replay < 3; ++replay) {
+      const uint32_t v = replay + 1;
+      upload(w + 4, &v, sizeof v);  // the peer's message v is in its slot
+      device->launchGraph(*graph, *s);
+      device->synchronize(*s, testTimeout());
+      uint32_t seen[8];
+      const std::vector<std::byte> got = readBack(w, sizeof seen);
+      std::memcpy(seen, got.data(), sizeof seen);
+      EXPECT_EQ(seen[0], v) << "fuse max " << fuse << ", replay " << replay;
+      EXPECT_EQ(seen[2], v) << "fuse max " << fuse << ", replay " << replay;
+      EXPECT_EQ(seen[3], v) << "fuse max " << fuse << ", replay " << replay;
+      EXPECT_EQ(seen[5], v) << "fuse max " << fuse << ", replay " << replay;
+      const std::vector<std::byte> slot = readBack(
+          static_cast<char*>(out_ring.data()) + (v % kSlots) * kStride, kCount * sizeof(int32_t));
+      EXPECT_EQ(std::memcmp(slot.data(), mine.data(), slot.size()), 0)
+          << "fuse max " << fuse << ": the push is not in slot " << v % kSlots;
+      const std::vector<std::byte> out = readBack(dst.data(), kCount * sizeof(int32_t));
+      int32_t last = 0;
+      std::memcpy(&last, out.data() + (kCount - 1) * sizeof last, sizeof last);
+      EXPECT_EQ(last, static_cast<int32_t>(kCount - 1 + 1000 * (v % kSlots)))
+          << "fuse max " << fuse << ", replay " << replay;
+    }
+  }
+}
+
 TEST(CudaDevice, TimingEventsMeasureTheWorkBetweenThemAndOrderStreams) {
   HIR_REQUIRE_GPUS(1);
   auto device = makeCudaDevice();

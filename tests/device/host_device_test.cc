@@ -1283,6 +1283,58 @@ TEST(HostDeviceReduce, ReduceWithSyncGoesOnWhenReleased) {
   for (void* p : srcs) dev.deallocate(p);
 }
 
+// Pushes come first and signal before the step waits for any source (a
+// peer waits for them before it can answer): a counted push into a ring of
+// 4 slots, after its slot's previous message was freed.
+TEST(HostDeviceReduce, ReduceWithSyncPushesAndSignalsBeforeItWaits) {
+  HostDevice dev;
+  auto s = dev.createStream();
+  constexpr std::size_t kCount = 6, kSlots = 4, kStride = 32;
+  std::vector<void*> srcs = makeReduceSources(dev, DType::Int32, 3, kCount);
+  auto* dst = static_cast<int32_t*>(dev.allocate(kCount * sizeof(int32_t)));
+  auto* ring = static_cast<int32_t*>(dev.allocate(kSlots * kStride));
+  auto* words = static_cast<SyncWords*>(dev.allocate(sizeof(SyncWords)));
+  auto* push_words = static_cast<uint32_t*>(dev.allocate(3 * sizeof(uint32_t)));  // counter, free, done
+  *words = SyncWords{};
+  push_words[0] = 5;  // v = 5 + 1 = 6: slot 2, after message 6 - 4 = 2 was freed
+  push_words[1] = 2;
+  push_words[2] = 0;
+  std::fill(ring, ring + kSlots * kStride / sizeof(int32_t), 0);
+  ReduceSync sync = words->sync();
+  sync.slots = kSlots;
+  sync.stride = kStride;
+  ReduceSync::Push& push = sync.pushes[0];
+  sync.push_count = 1;
+  push.counter = &push_words[0];
+  push.number = 1;
+  push.advance = 1;
+  push.wait_back = kSlots;
+  push.wait = &push_words[1];
+  push.dst = ring;
+  push.src = srcs[0];
+  push.bytes = kCount * sizeof(int32_t);
+  push.signal = &push_words[2];
+  push.slotted = true;
+  dev.reduce(*s, dst, srcs.data(), srcs.size(), DType::Int32, ReduceOp::Sum, kCount, &sync);
+  const auto deadline = std::chrono::steady_clock::now() + 5s;
+  while (SyncWords::load(push_words[2]) == 0 && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(1ms);
+  EXPECT_EQ(SyncWords::load(push_words[2]), 6u) << "the push did not signal while the step waits";
+  EXPECT_EQ(std::memcmp(ring + 2 * kStride / sizeof(int32_t), srcs[0], kCount * sizeof(int32_t)), 0)
+      << "the push is not in slot 6 % 4";
+  EXPECT_EQ(SyncWords::load(words->signal_a), 0u) << "signaled a source before its wait";
+  SyncWords::store(words->wait_a, 7);
+  SyncWords::store(words->wait_b, 12);
+  dev.synchronize(*s, kLong);
+  EXPECT_EQ(push_words[0], 6u) << "the push's counter advances by 1";
+  EXPECT_EQ(words->signal_b, 12u);
+  EXPECT_EQ(firstDifferentElement(dst, reduceReference(DType::Int32, ReduceOp::Sum, 3, kCount),
+                                  DType::Int32),
+            -1);
+  for (void* p : std::initializer_list<void*>{words, push_words, ring, dst}) dev.deallocate(p);
+  for (void* p : srcs) dev.deallocate(p);
+}
+
 // ------------------------------------------------------------------ timing
 
 TEST(HostDeviceTiming, ElapsedMsMeasuresTheWorkBetweenTwoRecords) {

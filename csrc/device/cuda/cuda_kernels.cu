@@ -555,6 +555,15 @@ struct ReduceSources {
 };
 
 // ReduceSync (device.h) by value: a captured graph holds it.
+struct PushArgs {
+  uint32_t* counter;
+  uint32_t number, advance, wait_back;
+  const uint32_t* wait;
+  char* dst;
+  const char* src;
+  std::size_t bytes;
+  uint32_t* signal;
+};
 struct SyncSources {
   uint32_t* counter[kMaxReduceSources];
   uint32_t number[kMaxReduceSources];
@@ -565,12 +574,21 @@ struct SyncSources {
   uint32_t slotted;  // bit j: source j is in a ring
   uint32_t mask;     // slots - 1
   std::size_t stride;
+  PushArgs push[kMaxReduceSources];
+  int pushes;
+  uint32_t push_slotted;  // bit k: push k goes into a ring
+  bool push_wide;         // every push's ends, size and the stride are 16-byte multiples
 };
 
 // What the reduce kernel does of its ReduceSync: Place (any grid): finds
 // the ring sources in their slots from the counters; Fused (one block):
 // also waits before and signals and advances after.
 enum class SyncMode : int { Place, Fused };
+
+// The release word (abort) was set.
+__device__ __forceinline__ bool released(const uint32_t* release) {
+  return release != nullptr && *static_cast<const volatile uint32_t*>(release) != 0;
+}
 
 // Source j's number v, from its counter when it has one.
 __device__ __forceinline__ uint32_t numberOf(const SyncSources& y, int j) {
@@ -585,8 +603,7 @@ __device__ void syncWait(const SyncSources& y, int n, uint32_t* v) {
   if (j < n) {
     v[j] = numberOf(y, j);
     if (y.wait[j] != nullptr)
-      while (static_cast<int32_t>(loadAcquireSys(y.wait[j]) - v[j]) < 0 &&
-             (y.release == nullptr || *static_cast<const volatile uint32_t*>(y.release) == 0)) {
+      while (static_cast<int32_t>(loadAcquireSys(y.wait[j]) - v[j]) < 0 && !released(y.release)) {
       }
   }
   __syncthreads();
@@ -605,10 +622,41 @@ __device__ void syncSignal(const SyncSources& y, int n, const uint32_t* v) {
     *y.counter[j] = v[j] - y.number[j] + y.advance[j];
 }
 
-// The waits and the signals of a reduction too large for one block (or of
-// no elements), around the grid's reduce kernel.
+// One block: thread k < pushes reads push k's number and waits for its slot
+// (or the release word); the block copies every push; every thread fences
+// at system scope; thread k signals push k and advances its counter.
+__device__ void syncPush(const SyncSources& y) {
+  __shared__ uint32_t pv[kMaxReduceSources];
+  const int k = static_cast<int>(threadIdx.x);
+  if (k < y.pushes) {
+    const PushArgs& p = y.push[k];
+    pv[k] = p.number + (p.counter != nullptr ? *static_cast<const volatile uint32_t*>(p.counter) : 0u);
+    if (p.wait != nullptr)
+      while (static_cast<int32_t>(loadAcquireSys(p.wait) - (pv[k] - p.wait_back)) < 0 &&
+             !released(y.release)) {
+      }
+  }
+  __syncthreads();
+  for (int i = 0; i < y.pushes; ++i) {
+    const PushArgs& p = y.push[i];
+    const std::size_t slot = (y.push_slotted >> i) & 1u ? (pv[i] & y.mask) * y.stride : 0;
+    blockCopy(p.dst + slot, p.src, p.bytes, y.push_wide);
+  }
+  __threadfence_system();
+  __syncthreads();
+  if (k < y.pushes) {
+    const PushArgs& p = y.push[k];
+    if (p.signal != nullptr) storeReleaseSys(p.signal, pv[k]);
+    if (p.counter != nullptr && p.advance != 0) *p.counter = pv[k] - p.number + p.advance;
+  }
+  __syncthreads();
+}
+
+// The pushes, the waits and the signals of a reduction too large for one
+// block (or of no elements), around the grid's reduce kernel.
 __global__ void syncKernel(SyncSources y, int n, bool wait, bool signal) {
   __shared__ uint32_t v[kMaxReduceSources];
+  if (wait && y.pushes > 0) syncPush(y);
   if (wait) {
     syncWait(y, n, v);
   } else {
@@ -739,6 +787,7 @@ __global__ void __launch_bounds__(kBlockThreads)
   using S = typename A::S;
   __shared__ uint32_t v[kMaxReduceSources];
   const bool fused = mode == SyncMode::Fused;
+  if (fused && sync.pushes > 0) syncPush(sync);
   if (fused) syncWait(sync, n, v);
   const ReduceSources srcs = placeSources(given, sync, fused ? v : nullptr);
   constexpr int kPer = 16 / sizeof(S);
@@ -852,7 +901,22 @@ cudaError_t launchReduce(cudaStream_t stream, void* dst, const void* const* srcs
       waits_or_signals = waits_or_signals || y.wait[j] != nullptr || y.signal[j] != nullptr ||
                          (y.counter[j] != nullptr && y.advance[j] != 0);
     }
-    if (y.slotted != 0 && (sync->slots == 0 || (sync->slots & (sync->slots - 1)) != 0))
+    if (sync->push_count > kMaxReduceSources) return cudaErrorInvalidValue;
+    y.pushes = static_cast<int>(sync->push_count);
+    uintptr_t push_addresses = sync->stride;
+    for (std::size_t k = 0; k < sync->push_count; ++k) {
+      const ReduceSync::Push& p = sync->pushes[k];
+      y.push[k] = PushArgs{p.counter, p.number, p.advance, p.wait_back, p.wait,
+                           static_cast<char*>(p.dst), static_cast<const char*>(p.src), p.bytes,
+                           p.signal};
+      if (p.slotted) y.push_slotted |= 1u << k;
+      push_addresses |= reinterpret_cast<uintptr_t>(p.dst) | reinterpret_cast<uintptr_t>(p.src) |
+                        p.bytes;
+    }
+    y.push_wide = push_addresses % 16 == 0;
+    waits_or_signals = waits_or_signals || y.pushes > 0;
+    if ((y.slotted != 0 || y.push_slotted != 0) &&
+        (sync->slots == 0 || (sync->slots & (sync->slots - 1)) != 0))
       return cudaErrorInvalidValue;
     y.release = sync->release;
     y.mask = sync->slots - 1;
