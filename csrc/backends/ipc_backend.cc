@@ -123,6 +123,7 @@ struct Step {
   // pointing at slot 0 (CountedStep).
   uint32_t wait_back = 0, slots = 0;
   std::size_t dst_stride = 0, src_stride = 0;
+  bool eager = false;  // an eager message (resolveEager)
   // A get or eager message of a reduction: reduce unit `unit` of the post
   // reads `src` (the sender's buffer, or the slot) as its source `source`,
   // instead of a copy (wait, then the unit's reduce, then signal).
@@ -282,6 +283,17 @@ struct IpcBackend::State {
     return std::all_of(w.steps.begin(), w.steps.end(),
                        [](const Step& s) { return s.early || s.unit == 0; });
   }
+  // `w` is eager messages, local copies and nothing else (no reduction): its
+  // sends, local copies and receives, in that order (the phases' order but
+  // for the local copies, which touch only the member's own chunk), are
+  // device message steps, one unless more than kMaxReduceSources of a kind.
+  bool onlyEager(const Work& w) const {
+    return w.units.empty() &&
+           std::all_of(w.steps.begin(), w.steps.end(), [](const Step& s) { return s.eager; });
+  }
+  void messageSteps(Stream& on, const Work& w);
+  // Step `s` as a MessageStep part (its ring's size into `m`).
+  MessageStep::Copy copyOf(const Step& s, MessageStep& m) const;
   uint32_t* releaseWord() const { return counts + 4 * static_cast<std::size_t>(world); }
   // The most eager sends to one peer in `ops`, which must not exceed the
   // slots in one phased post: the later ones would wait for the peer to
@@ -399,6 +411,7 @@ Step IpcBackend::State::resolveEager(const PostArgs& a, Step s, uint32_t* peer_p
             a.path, direction(a.type), peer, s.bytes, eager_max);
   s.copies = true;
   s.early = send;
+  s.eager = true;
   Lane& lane = *s.lane;
   s.seq = ++lane.eager;
   std::atomic<uint32_t>& l = latest_eager[static_cast<std::size_t>(peer)];
@@ -566,26 +579,10 @@ void IpcBackend::State::addCollective(const PostArgs& a, Work& w) {
 // eager sources are found on the device, in the slot of their number. With
 // `push_sends`, the post's eager sends come first in the same step.
 void IpcBackend::State::reduce(Stream& on, Work& w, int u, bool push_sends) {
-  ReduceSync sync;
+  MessageStep sync;
   sync.release = counted ? releaseWord() : nullptr;
-  for (const Step& s : w.steps) {
-    if (!push_sends || !s.early) continue;
-    ReduceSync::Push& p = sync.pushes[sync.push_count++];
-    p.counter = s.counter;
-    p.number = s.counter != nullptr ? s.offset : s.seq;
-    p.advance = s.counter != nullptr ? s.advance : 0;
-    p.wait_back = s.counter != nullptr ? s.wait_back : s.seq - s.wait_seq;
-    p.wait = s.await;
-    p.dst = s.dst;
-    p.src = s.src;
-    p.bytes = s.bytes;
-    p.signal = s.signal;
-    p.slotted = s.slots > 0;
-    if (s.slots > 0) {
-      sync.slots = s.slots;
-      sync.stride = s.dst_stride;
-    }
-  }
+  for (const Step& s : w.steps)
+    if (push_sends && s.early) sync.pushes[sync.push_count++] = copyOf(s, sync);
   for (const Step& s : w.steps) {
     if (s.unit != u) continue;
     HIR_INTERNAL_ASSERT(s.wait_back == 0 && s.wait_seq == s.seq,
@@ -605,6 +602,55 @@ void IpcBackend::State::reduce(Stream& on, Work& w, int u, bool push_sends) {
   const ReduceUnit& r = w.units[static_cast<std::size_t>(u)];
   dev->reduce(on, r.dst, r.srcs.data(), static_cast<std::size_t>(r.members), r.dtype, r.op,
               r.count, &sync);
+}
+
+MessageStep::Copy IpcBackend::State::copyOf(const Step& s, MessageStep& m) const {
+  MessageStep::Copy c;
+  c.counter = s.counter;
+  c.number = s.counter != nullptr ? s.offset : s.seq;
+  c.advance = s.counter != nullptr ? s.advance : 0;
+  c.wait_back = s.counter != nullptr ? s.wait_back : s.seq - s.wait_seq;
+  c.wait = s.await;
+  c.dst = s.dst;
+  c.src = s.src;
+  c.bytes = s.bytes;
+  c.signal = s.signal;
+  c.slotted = s.slots > 0;
+  if (c.slotted) {
+    m.slots = s.slots;
+    m.stride = s.dst_stride + s.src_stride;  // one of them, the slot's size
+  }
+  return c;
+}
+
+void IpcBackend::State::messageSteps(Stream& on, const Work& w) {
+  MessageStep m;
+  m.release = counted ? releaseWord() : nullptr;
+  auto flushIfFull = [&](std::size_t n) {
+    if (n < m.pushes.size()) return;
+    dev->messageStep(on, m);
+    m.push_count = m.pull_count = 0;
+  };
+  // Every push before any pull (a later step's pushes come first in it).
+  for (const Step& s : w.steps)
+    if (s.early) {
+      flushIfFull(m.push_count);
+      m.pushes[m.push_count++] = copyOf(s, m);
+    }
+  for (const LocalCopy& c : w.copies) {
+    flushIfFull(m.pull_count);
+    MessageStep::Copy& local = m.pulls[m.pull_count++];
+    local = MessageStep::Copy{};
+    local.dst = c.dst;
+    local.src = c.src;
+    local.bytes = c.bytes;
+  }
+  for (const Step& s : w.steps)
+    if (!s.early) {
+      flushIfFull(m.pull_count);
+      m.pulls[m.pull_count++] = copyOf(s, m);
+    }
+  if (m.push_count + m.pull_count > 0) dev->messageStep(on, m);
 }
 
 // On the lane's stream, after the poster's `ready` event and the lane's
@@ -977,8 +1023,10 @@ void countInGroup(std::vector<Step>& steps,
 void IpcBackend::State::enqueuePhased(Work& w, Stream& on, const Stream* covered) {
   if (counted) countInGroup(w.steps, w.per_counter);
   for (Lane* l : w.lanes) follow(*l, on, covered);
-  if (oneStep(w)) {
-    reduce(on, w, 0, true);
+  const bool one_step = oneStep(w), only_eager = !one_step && onlyEager(w);
+  if (one_step) reduce(on, w, 0, true);
+  if (only_eager) messageSteps(on, w);
+  if (one_step || only_eager) {
     for (Lane* l : w.lanes) {
       dev->record(*l->tail, on);
       l->on = &on;

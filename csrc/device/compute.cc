@@ -37,7 +37,7 @@ bool isMatmulDType(DType t) {
 }  // namespace
 
 void checkReduceArgs(void* dst, const void* const* srcs, std::size_t sources, std::size_t count,
-                     const ReduceSync* sync, std::string_view device) {
+                     const MessageStep* sync, std::string_view device) {
   HIR_INTERNAL_ASSERT(sources >= 1 && sources <= kMaxReduceSources,
                       "{} reduce of {} sources (1 to {} allowed)", device, sources,
                       kMaxReduceSources);
@@ -58,10 +58,11 @@ void checkReduceArgs(void* dst, const void* const* srcs, std::size_t sources, st
                             static_cast<const void*>(sync->signals[j])})
         HIR_INTERNAL_ASSERT(reinterpret_cast<uintptr_t>(a) % alignof(uint32_t) == 0,
                             "{} reduce: misaligned semaphore {} of source {}", device, a, j);
-    HIR_INTERNAL_ASSERT(sync->push_count <= kMaxReduceSources, "{} reduce with {} pushes", device,
-                        sync->push_count);
+    HIR_INTERNAL_ASSERT(sync->push_count <= kMaxReduceSources && sync->pull_count == 0,
+                        "{} reduce with {} pushes and {} pulls", device, sync->push_count,
+                        sync->pull_count);
     for (std::size_t k = 0; k < sync->push_count; ++k) {
-      const ReduceSync::Push& p = sync->pushes[k];
+      const MessageStep::Copy& p = sync->pushes[k];
       HIR_INTERNAL_ASSERT(p.bytes == 0 || (p.dst != nullptr && p.src != nullptr),
                           "{} reduce: push {} of {} bytes with a null buffer", device, k, p.bytes);
       HIR_INTERNAL_ASSERT(!p.slotted || (sync->slots > 0 && (sync->slots & (sync->slots - 1)) == 0),

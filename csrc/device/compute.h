@@ -19,7 +19,7 @@ void checkMatmulArgs(const MatmulArgs& args, std::string_view device);
 // them (InternalError naming `device`): 1 to kMaxReduceSources sources, and
 // no null buffer when there is something to reduce.
 void checkReduceArgs(void* dst, const void* const* srcs, std::size_t sources, std::size_t count,
-                     const ReduceSync* sync, std::string_view device);
+                     const MessageStep* sync, std::string_view device);
 
 // out (+)= op(a) * op(b) as MatmulArgs describes it, on the calling thread:
 // float32 through cblas_sgemm on the buffers themselves; float16 and

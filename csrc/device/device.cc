@@ -36,9 +36,40 @@ void Device::add(Stream&, void*, const void*, const void*, DType, std::size_t) {
   throwUnsupported(*this, "compute", "add");
 }
 void Device::reduce(Stream&, void*, const void* const*, std::size_t, DType, ReduceOp, std::size_t,
-                    const ReduceSync*) {
+                    const MessageStep*) {
   throwUnsupported(*this, "reduce", "reduce");
 }
+void Device::messageStep(Stream& s, const MessageStep& m) {
+  auto one = [&](const MessageStep::Copy& c, bool push) {
+    if (c.counter == nullptr) {
+      HIR_INTERNAL_ASSERT(!c.slotted, "messageStep: a host-numbered {} into a ring",
+                          push ? "push" : "pull");
+      if (c.wait != nullptr && c.signal != nullptr)
+        return signaledCopy(s, c.dst, c.src, c.bytes, c.wait, c.number - c.wait_back, c.signal,
+                            c.number);
+      if (c.wait != nullptr) waitValue(s, c.wait, c.number - c.wait_back);
+      if (c.bytes > 0) copy(s, c.dst, c.src, c.bytes);
+      if (c.signal != nullptr) writeValue(s, c.signal, c.number);
+      return;
+    }
+    countedStep(s, CountedStep{.counter = c.counter,
+                               .offset = c.number,
+                               .advance = c.advance,
+                               .wait_addr = c.wait,
+                               .release = m.release,
+                               .dst = c.dst,
+                               .src = c.src,
+                               .bytes = c.bytes,
+                               .signal_addr = c.signal,
+                               .wait_back = c.wait_back,
+                               .slots = c.slotted ? m.slots : 0,
+                               .dst_stride = c.slotted && push ? m.stride : 0,
+                               .src_stride = c.slotted && !push ? m.stride : 0});
+  };
+  for (std::size_t k = 0; k < m.push_count; ++k) one(m.pushes[k], true);
+  for (std::size_t k = 0; k < m.pull_count; ++k) one(m.pulls[k], false);
+}
+
 void* Device::nativeStream(Stream&) { return nullptr; }
 void Device::cancel(std::string_view) {}
 std::unique_ptr<Event> Device::createTimingEvent() {

@@ -791,7 +791,7 @@ void hostReduce(void* dst, const ReduceSources& srcs, int n, DType t, ReduceOp o
 // it runs, the waits, the sources in their slots, the reduction, the
 // signals, the counters' advance.
 void HostDevice::reduce(Stream& s, void* dst, const void* const* srcs, std::size_t sources,
-                        DType t, ReduceOp op, std::size_t count, const ReduceSync* sync) {
+                        DType t, ReduceOp op, std::size_t count, const MessageStep* sync) {
   checkReduceArgs(dst, srcs, sources, count, sync, "host");
   if (count == 0 && sync == nullptr) return;
   ReduceSources from{};
@@ -803,7 +803,7 @@ void HostDevice::reduce(Stream& s, void* dst, const void* const* srcs, std::size
   impl_->stream(s).worker().enqueue([=, y = *sync]() mutable {
     std::array<uint32_t, kMaxReduceSources> pv{};
     for (std::size_t k = 0; k < y.push_count; ++k) {
-      const ReduceSync::Push& p = y.pushes[k];
+      const MessageStep::Copy& p = y.pushes[k];
       pv[k] = p.number;
       if (p.counter != nullptr)
         pv[k] += std::atomic_ref<uint32_t>(*p.counter).load(std::memory_order_relaxed);
@@ -815,7 +815,7 @@ void HostDevice::reduce(Stream& s, void* dst, const void* const* srcs, std::size
                      p.src, p.bytes);
     }
     for (std::size_t k = 0; k < y.push_count; ++k) {
-      const ReduceSync::Push& p = y.pushes[k];
+      const MessageStep::Copy& p = y.pushes[k];
       if (p.signal != nullptr)
         std::atomic_ref<uint32_t>(*p.signal).store(pv[k], std::memory_order_release);
       if (p.counter != nullptr && p.advance != 0)

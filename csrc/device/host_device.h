@@ -114,7 +114,7 @@ class HostDevice : public Device {
            std::size_t count) override;
   using Device::reduce;
   void reduce(Stream& s, void* dst, const void* const* srcs, std::size_t sources, DType t, ReduceOp op,
-              std::size_t count, const ReduceSync* sync) override;
+              std::size_t count, const MessageStep* sync) override;
 
   std::unique_ptr<Event> createTimingEvent() override;
   double elapsedMs(Event& from, Event& to) override;

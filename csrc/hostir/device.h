@@ -89,32 +89,35 @@ enum class DeviceFeature : uint8_t {
 // The most sources one Device::reduce combines.
 inline constexpr std::size_t kMaxReduceSources = 16;
 
-// What a Device::reduce does around its reduction for a protocol whose
-// sources are peers' messages (ipc's one-shot reductions), so that waiting
-// for the senders, reducing and answering them is one step. For each source
-// j with waits[j] or signals[j] or counters[j], its number is
-// v = (counters[j] != nullptr ? *counters[j] : 0) + numbers[j], read when the
-// step runs (a counter: in this device's memory, as CountedStep's), and in
-// order:
-// - wait until (int32_t)(*waits[j] - v) >= 0 (the cyclic compare of
-//   waitValue), or until *release != 0 (release may be null; the step then
-//   goes on with whatever is there: the run failed);
-// - source j is srcs[j], or, with slotted[j], srcs[j] + (v % slots) * stride
-//   (a ring of slots, a power of two: ipc's eager messages; stride keeps the
-//   sources' alignment);
-// - the reduction;
-// - store v into *signals[j], after every source was read and dst written,
-//   visible to whoever sees the value (release at system scope);
-// - *counters[j] += advances[j].
-// Before all of that come the pushes (ipc's eager sends of a collective
-// that is posted alone: its chunks into the peers' slots, so that the whole
-// collective is one step). Push k has its number v as a source has; wait
-// until (int32_t)(*wait - (v - wait_back)) >= 0 or *release != 0; copy
-// `bytes` from src to dst, moved by (v % slots) * stride when slotted; once
-// every push's copy is visible, store v into *signal; *counter += advance.
-// Every push signals before the step waits for any source.
-// With sync, a reduce of no elements still pushes, waits and signals.
-struct ReduceSync {
+// Messages of a semaphore protocol (ipc's eager messages, and the sources
+// of its one-shot reductions) done as one device step: Device::reduce does
+// them around its reduction, Device::messageStep without one. Every part
+// has a number v = (counter != nullptr ? *counter : 0) + number, read when
+// the step runs (a counter: in this device's memory, as CountedStep's), and
+// `slotted` parts lie in a ring of `slots` (a power of two) of `stride`
+// bytes, at slot v % slots. Waits compare cyclically, as waitValue does,
+// and end early when *release != 0 (release may be null; the step then
+// goes on with whatever is there: the run failed). Stores of v are releases
+// at system scope, after the step's copies and reduction are visible, and
+// are made in the order of the parts (parts of one lane store into the same
+// word, which must end at the last number). In order:
+// 1. pushes (copies to peers: ipc's eager sends): push k waits until
+//    *wait >= v - wait_back (its slot is free), copies `bytes` from src to
+//    dst (moved to its slot when slotted); then every push stores v into
+//    *signal and advances *counter by `advance`. Every push signals before
+//    the step waits for anything else, so a peer never waits for this
+//    step to start.
+// 2. pulls (copies from peers: ipc's eager receives, messageStep only):
+//    pull k waits until *wait >= v, copies `bytes` from src (moved to its
+//    slot when slotted) to dst, stores v into *signal, advances *counter.
+// 3. the reduction's sources (reduce only): source j with waits[j],
+//    signals[j] or counters[j] has number v_j; wait until
+//    *waits[j] >= v_j; source j is srcs[j], or its slot when slotted[j];
+//    the reduction; store v_j into *signals[j]; *counters[j] +=
+//    advances[j].
+// With a step, a reduce of no elements still does every part but the
+// reduction. stride keeps the alignment of the buffers.
+struct MessageStep {
   std::array<uint32_t*, kMaxReduceSources> counters{};
   std::array<uint32_t, kMaxReduceSources> numbers{};
   std::array<uint32_t, kMaxReduceSources> advances{};
@@ -124,7 +127,8 @@ struct ReduceSync {
   const uint32_t* release = nullptr;
   uint32_t slots = 0;
   std::size_t stride = 0;
-  struct Push {
+  // A push or a pull.
+  struct Copy {
     uint32_t* counter = nullptr;
     uint32_t number = 0, advance = 0, wait_back = 0;
     const uint32_t* wait = nullptr;
@@ -134,8 +138,11 @@ struct ReduceSync {
     uint32_t* signal = nullptr;
     bool slotted = false;
   };
-  std::array<Push, kMaxReduceSources> pushes{};
+  using Push = Copy;
+  std::array<Copy, kMaxReduceSources> pushes{};
   std::size_t push_count = 0;
+  std::array<Copy, kMaxReduceSources> pulls{};
+  std::size_t pull_count = 0;
 };
 
 // One step of a semaphore protocol whose value is not the host's but
@@ -256,10 +263,10 @@ class Device {
   // by `sources` in the dtype (integers truncate toward zero). dst may be one of the sources
   // (each element is read before it is written); sources may be a peer's mapped memory (ipc).
   // srcs[0, sources), 1 <= sources <= kMaxReduceSources; the pointer list and `sync` (null:
-  // every source is where srcs says, nothing waited for or signaled; see ReduceSync) are
-  // copied before the call returns.
+  // every source is where srcs says, nothing waited for or signaled; see MessageStep, whose
+  // pulls must be empty) are copied before the call returns.
   virtual void reduce(Stream& s, void* dst, const void* const* srcs, std::size_t sources, DType t,
-                      ReduceOp op, std::size_t count, const ReduceSync* sync);
+                      ReduceOp op, std::size_t count, const MessageStep* sync);
   void reduce(Stream& s, void* dst, const void* const* srcs, std::size_t sources, DType t,
               ReduceOp op, std::size_t count) {
     reduce(s, dst, srcs, sources, t, op, count, nullptr);
@@ -323,6 +330,14 @@ class Device {
   // enqueues `step` (see CountedStep) on `s`. cuda: kernels (one for copies up
   // to HIR_CUDA_KERNEL_COPY_MAX), capturable; host: stream tasks. ---
   virtual void countedStep(Stream& s, const CountedStep& step);
+
+  // --- Optional, with stream semaphores (counted ones for parts with a
+  // counter): the pushes and pulls of `step` (MessageStep; its reduction
+  // sources unused), on `s`. The default does each as a signaledCopy (host
+  // numbers: slotted parts not allowed) or a countedStep, pushes first;
+  // cuda makes them one kernel when every part is at most
+  // HIR_CUDA_KERNEL_COPY_MAX bytes. ---
+  virtual void messageStep(Stream& s, const MessageStep& step);
 };
 
 // Device factories, registered by name ("host", and "cuda" when built with

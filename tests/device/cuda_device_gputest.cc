@@ -744,7 +744,7 @@ TEST(CudaDevice, ReduceFindsRingSourcesInTheSlotTheirCountersNameAtEachReplay) {
   upload(ring_buf.data(), ring_image.data(), kSlots * kStride);
   const std::vector<int32_t> sevens(kCount, 7);
   upload(plain.data(), sevens.data(), kCount * sizeof(int32_t));
-  ReduceSync sync;
+  MessageStep sync;
   sync.counters[1] = static_cast<uint32_t*>(counter.data());
   sync.numbers[1] = 3;
   sync.slotted[1] = true;
@@ -787,7 +787,7 @@ TEST(CudaDevice, ReduceWithSyncWaitsSignalsAndAdvancesAtEachReplay) {
     for (Buffer* x : {&a, &b, &c}) upload(x->data(), ones.data(), bytes);
     const uint32_t start[8] = {7, 12, 0, 0, 10, 0, 0, 0};
     upload(w, start, sizeof start);
-    ReduceSync sync;
+    MessageStep sync;
     sync.waits[1] = w + 0;
     sync.signals[1] = w + 2;
     sync.numbers[1] = 7;
@@ -851,11 +851,11 @@ TEST(CudaDevice, ReduceWithAPushCopiesIntoItsSlotAndSignalsAtEachReplay) {
         theirs[k * kStride / sizeof(int32_t) + i] = static_cast<int32_t>(1000 * k);
     upload(own.data(), mine.data(), kCount * sizeof(int32_t));
     upload(in_ring.data(), theirs.data(), kSlots * kStride);
-    ReduceSync sync;
+    MessageStep sync;
     sync.slots = kSlots;
     sync.stride = kStride;
     sync.push_count = 1;
-    ReduceSync::Push& p = sync.pushes[0];
+    MessageStep::Push& p = sync.pushes[0];
     p.counter = w;
     p.number = 1;
     p.advance = 1;
@@ -898,6 +898,76 @@ TEST(CudaDevice, ReduceWithAPushCopiesIntoItsSlotAndSignalsAtEachReplay) {
       std::memcpy(&last, out.data() + (kCount - 1) * sizeof last, sizeof last);
       EXPECT_EQ(last, static_cast<int32_t>(kCount - 1 + 1000 * (v % kSlots)))
           << "fuse max " << fuse << ", replay " << replay;
+    }
+  }
+}
+
+// Device::messageStep captured into a graph, as one kernel (small parts)
+// and as counted steps (HIR_CUDA_KERNEL_COPY_MAX=0), replayed three times:
+// two pushes of one lane (one counter, one signal word) into the slots of
+// their numbers, a plain copy, and a pull out of the slot of its number
+// (its message's semaphore set before each replay); the lane's signal ends
+// at its last number and every counter advances.
+TEST(CudaDevice, MessageStepPushesPullsAndCopiesAtEachReplay) {
+  HIR_REQUIRE_GPUS(1);
+  for (const char* fuse : {"65536", "0"}) {
+    ::setenv("HIR_CUDA_KERNEL_COPY_MAX", fuse, 1);
+    auto device = makeCudaDevice();
+    ::unsetenv("HIR_CUDA_KERNEL_COPY_MAX");
+    auto s = device->createStream();
+    constexpr std::size_t kBytes = 48, kSlots = 4, kStride = 64;
+    Buffer out_ring(*device, kSlots * kStride), in_ring(*device, kSlots * kStride),
+        src(*device, kBytes), dst(*device, kBytes), plain(*device, kBytes),
+        words(*device, 8 * sizeof(uint32_t));
+    auto* w = static_cast<uint32_t*>(words.data());
+    const uint32_t start[8] = {0, 100, 0, 0, 0, 0, 0, 0};
+    upload(w, start, sizeof start);
+    std::vector<unsigned char> mine(kBytes, 'a'), theirs(kSlots * kStride);
+    for (std::size_t k = 0; k < kSlots; ++k)
+      std::fill_n(theirs.begin() + static_cast<std::ptrdiff_t>(k * kStride), kBytes,
+                  static_cast<unsigned char>('0' + k));
+    upload(src.data(), mine.data(), kBytes);
+    upload(in_ring.data(), theirs.data(), theirs.size());
+    MessageStep m;
+    m.slots = kSlots;
+    m.stride = kStride;
+    m.push_count = 2;
+    m.pushes[0] = {.counter = w, .number = 1, .advance = 0, .wait_back = kSlots, .wait = w + 1,
+                   .dst = out_ring.data(), .src = src.data(), .bytes = kBytes, .signal = w + 2,
+                   .slotted = true};
+    m.pushes[1] = m.pushes[0];
+    m.pushes[1].number = 2;
+    m.pushes[1].advance = 2;
+    m.pull_count = 2;
+    m.pulls[0] = {.dst = plain.data(), .src = src.data(), .bytes = kBytes};
+    m.pulls[1] = {.counter = w + 3, .number = 1, .advance = 1, .wait = w + 4, .dst = dst.data(),
+                  .src = in_ring.data(), .bytes = kBytes, .signal = w + 5, .slotted = true};
+    device->beginCapture(*s);
+    device->messageStep(*s, m);
+    std::unique_ptr<Graph> graph = device->endCapture(*s);
+    for (uint32_t replay = 0; replay < 3; ++replay) {
+      const uint32_t v = replay + 1;
+      upload(w + 4, &v, sizeof v);
+      device->launchGraph(*graph, *s);
+      device->synchronize(*s, testTimeout());
+      uint32_t seen[8];
+      const std::vector<std::byte> got = readBack(w, sizeof seen);
+      std::memcpy(seen, got.data(), sizeof seen);
+      EXPECT_EQ(seen[0], 2 * v) << "fuse max " << fuse << ", replay " << replay;
+      EXPECT_EQ(seen[2], 2 * v) << "fuse max " << fuse << ", replay " << replay;
+      EXPECT_EQ(seen[3], v) << "fuse max " << fuse << ", replay " << replay;
+      EXPECT_EQ(seen[5], v) << "fuse max " << fuse << ", replay " << replay;
+      for (const uint32_t e : {2 * v - 1, 2 * v}) {
+        const std::vector<std::byte> pushed = readBack(
+            static_cast<char*>(out_ring.data()) + (e % kSlots) * kStride, kBytes);
+        EXPECT_EQ(std::memcmp(pushed.data(), mine.data(), kBytes), 0)
+            << "fuse max " << fuse << ": push " << e << " is not in slot " << e % kSlots;
+      }
+      const std::vector<std::byte> pulled = readBack(dst.data(), kBytes);
+      EXPECT_EQ(static_cast<char>(pulled[0]), static_cast<char>('0' + v % kSlots))
+          << "fuse max " << fuse << ", replay " << replay;
+      const std::vector<std::byte> copied = readBack(plain.data(), kBytes);
+      EXPECT_EQ(std::memcmp(copied.data(), mine.data(), kBytes), 0) << "fuse max " << fuse;
     }
   }
 }

@@ -1172,7 +1172,7 @@ TEST(HostDeviceReduce, ReduceFindsRingSourcesInTheSlotTheirCountersNameWhenItRun
     }
   for (std::size_t i = 0; i < kCount; ++i) plain[i] = 7;
   counters[0] = counters[1] = 0;
-  ReduceSync sync;
+  MessageStep sync;
   sync.counters[0] = &counters[0];
   sync.numbers[0] = 2;
   sync.slotted[0] = true;
@@ -1200,8 +1200,8 @@ TEST(HostDeviceReduce, ReduceFindsRingSourcesInTheSlotTheirCountersNameWhenItRun
 // (counter 10 + 2 = 12, advancing by 3), each waited for and signaled.
 struct SyncWords {
   uint32_t wait_a = 0, wait_b = 0, signal_a = 0, signal_b = 0, counter = 10, release = 0;
-  ReduceSync sync() {
-    ReduceSync y;
+  MessageStep sync() {
+    MessageStep y;
     y.waits[1] = &wait_a;
     y.signals[1] = &signal_a;
     y.numbers[1] = 7;
@@ -1232,7 +1232,7 @@ TEST(HostDeviceReduce, ReduceWithSyncWaitsForEverySourceThenSignalsAndAdvances) 
   auto* words = static_cast<SyncWords*>(dev.allocate(sizeof(SyncWords)));
   *words = SyncWords{};
   std::fill(dst, dst + kCount, -7);
-  const ReduceSync sync = words->sync();
+  const MessageStep sync = words->sync();
   dev.reduce(*s, dst, srcs.data(), srcs.size(), DType::Int32, ReduceOp::Sum, kCount, &sync);
   SyncWords::store(words->wait_a, 7);
   std::this_thread::sleep_for(20ms);
@@ -1251,7 +1251,7 @@ TEST(HostDeviceReduce, ReduceWithSyncWaitsForEverySourceThenSignalsAndAdvances) 
   EXPECT_EQ(words->counter, 13u);
   // No elements: the waits and the signals still happen, numbered on.
   SyncWords::store(words->wait_b, 15);
-  const ReduceSync next = words->sync();
+  const MessageStep next = words->sync();
   dev.reduce(*s, dst, srcs.data(), srcs.size(), DType::Int32, ReduceOp::Sum, 0, &next);
   dev.synchronize(*s, kLong);
   EXPECT_EQ(words->signal_b, 15u);
@@ -1270,7 +1270,7 @@ TEST(HostDeviceReduce, ReduceWithSyncGoesOnWhenReleased) {
   auto* dst = static_cast<int32_t*>(dev.allocate(4 * sizeof(int32_t)));
   auto* words = static_cast<SyncWords*>(dev.allocate(sizeof(SyncWords)));
   *words = SyncWords{};
-  const ReduceSync sync = words->sync();
+  const MessageStep sync = words->sync();
   dev.reduce(*s, dst, srcs.data(), srcs.size(), DType::Int32, ReduceOp::Sum, 4, &sync);
   std::this_thread::sleep_for(10ms);
   EXPECT_EQ(SyncWords::load(words->signal_b), 0u);
@@ -1300,10 +1300,10 @@ TEST(HostDeviceReduce, ReduceWithSyncPushesAndSignalsBeforeItWaits) {
   push_words[1] = 2;
   push_words[2] = 0;
   std::fill(ring, ring + kSlots * kStride / sizeof(int32_t), 0);
-  ReduceSync sync = words->sync();
+  MessageStep sync = words->sync();
   sync.slots = kSlots;
   sync.stride = kStride;
-  ReduceSync::Push& push = sync.pushes[0];
+  MessageStep::Push& push = sync.pushes[0];
   sync.push_count = 1;
   push.counter = &push_words[0];
   push.number = 1;
@@ -1333,6 +1333,56 @@ TEST(HostDeviceReduce, ReduceWithSyncPushesAndSignalsBeforeItWaits) {
             -1);
   for (void* p : std::initializer_list<void*>{words, push_words, ring, dst}) dev.deallocate(p);
   for (void* p : srcs) dev.deallocate(p);
+}
+
+// Device::messageStep (the default's counted steps on the host device): a
+// push into slot v % 4 of a ring, a pull out of another ring's slot and a
+// plain copy; each numbered from its counter, waited for, signaled, and the
+// counters advanced.
+TEST(HostDeviceReduce, MessageStepPushesPullsAndCopiesInOrder) {
+  HostDevice dev;
+  auto s = dev.createStream();
+  constexpr std::size_t kBytes = 16, kSlots = 4, kStride = 32;
+  auto* mem = static_cast<char*>(dev.allocate(4 * kSlots * kStride));
+  char* out_ring = mem;
+  char* in_ring = mem + kSlots * kStride;
+  char* src = mem + 2 * kSlots * kStride;
+  char* dst = src + kStride;
+  char* plain = dst + kStride;
+  auto* w = static_cast<uint32_t*>(dev.allocate(8 * sizeof(uint32_t)));
+  // push counter, push's slot freed, push signal, pull counter, pull ready, pull signal
+  const uint32_t start[8] = {6, 3, 0, 1, 0, 0, 0, 0};
+  std::memcpy(w, start, sizeof start);
+  std::memset(mem, 0, 4 * kSlots * kStride);
+  std::memset(src, 'a', kBytes);
+  std::memset(in_ring + 2 * kStride, 'b', kBytes);  // the pull's slot: (1 + 1) % 4
+  MessageStep m;
+  m.slots = kSlots;
+  m.stride = kStride;
+  m.push_count = 1;
+  m.pushes[0] = {.counter = &w[0], .number = 1, .advance = 1, .wait_back = kSlots, .wait = &w[1],
+                 .dst = out_ring, .src = src, .bytes = kBytes, .signal = &w[2], .slotted = true};
+  m.pull_count = 2;
+  m.pulls[0] = {.dst = plain, .src = src, .bytes = kBytes};
+  m.pulls[1] = {.counter = &w[3], .number = 1, .advance = 1, .wait = &w[4], .dst = dst,
+                .src = in_ring, .bytes = kBytes, .signal = &w[5], .slotted = true};
+  dev.messageStep(*s, m);
+  const auto deadline = std::chrono::steady_clock::now() + 5s;
+  while (std::atomic_ref<uint32_t>(w[2]).load() == 0 && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(1ms);
+  EXPECT_EQ(std::atomic_ref<uint32_t>(w[2]).load(), 7u) << "the push waits for 7 - 4 = 3 only";
+  EXPECT_EQ(std::memcmp(out_ring + 3 * kStride, src, kBytes), 0) << "the push is not in slot 7 % 4";
+  std::this_thread::sleep_for(10ms);
+  EXPECT_EQ(std::atomic_ref<uint32_t>(w[5]).load(), 0u) << "the pull did not wait for message 2";
+  std::atomic_ref<uint32_t>(w[4]).store(2);
+  dev.synchronize(*s, kLong);
+  EXPECT_EQ(std::memcmp(dst, in_ring + 2 * kStride, kBytes), 0);
+  EXPECT_EQ(std::memcmp(plain, src, kBytes), 0);
+  EXPECT_EQ(w[0], 7u);
+  EXPECT_EQ(w[3], 2u);
+  EXPECT_EQ(w[5], 2u);
+  dev.deallocate(w);
+  dev.deallocate(mem);
 }
 
 // ------------------------------------------------------------------ timing

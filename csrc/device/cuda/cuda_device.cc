@@ -571,15 +571,42 @@ class CudaDevice final : public Device {
 
   using Device::reduce;
   void reduce(Stream& s, void* dst, const void* const* srcs, std::size_t sources, DType t,
-              ReduceOp op, std::size_t count, const ReduceSync* sync) override {
+              ReduceOp op, std::size_t count, const MessageStep* sync) override {
     checkReduceArgs(dst, srcs, sources, count, sync, "cuda");
     if (count == 0 && sync == nullptr) return;
     activate(ordinal_);
+    // Pushes, waits and signals fused into the reduction up to the size of a
+    // fused copy (HIR_CUDA_KERNEL_COPY_MAX): one block. Pushes larger than
+    // that go first, as messageStep would do them.
+    MessageStep rest;
+    if (sync != nullptr && sync->push_count > 0 && !fusable(*sync)) {
+      MessageStep pushes = *sync;
+      pushes.pull_count = 0;
+      messageStep(s, pushes);
+      rest = *sync;
+      rest.push_count = 0;
+      sync = &rest;
+    }
     CudaStream& cs = cudaStream(s, "reduce");
-    // Waits and signals fused into the reduction up to the size of a fused
-    // copy (HIR_CUDA_KERNEL_COPY_MAX): one block.
     HIR_CUDA_CHECK(ordinal_, launchReduce(cs.native(), dst, srcs, static_cast<int>(sources), t,
                                           op, count, sync, max_blocks_, kernel_copy_max_));
+    cs.noteWork();
+  }
+
+  // Every push and pull at most HIR_CUDA_KERNEL_COPY_MAX: one kernel of one
+  // block (the block copies each); else each as its own counted step or
+  // signaled copy (Device's default), which a copy engine may serve.
+  void messageStep(Stream& s, const MessageStep& step) override {
+    if (!fusable(step)) return Device::messageStep(s, step);
+    for (std::size_t k = 0; k < step.push_count + step.pull_count; ++k) {
+      const MessageStep::Copy& c =
+          k < step.push_count ? step.pushes[k] : step.pulls[k - step.push_count];
+      for (const uint32_t* word : {c.wait, static_cast<const uint32_t*>(c.signal)})
+        if (word != nullptr) (void)semaphoreApi("messageStep", word);  // waitValue's checks
+    }
+    activate(ordinal_);
+    CudaStream& cs = cudaStream(s, "messageStep");
+    HIR_CUDA_CHECK(ordinal_, launchMessageStep(cs.native(), step));
     cs.noteWork();
   }
 
@@ -794,6 +821,11 @@ class CudaDevice final : public Device {
   std::string name_;
   int max_blocks_ = 1;
   std::size_t kernel_copy_max_ = 0;  // copies up to this size run as a kernel
+  bool fusable(const MessageStep& step) const {
+    auto small = [&](const MessageStep::Copy& c) { return c.bytes <= kernel_copy_max_; };
+    return std::all_of(step.pushes.begin(), step.pushes.begin() + step.push_count, small) &&
+           std::all_of(step.pulls.begin(), step.pulls.begin() + step.pull_count, small);
+  }
   CudaStream::Counter default_counter_ = newCounter();  // shared with wrapStream(nullptr)
   std::unique_ptr<CudaStream> default_stream_;
   cudaStream_t zero_stream_ = nullptr;  // zeroes new allocations

@@ -554,8 +554,8 @@ struct ReduceSources {
   const void* p[kMaxReduceSources];
 };
 
-// ReduceSync (device.h) by value: a captured graph holds it.
-struct PushArgs {
+// MessageStep (device.h) by value: a captured graph holds it.
+struct CopyArgs {  // a push or a pull
   uint32_t* counter;
   uint32_t number, advance, wait_back;
   const uint32_t* wait;
@@ -574,13 +574,14 @@ struct SyncSources {
   uint32_t slotted;  // bit j: source j is in a ring
   uint32_t mask;     // slots - 1
   std::size_t stride;
-  PushArgs push[kMaxReduceSources];
-  int pushes;
-  uint32_t push_slotted;  // bit k: push k goes into a ring
-  bool push_wide;         // every push's ends, size and the stride are 16-byte multiples
+  CopyArgs push[kMaxReduceSources];
+  CopyArgs pull[kMaxReduceSources];
+  int pushes, pulls;
+  uint32_t push_slotted, pull_slotted;  // bit k: push (pull) k is in a ring
+  bool copies_wide;  // every push's and pull's ends, size and the stride are 16-byte multiples
 };
 
-// What the reduce kernel does of its ReduceSync: Place (any grid): finds
+// What the reduce kernel does of its MessageStep: Place (any grid): finds
 // the ring sources in their slots from the counters; Fused (one block):
 // also waits before and signals and advances after.
 enum class SyncMode : int { Place, Fused };
@@ -610,46 +611,65 @@ __device__ void syncWait(const SyncSources& y, int n, uint32_t* v) {
 }
 
 // One block, after its reads and writes: every thread fences them at
-// system scope, then thread j < n releases v[j] into source j's signal and
-// advances its counter.
+// system scope, then thread 0 releases each v[j] into source j's signal and
+// advances its counter, in source order.
 __device__ void syncSignal(const SyncSources& y, int n, const uint32_t* v) {
   __threadfence_system();
   __syncthreads();
-  const int j = static_cast<int>(threadIdx.x);
-  if (j >= n) return;
-  if (y.signal[j] != nullptr) storeReleaseSys(y.signal[j], v[j]);
-  if (y.counter[j] != nullptr && y.advance[j] != 0)
-    *y.counter[j] = v[j] - y.number[j] + y.advance[j];
+  if (threadIdx.x != 0) return;
+  for (int j = 0; j < n; ++j) {  // in order, as syncCopies signals
+    if (y.signal[j] != nullptr) storeReleaseSys(y.signal[j], v[j]);
+    if (y.counter[j] != nullptr && y.advance[j] != 0)
+      *y.counter[j] = v[j] - y.number[j] + y.advance[j];
+  }
 }
 
-// One block: thread k < pushes reads push k's number and waits for its slot
-// (or the release word); the block copies every push; every thread fences
-// at system scope; thread k signals push k and advances its counter.
-__device__ void syncPush(const SyncSources& y) {
-  __shared__ uint32_t pv[kMaxReduceSources];
+// One block: thread k < count reads copy k's number and waits (a push: for
+// v - wait_back, its slot; a pull: for v, its message); the block copies
+// each (a push into its slot, a pull out of it); every thread fences at
+// system scope; thread 0 signals each copy and advances its counter, in
+// order.
+__device__ void syncCopies(const SyncSources& y, const CopyArgs* c, int count, uint32_t slotted,
+                           bool push) {
+  __shared__ uint32_t cv[kMaxReduceSources];
   const int k = static_cast<int>(threadIdx.x);
-  if (k < y.pushes) {
-    const PushArgs& p = y.push[k];
-    pv[k] = p.number + (p.counter != nullptr ? *static_cast<const volatile uint32_t*>(p.counter) : 0u);
+  if (k < count) {
+    const CopyArgs& p = c[k];
+    cv[k] = p.number +
+            (p.counter != nullptr ? *static_cast<const volatile uint32_t*>(p.counter) : 0u);
+    const uint32_t at_least = push ? cv[k] - p.wait_back : cv[k];
     if (p.wait != nullptr)
-      while (static_cast<int32_t>(loadAcquireSys(p.wait) - (pv[k] - p.wait_back)) < 0 &&
+      while (static_cast<int32_t>(loadAcquireSys(p.wait) - at_least) < 0 &&
              !released(y.release)) {
       }
   }
   __syncthreads();
-  for (int i = 0; i < y.pushes; ++i) {
-    const PushArgs& p = y.push[i];
-    const std::size_t slot = (y.push_slotted >> i) & 1u ? (pv[i] & y.mask) * y.stride : 0;
-    blockCopy(p.dst + slot, p.src, p.bytes, y.push_wide);
+  for (int i = 0; i < count; ++i) {
+    const CopyArgs& p = c[i];
+    const std::size_t slot = (slotted >> i) & 1u ? (cv[i] & y.mask) * y.stride : 0;
+    blockCopy(p.dst + (push ? slot : 0), p.src + (push ? 0 : slot), p.bytes, y.copies_wide);
   }
   __threadfence_system();
   __syncthreads();
-  if (k < y.pushes) {
-    const PushArgs& p = y.push[k];
-    if (p.signal != nullptr) storeReleaseSys(p.signal, pv[k]);
-    if (p.counter != nullptr && p.advance != 0) *p.counter = pv[k] - p.number + p.advance;
-  }
+  // One thread, in order: parts of one lane signal the same word, whose
+  // value must end at the last of their numbers.
+  if (k == 0)
+    for (int i = 0; i < count; ++i) {
+      const CopyArgs& p = c[i];
+      if (p.signal != nullptr) storeReleaseSys(p.signal, cv[i]);
+      if (p.counter != nullptr && p.advance != 0) *p.counter = cv[i] - p.number + p.advance;
+    }
   __syncthreads();
+}
+
+__device__ void syncPush(const SyncSources& y) {
+  syncCopies(y, y.push, y.pushes, y.push_slotted, true);
+}
+
+// Device::messageStep: the pushes, then the pulls, one block.
+__global__ void __launch_bounds__(kBlockThreads) messageStepKernel(SyncSources y) {
+  if (y.pushes > 0) syncCopies(y, y.push, y.pushes, y.push_slotted, true);
+  if (y.pulls > 0) syncCopies(y, y.pull, y.pulls, y.pull_slotted, false);
 }
 
 // The pushes, the waits and the signals of a reduction too large for one
@@ -863,6 +883,26 @@ cudaError_t reduceWith(ReduceOp op, cudaStream_t stream, void* dst, const Reduce
 
 namespace {
 
+// A MessageStep's pushes and pulls, and what they share, into the kernel's
+// arguments.
+void placeCopies(const MessageStep& m, SyncSources& y) {
+  uintptr_t addresses = m.stride;
+  auto place = [&](const MessageStep::Copy& c, CopyArgs& to, uint32_t& slotted, std::size_t k) {
+    to = CopyArgs{c.counter, c.number, c.advance, c.wait_back, c.wait, static_cast<char*>(c.dst),
+                  static_cast<const char*>(c.src), c.bytes, c.signal};
+    if (c.slotted) slotted |= 1u << k;
+    addresses |= reinterpret_cast<uintptr_t>(c.dst) | reinterpret_cast<uintptr_t>(c.src) | c.bytes;
+  };
+  for (std::size_t k = 0; k < m.push_count; ++k) place(m.pushes[k], y.push[k], y.push_slotted, k);
+  for (std::size_t k = 0; k < m.pull_count; ++k) place(m.pulls[k], y.pull[k], y.pull_slotted, k);
+  y.pushes = static_cast<int>(m.push_count);
+  y.pulls = static_cast<int>(m.pull_count);
+  y.copies_wide = addresses % 16 == 0;
+  y.release = m.release;
+  y.mask = m.slots - 1;
+  y.stride = m.stride;
+}
+
 cudaError_t launchSync(cudaStream_t stream, const SyncSources& sync, int n, bool wait,
                        bool signal) {
   SyncSources y = sync;
@@ -875,7 +915,7 @@ cudaError_t launchSync(cudaStream_t stream, const SyncSources& sync, int n, bool
 }  // namespace
 
 cudaError_t launchReduce(cudaStream_t stream, void* dst, const void* const* srcs, int n, DType t,
-                         ReduceOp op, std::size_t count, const ReduceSync* sync, int max_blocks,
+                         ReduceOp op, std::size_t count, const MessageStep* sync, int max_blocks,
                          std::size_t fuse_max) {
   if (n < 1 || n > static_cast<int>(kMaxReduceSources) || (count > 0 && dst == nullptr) ||
       srcs == nullptr)
@@ -901,26 +941,12 @@ cudaError_t launchReduce(cudaStream_t stream, void* dst, const void* const* srcs
       waits_or_signals = waits_or_signals || y.wait[j] != nullptr || y.signal[j] != nullptr ||
                          (y.counter[j] != nullptr && y.advance[j] != 0);
     }
-    if (sync->push_count > kMaxReduceSources) return cudaErrorInvalidValue;
-    y.pushes = static_cast<int>(sync->push_count);
-    uintptr_t push_addresses = sync->stride;
-    for (std::size_t k = 0; k < sync->push_count; ++k) {
-      const ReduceSync::Push& p = sync->pushes[k];
-      y.push[k] = PushArgs{p.counter, p.number, p.advance, p.wait_back, p.wait,
-                           static_cast<char*>(p.dst), static_cast<const char*>(p.src), p.bytes,
-                           p.signal};
-      if (p.slotted) y.push_slotted |= 1u << k;
-      push_addresses |= reinterpret_cast<uintptr_t>(p.dst) | reinterpret_cast<uintptr_t>(p.src) |
-                        p.bytes;
-    }
-    y.push_wide = push_addresses % 16 == 0;
+    if (sync->push_count > kMaxReduceSources || sync->pull_count != 0) return cudaErrorInvalidValue;
+    placeCopies(*sync, y);
     waits_or_signals = waits_or_signals || y.pushes > 0;
     if ((y.slotted != 0 || y.push_slotted != 0) &&
         (sync->slots == 0 || (sync->slots & (sync->slots - 1)) != 0))
       return cudaErrorInvalidValue;
-    y.release = sync->release;
-    y.mask = sync->slots - 1;
-    y.stride = sync->stride;
     addresses |= sync->stride;
   }
   if (count == 0) return waits_or_signals ? launchSync(stream, y, n, true, true) : cudaSuccess;
@@ -966,6 +992,19 @@ cudaError_t launchReduce(cudaStream_t stream, void* dst, const void* const* srcs
   return launchSync(stream, y, n, false, true);
 }
 
+cudaError_t launchMessageStep(cudaStream_t stream, const MessageStep& step) {
+  if (step.push_count > kMaxReduceSources || step.pull_count > kMaxReduceSources)
+    return cudaErrorInvalidValue;
+  SyncSources y{};
+  placeCopies(step, y);
+  if ((y.push_slotted != 0 || y.pull_slotted != 0) &&
+      (step.slots == 0 || (step.slots & (step.slots - 1)) != 0))
+    return cudaErrorInvalidValue;
+  void* args[] = {&y};
+  return launchKernel(reinterpret_cast<const void*>(&messageStepKernel), dim3(1),
+                      dim3(kBlockThreads), args, stream);
+}
+
 cudaError_t launchSpin(cudaStream_t stream, uint64_t nanoseconds) {
   void* args[] = {&nanoseconds};
   return launchKernel(reinterpret_cast<const void*>(&spinKernel), dim3(1), dim3(1), args,
@@ -997,9 +1036,10 @@ cudaError_t preloadKernels() {
   note(launchCountedStep(nullptr, CountedStep{.counter = word}, 0, false, false));
   note(launchSlotCopy(nullptr, CountedStep{.counter = word, .bytes = 16, .slots = 1}, 1));
   note(launchSpin(nullptr, 0));
-  ReduceSync sync;
+  MessageStep sync;
   sync.signals[0] = word;
   note(launchReduce(nullptr, p, srcs, 1, DType::Int32, ReduceOp::Sum, 0, &sync, 1, 0));
+  note(launchMessageStep(nullptr, sync));
   preloading = false;
   return first;
 }

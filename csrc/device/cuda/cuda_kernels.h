@@ -76,14 +76,18 @@ cudaError_t launchAdd(cudaStream_t stream, void* out, const void* a, const void*
 // kMaxReduceSources (device.h); the pointers go into the kernel's parameters
 // (no device memory, capturable), 16 bytes per source and step when dst and
 // every source are 16-byte aligned. Uses at most `max_blocks` blocks
-// (grid-stride loop). With `sync` (ReduceSync, device.h): its waits, the
+// (grid-stride loop). With `sync` (MessageStep, device.h): its waits, the
 // reduction and its signals are one kernel of one block when the elements
 // take at most `fuse_max` bytes, else a wait kernel, the grid's reduction
 // and a signal kernel (also the wait and signal kernel alone for no
 // elements).
 cudaError_t launchReduce(cudaStream_t stream, void* dst, const void* const* srcs, int n, DType t,
-                         ReduceOp op, std::size_t count, const ReduceSync* sync, int max_blocks,
+                         ReduceOp op, std::size_t count, const MessageStep* sync, int max_blocks,
                          std::size_t fuse_max);
+
+// Device::messageStep's pushes and pulls (MessageStep, device.h) as one
+// kernel of one block.
+cudaError_t launchMessageStep(cudaStream_t stream, const MessageStep& step);
 
 // One thread that busy-waits `nanoseconds` of GPU global time (for tests and
 // benchmarks that need a long-running kernel).
