@@ -467,23 +467,18 @@ void IpcBackend::State::announce(Stream& on, const Step& s) {
   if (!s.copies) signalTo(on, s, 0);
 }
 
+// The side that copies: a message step of one part (a push when it writes
+// into the peer's memory or its slot, a pull when it reads out of its own
+// slot), which the device runs as one signaled copy or counted step.
 void IpcBackend::State::transfer(Stream& on, const Step& s) {
   if (!s.copies) return;
-  if (s.counter == nullptr)
-    return dev->signaledCopy(on, s.dst, s.src, s.bytes, s.await, s.wait_seq, s.signal, s.seq);
-  dev->countedStep(on, CountedStep{.counter = s.counter,
-                                   .offset = s.offset,
-                                   .advance = s.advance,
-                                   .wait_addr = s.await,
-                                   .release = releaseWord(),
-                                   .dst = s.dst,
-                                   .src = s.src,
-                                   .bytes = s.bytes,
-                                   .signal_addr = s.signal,
-                                   .wait_back = s.wait_back,
-                                   .slots = s.slots,
-                                   .dst_stride = s.dst_stride,
-                                   .src_stride = s.src_stride});
+  MessageStep m;
+  m.release = counted ? releaseWord() : nullptr;
+  if (s.src_stride > 0)
+    m.pulls[m.pull_count++] = copyOf(s, m);
+  else
+    m.pushes[m.push_count++] = copyOf(s, m);
+  dev->messageStep(on, m);
 }
 
 void IpcBackend::State::await(Stream& on, const Step& s) {

@@ -593,11 +593,13 @@ class CudaDevice final : public Device {
     cs.noteWork();
   }
 
-  // Every push and pull at most HIR_CUDA_KERNEL_COPY_MAX: one kernel of one
-  // block (the block copies each); else each as its own counted step or
-  // signaled copy (Device's default), which a copy engine may serve.
+  // Several parts, each at most HIR_CUDA_KERNEL_COPY_MAX: one kernel of one
+  // block (the block copies each). One part, or a larger one: each as its
+  // own counted step or signaled copy (Device's default: a kernel with
+  // fewer arguments, or a copy engine).
   void messageStep(Stream& s, const MessageStep& step) override {
-    if (!fusable(step)) return Device::messageStep(s, step);
+    if (step.push_count + step.pull_count <= 1 || !fusable(step))
+      return Device::messageStep(s, step);
     for (std::size_t k = 0; k < step.push_count + step.pull_count; ++k) {
       const MessageStep::Copy& c =
           k < step.push_count ? step.pushes[k] : step.pulls[k - step.push_count];
