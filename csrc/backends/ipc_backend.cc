@@ -583,16 +583,13 @@ void IpcBackend::State::reduce(Stream& on, Work& w, int u, bool push_sends) {
     HIR_INTERNAL_ASSERT(s.wait_back == 0 && s.wait_seq == s.seq,
                         "ipc: a reduction source waits for {} and signals {}", s.wait_seq, s.seq);
     const auto j = static_cast<std::size_t>(s.source);
-    sync.counters[j] = s.counter;
-    sync.numbers[j] = s.counter != nullptr ? s.offset : s.seq;
-    sync.advances[j] = s.counter != nullptr ? s.advance : 0;
-    sync.waits[j] = s.await;
-    sync.signals[j] = s.signal;
-    sync.slotted[j] = s.slots > 0;
-    if (s.slots > 0) {
-      sync.slots = s.slots;
-      sync.stride = s.src_stride;
-    }
+    const MessageStep::Copy c = copyOf(s, sync);  // its copy is the reduction's read
+    sync.counters[j] = c.counter;
+    sync.numbers[j] = c.number;
+    sync.advances[j] = c.advance;
+    sync.waits[j] = c.wait;
+    sync.signals[j] = c.signal;
+    sync.slotted[j] = c.slotted;
   }
   const ReduceUnit& r = w.units[static_cast<std::size_t>(u)];
   dev->reduce(on, r.dst, r.srcs.data(), static_cast<std::size_t>(r.members), r.dtype, r.op,

@@ -47,8 +47,13 @@ void checkReduceArgs(void* dst, const void* const* srcs, std::size_t sources, st
                               sync->signals[j] == nullptr && !sync->slotted[j],
                           "{} reduce of {} sources with a sync part for source {}", device,
                           sources, j);
-    const bool ring = std::find(sync->slotted.begin(), sync->slotted.end(), true) !=
-                      sync->slotted.end();
+    HIR_INTERNAL_ASSERT(sync->push_count <= kMaxReduceSources && sync->pull_count == 0,
+                        "{} reduce with {} pushes and {} pulls", device, sync->push_count,
+                        sync->pull_count);
+    const bool ring =
+        std::find(sync->slotted.begin(), sync->slotted.end(), true) != sync->slotted.end() ||
+        std::any_of(sync->pushes.begin(), sync->pushes.begin() + sync->push_count,
+                    [](const MessageStep::Copy& p) { return p.slotted; });
     HIR_INTERNAL_ASSERT(!ring || (sync->slots > 0 && (sync->slots & (sync->slots - 1)) == 0),
                         "{} reduce: a ring of {} slots (a power of two expected)", device,
                         sync->slots);
@@ -58,15 +63,10 @@ void checkReduceArgs(void* dst, const void* const* srcs, std::size_t sources, st
                             static_cast<const void*>(sync->signals[j])})
         HIR_INTERNAL_ASSERT(reinterpret_cast<uintptr_t>(a) % alignof(uint32_t) == 0,
                             "{} reduce: misaligned semaphore {} of source {}", device, a, j);
-    HIR_INTERNAL_ASSERT(sync->push_count <= kMaxReduceSources && sync->pull_count == 0,
-                        "{} reduce with {} pushes and {} pulls", device, sync->push_count,
-                        sync->pull_count);
     for (std::size_t k = 0; k < sync->push_count; ++k) {
       const MessageStep::Copy& p = sync->pushes[k];
       HIR_INTERNAL_ASSERT(p.bytes == 0 || (p.dst != nullptr && p.src != nullptr),
                           "{} reduce: push {} of {} bytes with a null buffer", device, k, p.bytes);
-      HIR_INTERNAL_ASSERT(!p.slotted || (sync->slots > 0 && (sync->slots & (sync->slots - 1)) == 0),
-                          "{} reduce: push {} into a ring of {} slots", device, k, sync->slots);
       for (const void* a : {static_cast<const void*>(p.counter), static_cast<const void*>(p.wait),
                             static_cast<const void*>(p.signal)})
         HIR_INTERNAL_ASSERT(reinterpret_cast<uintptr_t>(a) % alignof(uint32_t) == 0,

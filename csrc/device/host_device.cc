@@ -787,9 +787,9 @@ void hostReduce(void* dst, const ReduceSources& srcs, int n, DType t, ReduceOp o
 
 }  // namespace
 
-// With sync, one task: the pushes, then the numbers from the counters when
-// it runs, the waits, the sources in their slots, the reduction, the
-// signals, the counters' advance.
+// With sync: the pushes (messageStep), then one task: the numbers from the
+// counters when it runs, the waits, the sources in their slots, the
+// reduction, the signals, the counters' advance.
 void HostDevice::reduce(Stream& s, void* dst, const void* const* srcs, std::size_t sources,
                         DType t, ReduceOp op, std::size_t count, const MessageStep* sync) {
   checkReduceArgs(dst, srcs, sources, count, sync, "host");
@@ -800,28 +800,14 @@ void HostDevice::reduce(Stream& s, void* dst, const void* const* srcs, std::size
   if (sync == nullptr)
     return impl_->stream(s).worker().enqueue([=] { hostReduce(dst, from, n, t, op, count); });
   Impl* dev = impl_.get();
+  // The pushes first, as messageStep does them (tasks of their own, each
+  // signaled before this step waits for any source).
+  if (sync->push_count > 0) {
+    MessageStep pushes = *sync;
+    pushes.pull_count = 0;
+    messageStep(s, pushes);
+  }
   impl_->stream(s).worker().enqueue([=, y = *sync]() mutable {
-    std::array<uint32_t, kMaxReduceSources> pv{};
-    for (std::size_t k = 0; k < y.push_count; ++k) {
-      const MessageStep::Copy& p = y.pushes[k];
-      pv[k] = p.number;
-      if (p.counter != nullptr)
-        pv[k] += std::atomic_ref<uint32_t>(*p.counter).load(std::memory_order_relaxed);
-      if (p.wait != nullptr)
-        pollValue(dev, const_cast<uint32_t*>(p.wait), pv[k] - p.wait_back,
-                  const_cast<uint32_t*>(y.release), "reduce push");
-      if (p.bytes > 0)
-        std::memmove(static_cast<char*>(p.dst) + (p.slotted ? (pv[k] & (y.slots - 1)) * y.stride : 0),
-                     p.src, p.bytes);
-    }
-    for (std::size_t k = 0; k < y.push_count; ++k) {
-      const MessageStep::Copy& p = y.pushes[k];
-      if (p.signal != nullptr)
-        std::atomic_ref<uint32_t>(*p.signal).store(pv[k], std::memory_order_release);
-      if (p.counter != nullptr && p.advance != 0)
-        std::atomic_ref<uint32_t>(*p.counter)
-            .store(pv[k] - p.number + p.advance, std::memory_order_relaxed);
-    }
     std::array<uint32_t, kMaxReduceSources> v{};
     for (std::size_t j = 0; j < static_cast<std::size_t>(n); ++j) {
       v[j] = y.numbers[j];
