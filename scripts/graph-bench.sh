@@ -15,7 +15,16 @@
 # and --graph, at 2 ranks (on a machine of 1 GPU, both ranks on it:
 # HIR_SHARE_GPUS=1).
 #
-#   bash scripts/graph-bench.sh [--build DIR] [--reps N]
+#   bash scripts/graph-bench.sh [--build DIR] [--reps N] [--np N] [--k N]
+#                               [--nccl-tests DIR]
+#
+# --np N: only that world size (default: 1, 2 and all GPUs).
+# --k N: operations per `hir run` run (default 100); each run also fills
+#   its input once and checks its output once, which --k amortizes.
+# --nccl-tests DIR: also run nccl-tests' all_reduce_perf, all_gather_perf
+#   and sendrecv_perf from DIR (built with MPI=1) at the same sizes, one
+#   process per GPU, eager, -G 10 and -R 2 -G 10 (20 warm-up and 200 timed
+#   iterations, out-of-place time): the "nccl-tests" columns.
 #
 # Needs a build with CUDA (scripts/gpu-check.sh makes build-gpu). Writes two
 # files under ${OUT:-gpu-out} (the device tool brings back few): graph-bench.log
@@ -26,12 +35,15 @@ set -u -o pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 out=${OUT:-$root/gpu-out}
 build=${BUILD_DIR:-$root/build-gpu}
-reps=5
+reps=5 only_np="" k=100 nccl_tests=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --build) shift; build=$1 ;;
     --reps) shift; reps=$1 ;;
-    -h|--help) sed -n '2,18p' "$0"; exit 0 ;;
+    --np) shift; only_np=$1 ;;
+    --k) shift; k=$1 ;;
+    --nccl-tests) shift; nccl_tests=$1 ;;
+    -h|--help) sed -n '2,28p' "$0"; exit 0 ;;
     *) echo "graph-bench: unknown option $1" >&2; exit 2 ;;
   esac
   shift
@@ -58,6 +70,11 @@ for n in 1 2 "${gpus:-0}"; do
   case " ${sizes[*]:-} " in *" $n "*) ;; *) sizes+=("$n") ;; esac
 done
 [ "${#sizes[@]}" -gt 0 ] || { echo "graph-bench: no GPU" >&2; exit 1; }
+if [ -n "$only_np" ]; then
+  [ "$only_np" -ge 1 ] && [ "$only_np" -le "${gpus:-0}" ] ||
+    { echo "graph-bench: --np $only_np, but this machine has ${gpus:-0} GPU(s)" >&2; exit 2; }
+  sizes=("$only_np")
+fi
 mpirun_cmd=(mpirun --allow-run-as-root -x NCCL_NVLS_ENABLE --bind-to none)
 status=0
 
@@ -84,13 +101,36 @@ PY
       status=1
     fi
   done
+  # nccl-tests, when given: the same sizes, eager, -G 10 and -R 2 -G 10.
+  if [ -n "$nccl_tests" ]; then
+    for t in "all_reduce_perf allreduce 8" "all_gather_perf allgather 256" "sendrecv_perf sendrecv 8"; do
+      read -r exe op nbytes <<<"$t"
+      [ "$op" = sendrecv ] && [ "$n" -lt 2 ] && continue
+      for variant in "eager" "graph -G 10" "graph+sym -R 2 -G 10"; do
+        read -r mode flags <<<"$variant"
+        printf '\n===== nccl-tests %s np=%s %s =====\n' "$exe" "$n" "$mode" >>"$log"
+        # shellcheck disable=SC2086  # flags are words
+        if piece=$(timeout 120 "${mpirun_cmd[@]}" -np "$n" "$nccl_tests/$exe" -b "$nbytes" \
+            -e "$nbytes" -g 1 -w 20 -n 200 -c 0 $flags 2>&1); then
+          printf '%s\n' "$piece" >>"$log"
+          # The out-of-place time (us) of the row of that size.
+          us=$(awk -v b="$nbytes" '$1 == b && NF >= 8 { print $6; exit }' <<<"$piece")
+          [ -n "$us" ] && echo "$n,nccl-tests,$op,$nbytes,$mode,$us," >>"$csv"
+        else
+          printf '%s\n' "$piece" >>"$log"
+          echo "graph-bench: nccl-tests $exe np=$n $mode failed (see graph-bench.log)" >&2
+          status=1
+        fi
+      done
+    done
+  fi
   # The evaluator: hir run, eager and --graph.
   for prog in allreduce allgather pingpong; do
     file="$root/bench/graph/${prog}_loop.json"
     case $prog in
-      allreduce) params=(--param n=2); op=allreduce; bytes=8; per=100 ;;
-      allgather) params=(--param "n=$((64 / n))"); op=allgather; bytes=256; per=100 ;;
-      pingpong) params=(--param n=2); op=sendrecv; bytes=8; per=200 ;;  # one way
+      allreduce) params=(--param n=2); op=allreduce; bytes=8; per=$k ;;
+      allgather) params=(--param "n=$((64 / n))"); op=allgather; bytes=256; per=$k ;;
+      pingpong) params=(--param n=2); op=sendrecv; bytes=8; per=$((2 * k)) ;;  # one way
     esac
     if [ "$prog" = pingpong ] && [ "$n" -lt 2 ]; then continue; fi
     if [ "$prog" = allgather ] && [ $((64 % n)) != 0 ]; then continue; fi
@@ -104,7 +144,7 @@ PY
       for ((r = 0; r < reps; r++)); do
         json="$tmp/hir-run.json"
         printf '\n===== hir run %s np=%s %s (%s) =====\n' "$prog" "$n" "$mode" "$r" >>"$log"
-        if timeout 300 "$hir" run "$file" --np "$n" --device cuda "${params[@]}" --param k=100 \
+        if timeout 300 "$hir" run "$file" --np "$n" --device cuda "${params[@]}" --param "k=$k" \
             --iters 20 --warmup 3 --no-progress "${flag[@]}" --json "$json" >>"$log" 2>&1; then
           times+=("$(python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); g=d.get("graph") or {}; print(d["seconds_per_run"]["max"], g.get("capture_seconds", 0))' "$json")")
         else
@@ -146,7 +186,7 @@ for proto in eager put; do
       json="$tmp/hir-run.json"
       printf '\n===== hir run pingpong_ipc %s np=%s %s%s (%s) =====\n' "$proto" "$ipc_np" "$mode" "$shared" "$r" >>"$log"
       if timeout 300 "$hir" run "$prog" --np "$ipc_np" \
-          --device cuda --param n=2 --param k=100 --iters 20 --warmup 3 --no-progress \
+          --device cuda --param n=2 --param "k=$k" --iters 20 --warmup 3 --no-progress \
           "${flag[@]}" --json "$json" >>"$log" 2>&1; then
         times+=("$(python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print(d["seconds_per_run"]["max"])' "$json")")
       else
@@ -158,9 +198,9 @@ for proto in eager put; do
     printf '%s\n' "${times[@]}" | python3 -c '
 import statistics, sys
 mode, proto, shared = sys.argv[1], sys.argv[2], sys.argv[3]
-us = statistics.median(float(l) for l in sys.stdin if l.strip()) * 1e6 / 200
+us = statistics.median(float(l) for l in sys.stdin if l.strip()) * 1e6 / (2 * int(sys.argv[4]))
 print(f"2,hir run ipc {proto}{shared},sendrecv,8,{mode},{us:.3f},")
-' "$mode" "$proto" "${shared:+ shared}" >>"$csv"
+' "$mode" "$proto" "${shared:+ shared}" "$k" >>"$csv"
   done
 done
 unset HIR_SHARE_GPUS
@@ -170,11 +210,13 @@ python3 - "$csv" >"$out/graph-bench.txt" <<'PY'
 import csv, sys
 rows = list(csv.DictReader(open(sys.argv[1])))
 key = lambda r: (int(r["np"]), r["op"])
-cols = [(w, m) for w in ("hir run", "hir backend", "raw nccl")
+short = {"hir run": "hir run", "hir backend": "backend", "raw nccl": "raw", "nccl-tests": "n-tests"}
+cols = [(w, m) for w in ("hir run", "hir backend", "raw nccl", "nccl-tests")
         for m in ("eager", "graph", "graph+sym")]
 print("# us per operation (medians); sendrecv: hir run = ping-pong one way, the others a ring exchange")
-print(f"{'np':>3} {'op':<10} {'bytes':>6} " + " ".join(f"{w[:7]+' '+m:>17}" for w, m in cols) +
-      f" {'capture ms':>10} {'best graph/raw':>15}")
+print(f"{'np':>3} {'op':<10} {'bytes':>6} " + " ".join(f"{short[w]+' '+m:>17}" for w, m in cols) +
+      f" {'capture ms':>10} {'best graph/base':>15}")
+print("# best graph/base: hir run's best graph time over nccl-tests' best graph time (raw nccl's without --nccl-tests)")
 for k in sorted({key(r) for r in rows}):
     sel = [r for r in rows if key(r) == k]
     val = {(r["what"], r["mode"]): float(r["us_per_op"]) for r in sel}
@@ -183,7 +225,8 @@ for k in sorted({key(r) for r in rows}):
     cells = " ".join(f"{val[c]:>17.2f}" if c in val else f"{'-':>17}" for c in cols)
     best = lambda w: min((val[(w, m)] for m in ("graph", "graph+sym") if (w, m) in val),
                          default=None)
-    ratio = best("hir run") / best("raw nccl") if best("hir run") and best("raw nccl") else None
+    base = best("nccl-tests") or best("raw nccl")
+    ratio = best("hir run") / base if best("hir run") and base else None
     print(f"{k[0]:>3} {k[1]:<10} {b:>6} {cells} {cap:>10} {ratio if ratio is None else round(ratio, 3)!s:>15}")
 PY
 # ipc's rows apart: hir run's ping-pong, one way.

@@ -10,7 +10,7 @@
 #
 #   bash scripts/ipc-collectives-bench.sh [--build DIR] [--np N] [-b SIZE] [-e SIZE]
 #        [-f N] [-n N] [-w N] [--graph-max SIZE] [--eager-sweep-max SIZE]
-#        [--ops a,b,...] [--device host]
+#        [--ops a,b,...] [--device host] [--plots]
 #
 # Defaults: build-gpu, as many ranks as GPUs (at least 2), 8 B to 1 GiB by
 # 4x, 20 timed and 5 warm-up runs per size, graphs and ipc put up to 64 KiB
@@ -21,11 +21,13 @@
 # (the table) and ipc-collectives.csv (every row of every sweep); needs
 # NCCL_NVLS_ENABLE=0 (exported here). --device host (a check of the script
 # itself, on a machine without GPUs) compares with mpi instead, eager only.
+# --plots: also ipc-collectives-OP.png per op (scripts/plot_sweep.py, needs
+# matplotlib): busbw and time against size, one line per backend and mode.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
 build=build-gpu np="" b=8 e=1G f=4 n=20 w=5 graph_max=64K eager_sweep_max=64K device=cuda
-ops=allreduce,allgather,reduce_scatter,broadcast,alltoall
+ops=allreduce,allgather,reduce_scatter,broadcast,alltoall plots=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --build) shift; build=$1 ;;
@@ -39,7 +41,8 @@ while [ $# -gt 0 ]; do
     --eager-sweep-max) shift; eager_sweep_max=$1 ;;
     --ops) shift; ops=$1 ;;
     --device) shift; device=$1 ;;
-    -h|--help) sed -n '2,22p' "$0"; exit 0 ;;
+    --plots) plots=1 ;;
+    -h|--help) sed -n '2,24p' "$0"; exit 0 ;;
     *) echo "ipc-collectives-bench: unknown argument '$1'" >&2; exit 2 ;;
   esac
   shift
@@ -137,4 +140,5 @@ for op, mode, size in keys:
           f"{fmt(p and p[0])} | {ratio} | {fmt(n and n[1])} | {fmt(i and i[1])} | {wrong} |")
 PY
 cat "$out/ipc-collectives.txt"
+[ "$plots" = 1 ] && { bash scripts/plot-ipc-collectives.sh "$csv" "$out" "$np" || status=1; }
 exit $status
