@@ -8,6 +8,12 @@
 #
 #   bash scripts/gpu-check.sh [--host-tests] [--no-tests] [--no-examples]
 #                             [--no-bench] [--bench-args "ARGS"] [--jobs N]
+#                             [--prebuilt DIR]
+#
+# --prebuilt DIR: no configure and build; run the binaries that
+# scripts/gpu-pack.sh packed into DIR on the development machine (the
+# device tool's `carry`), which saves the build's minutes of device time.
+# --host-tests needs a build here (ctest), so it is skipped then.
 #
 # Every step runs even when an earlier one failed (except what needs a
 # build that failed); the exit status is non-zero if anything failed.
@@ -24,7 +30,7 @@ out=${OUT:-$root/gpu-out}
 build=${BUILD_DIR:-$root/build-gpu}
 jobs=$(nproc 2>/dev/null || echo 8)
 host_tests=0 run_tests=1 run_examples=1 run_bench=1
-bench_args=""
+bench_args="" prebuilt=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --host-tests) host_tests=1 ;;
@@ -33,7 +39,8 @@ while [ $# -gt 0 ]; do
     --no-bench) run_bench=0 ;;
     --bench-args) shift; bench_args=${1:-} ;;
     --jobs) shift; jobs=${1:-$jobs} ;;
-    -h|--help) sed -n '2,17p' "$0"; exit 0 ;;
+    --prebuilt) shift; prebuilt=${1:-} ;;
+    -h|--help) sed -n '2,23p' "$0"; exit 0 ;;
     *) echo "gpu-check: unknown option $1" >&2; exit 2 ;;
   esac
   shift
@@ -78,7 +85,17 @@ log="$out/build.log"
 : >"$log"
 log_header "$log" "configure"
 built=0
-if cmake -S "$root" -B "$build" -G Ninja -DHIR_WITH_CUDA=ON -DCMAKE_BUILD_TYPE=Release \
+if [ -n "$prebuilt" ]; then
+  # shellcheck source=scripts/prebuilt-env.sh
+  if . "$root/scripts/prebuilt-env.sh" "$prebuilt" >>"$log" 2>&1; then
+    build=$(readlink -f "$prebuilt")
+    built=1
+    record "prebuilt" 1 0 0 "$(head -n1 "$build/MANIFEST")"
+  else
+    record "prebuilt" 0 1 0 "$(tail -n1 "$log")"
+  fi
+  cat "$build/MANIFEST" >>"$log" 2>/dev/null
+elif cmake -S "$root" -B "$build" -G Ninja -DHIR_WITH_CUDA=ON -DCMAKE_BUILD_TYPE=Release \
       >>"$log" 2>&1; then
   log_header "$log" "build"
   if cmake --build "$build" -j "$jobs" >>"$log" 2>&1; then
@@ -152,7 +169,9 @@ fi
 if [ "$host_tests" = 1 ]; then
   log="$out/host-tests.log"
   : >"$log"
-  if [ "$built" != 1 ]; then
+  if [ -n "$prebuilt" ]; then
+    record "host ctest" - - - "--prebuilt: no ctest here, skipped"
+  elif [ "$built" != 1 ]; then
     record "host ctest" - 1 - "not built"
   else
     log_header "$log" "ctest (all but the gpu label)"
