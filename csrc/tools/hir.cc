@@ -143,8 +143,11 @@ CLI::Option* addRepeated(CLI::App* cmd, const std::string& name, std::vector<std
 // left over (an unknown command or option, a second program) and an option
 // given twice.
 // The options `run` and `sweep` share: where and how the ranks run.
-void addRunningOptions(CLI::App* cmd, RawArgs& raw, const char* check_when) {
-  addSingle(cmd, "--np", raw.np, "N", "number of ranks (default: the MPI job's size, or 1)");
+// `run` also takes mpirun's `-n N` for --np; `sweep` keeps `-n` for
+// nccl-tests' iterations.
+void addRunningOptions(CLI::App* cmd, RawArgs& raw, const char* check_when, bool short_np) {
+  addSingle(cmd, short_np ? "-n,--np" : "--np", raw.np, "N",
+            "number of ranks (default: the MPI job's size, or 1)");
   addSingle(cmd, "--device", raw.device, "D",
             "auto (default: cuda if a GPU is present, else host), cuda, host");
   addRepeated(cmd, "--param", raw.params, "K=V", "override a program param (repeatable)");
@@ -263,7 +266,7 @@ int parseArgs(int argc, char** argv, Args& a) {
   run->add_option("PROG", raw.program, kProgHelp)->type_name("")->required();
   addSingle(run, "--iters", raw.iters, "N", "timed runs (default 1)");
   addSingle(run, "--warmup", raw.warmup, "N", "untimed runs before them (default 0)");
-  addRunningOptions(run, raw, "at load");
+  addRunningOptions(run, raw, "at load", /*short_np=*/true);
   addSingle(run, "--trace", raw.trace, "FILE",
             "write a timeline of the runs, every rank's, to FILE (Chrome trace JSON)");
   addSingle(run, "--json", raw.json, "FILE",
@@ -286,7 +289,7 @@ int parseArgs(int argc, char** argv, Args& a) {
             "elements (default: of the largest communication) or bytes");
   addSingle(sweep, "-n,--iters", raw.iters, "N", "timed runs per size (default 20)");
   addSingle(sweep, "-w,--warmup", raw.warmup, "N", "untimed runs before them (default 5)");
-  addRunningOptions(sweep, raw, "at each size");
+  addRunningOptions(sweep, raw, "at each size", /*short_np=*/false);
   addSingle(sweep, "--json", raw.json, "FILE",
             "write the rows as JSON (format hostir-sweep/1) to FILE, - for standard output");
   addSingle(sweep, "--csv", raw.csv, "FILE", "write the rows as CSV to FILE, - for standard output");

@@ -110,6 +110,18 @@ TEST(HirCli, OptionsTakeEqualsForm) {
   EXPECT_NE(empty.err.find("--iters needs a value"), std::string::npos) << empty.err;
 }
 
+// `hir run -n N` is mpirun's short form of --np; given with --np too, it is
+// the same option twice. `hir sweep -n` stays nccl-tests' iterations.
+TEST(HirCli, RunTakesMpirunsShortFormOfNp) {
+  CommandResult run = hir({"run", example("allgather.json"), "-n", "2", "--device=host",
+                           "--iters=1", "--warmup=0", "--timeout=60"});
+  EXPECT_EQ(run.exit_code, 0) << run.out << run.err;
+  EXPECT_NE(run.out.find("on 2 ranks"), std::string::npos) << run.out;
+  CommandResult twice = hir({"run", example("allgather.json"), "-n", "2", "--np", "3"});
+  EXPECT_EQ(twice.exit_code, 2);
+  EXPECT_NE(twice.err.find("--np given twice"), std::string::npos) << twice.err;
+}
+
 // `-` reads the program from standard input; with --np the launcher reads
 // it and hands the ranks a temporary file, which is gone afterwards.
 TEST(HirCli, ProgramFromStandardInput) {
