@@ -13,6 +13,7 @@
 // device and before the bootstrap that finalizes MPI.
 #pragma once
 
+#include <cstddef>
 #include <memory>
 
 #include <hostir/backend.h>
@@ -36,6 +37,12 @@ class MpiBackend final : public Backend {
 
   // Host device only; every communication type, dtype and reduce op.
   static BackendCaps caps();
+
+  // How many MPI requests of posts that never completed (a failed run)
+  // this process has left with MPI, for good: a collective cannot be
+  // cancelled. A run that completes leaves none (tests check it; MPI's own
+  // bookkeeping keeps requests reachable, so a leak checker cannot).
+  static std::size_t abandonedRequests();
 
  private:
   // The MPI objects (communicators, ops) live in State so that this header

@@ -423,6 +423,43 @@ TEST(MpiBackend, ARecvWithoutASendTimesOutWithThePathAndRank) {
   test::world().barrier();
 }
 
+// A collective that a peer never joins stays with MPI for good (it cannot
+// be cancelled): its requests are counted as abandoned, and the backend's
+// teardown still frees the communicator it was posted on. Collectives that
+// complete leave nothing behind.
+TEST(MpiBackend, OnlyACollectiveThatNeverCompletesIsAbandoned) {
+  HIR_REQUIRE_WORLD_AT_LEAST(2);
+  const int rank = test::world().rank();
+  const std::size_t before = MpiBackend::abandonedRequests();
+  {
+    Harness h;
+    Buffer x(h.device, sizeof(float)), y(h.device, sizeof(float));
+    Case c{CommType::Allreduce, DType::Float32, ReduceOp::Sum, /*in_place=*/false, /*team=*/0};
+    for (int it = 0; it < 3; ++it) {
+      PostArgs a = test::collectivePost(c, x.data(), y.data(), 1, 0);
+      auto done = h.device.createEvent();
+      h.backend->post({&a, 1}, h.device.defaultStream(), *done);
+      h.backend->wait(*done, h.device.defaultStream(), WaitMode::Host, testTimeout());
+    }
+  }
+  EXPECT_EQ(MpiBackend::abandonedRequests(), before) << "completed collectives were abandoned";
+  // Kept alive to the end of the process: MPI may still write into them.
+  static float in = 1, out = 0;
+  {
+    Harness h(std::chrono::milliseconds(200));
+    if (rank == 0) {
+      PostArgs a = test::collectivePost(
+          Case{CommType::Allreduce, DType::Float32, ReduceOp::Sum, false, 0}, &in, &out, 1, 0);
+      a.path = "/body/3";
+      auto done = h.device.createEvent();
+      h.backend->post({&a, 1}, h.device.defaultStream(), *done);
+      EXPECT_THROW(h.device.synchronize(*done, testTimeout()), BackendError);
+    }
+  }  // teardown frees the communicator while rank 0's allreduce is pending
+  EXPECT_EQ(MpiBackend::abandonedRequests(), before + (rank == 0 ? 1 : 0));
+  test::world().barrier();
+}
+
 // ------------------------------------------------ registry and defaults
 
 TEST(BackendRegistry, MpiIsRegisteredForTheHostDeviceOnly) {
