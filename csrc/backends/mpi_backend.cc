@@ -159,9 +159,9 @@ struct PostRecord {
   std::vector<Call> calls;
   std::vector<MPI_Request> requests;
   std::vector<std::unique_ptr<std::byte[]>> temps;
-  std::size_t bytes = 0;  // what the post moves on this rank (sent + received), for polling
+  std::size_t bytes = 0;  // what the post moves on this rank, for polling
   std::string what;       // "PATH (allreduce)", for messages
-  int rank = -1;     // world rank, for messages
+  int rank = -1;          // world rank, for messages
   Duration timeout{0};
   // The backend's abort(): a start not yet run is skipped, a poll gives up.
   std::shared_ptr<const std::atomic<bool>> aborted;
