@@ -103,6 +103,12 @@ std::string describeBytes(std::size_t bytes) {
   return fmt::format("{} bytes ({:.3g} {})", bytes, v, kUnits[unit]);
 }
 
+std::size_t mappedBytes() {
+  std::size_t mapped = 0;
+  readKb("/proc/self/status", "VmSize", mapped);
+  return mapped;
+}
+
 std::vector<MemoryBound> hostMemoryBounds() {
   std::vector<MemoryBound> out;
   std::size_t available = 0, swap_free = 0;
@@ -113,9 +119,7 @@ std::vector<MemoryBound> hostMemoryBounds() {
   addCgroupBounds(out);
   rlimit as{};
   if (getrlimit(RLIMIT_AS, &as) == 0 && as.rlim_cur != RLIM_INFINITY) {
-    std::size_t mapped = 0;
-    readKb("/proc/self/status", "VmSize", mapped);
-    out.push_back({minus(static_cast<std::size_t>(as.rlim_cur), mapped),
+    out.push_back({minus(static_cast<std::size_t>(as.rlim_cur), mappedBytes()),
                    fmt::format("the address-space limit RLIMIT_AS (ulimit -v: {}) less what "
                                "this process has mapped",
                                describeBytes(static_cast<std::size_t>(as.rlim_cur))),

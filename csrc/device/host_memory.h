@@ -23,6 +23,10 @@ struct MemoryBound {
   bool pages = true;
 };
 
+// This process's mapped address space (VmSize in /proc/self/status), in
+// bytes; 0 when it cannot be read.
+std::size_t mappedBytes();
+
 // What the machine can give this process now, each bound found:
 // - MemAvailable + SwapFree (/proc/meminfo): what can be taken without
 //   the out-of-memory killer;

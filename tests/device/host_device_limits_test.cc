@@ -12,7 +12,6 @@
 
 #include <atomic>
 #include <chrono>
-#include <fstream>
 #include <future>
 #include <mutex>
 #include <stdexcept>
@@ -228,16 +227,10 @@ TEST(HostDeviceAllocation, MoreThanTheMachineHasIsRefusedWithTheNumbers) {
 // machine with many cores: thread stacks, malloc arenas), an allocation of
 // the whole limit is refused naming that limit.
 TEST(HostDeviceAllocation, TheAddressSpaceLimitIsABound) {
-  std::size_t mapped_kb = 0;
-  {
-    std::ifstream status("/proc/self/status");
-    std::string line;
-    while (std::getline(status, line))
-      if (line.rfind("VmSize:", 0) == 0) mapped_kb = std::stoull(line.substr(7));
-  }
-  ASSERT_GT(mapped_kb, 0u) << "no VmSize in /proc/self/status";
+  const std::size_t mapped = mappedBytes();
+  ASSERT_GT(mapped, 0u) << "no VmSize in /proc/self/status";
   const std::size_t mib = std::size_t{1} << 20;
-  const std::size_t limit = ((mapped_kb * 1024 + mib - 1) / mib) * mib + (std::size_t{256} << 20);
+  const std::size_t limit = (mapped + mib - 1) / mib * mib + (std::size_t{256} << 20);
   int pipefd[2];
   ASSERT_EQ(pipe(pipefd), 0);
   pid_t pid = fork();
