@@ -297,11 +297,12 @@ void awaitPost(PostRecord& record) {
     if (record.aborted->load())
       throw BackendError(fmt::format("mpi: {} was abandoned on rank {}: the backend was aborted",
                                      record.what, record.rank));
-    if (Clock::now() >= deadline)
+    const Clock::time_point now = Clock::now();
+    if (now >= deadline)
       throw BackendError(fmt::format(
           "mpi: {} did not complete within {} ms on rank {} (the timeout, {} ms, and {} ms)",
           record.what, limit.count(), record.rank, record.timeout.count(), kPollGrace.count()));
-    if (Clock::now() < hot_until) {
+    if (now < hot_until) {
       std::this_thread::yield();
       continue;
     }
