@@ -51,6 +51,21 @@ bool firstTwoRanksShareANode() {
 
 // ------------------------------------------------------------- helpers
 
+// The cuda device made while HIR_CUDA_KERNEL_COPY_MAX is `copy_max` (the
+// device reads it once; "" is the default, "0" the copy engine always).
+std::unique_ptr<Device> makeCudaDeviceWithCopyMax(const char* copy_max) {
+  ::setenv("HIR_CUDA_KERNEL_COPY_MAX", copy_max, 1);
+  std::unique_ptr<Device> device;
+  try {
+    device = makeCudaDevice();
+  } catch (...) {
+    ::unsetenv("HIR_CUDA_KERNEL_COPY_MAX");
+    throw;
+  }
+  ::unsetenv("HIR_CUDA_KERNEL_COPY_MAX");
+  return device;
+}
+
 // Device memory that frees itself.
 class Buffer {
  public:
@@ -833,9 +848,7 @@ TEST(CudaDevice, ReduceWithSyncWaitsSignalsAndAdvancesAtEachReplay) {
 TEST(CudaDevice, ReduceWithAPushCopiesIntoItsSlotAndSignalsAtEachReplay) {
   HIR_REQUIRE_GPUS(1);
   for (const char* fuse : {"65536", "0"}) {
-    ::setenv("HIR_CUDA_KERNEL_COPY_MAX", fuse, 1);
-    auto device = makeCudaDevice();
-    ::unsetenv("HIR_CUDA_KERNEL_COPY_MAX");
+    auto device = makeCudaDeviceWithCopyMax(fuse);
     auto s = device->createStream();
     constexpr std::size_t kCount = 8, kSlots = 4, kStride = 64;
     Buffer own(*device, kCount * sizeof(int32_t)), out_ring(*device, kSlots * kStride),
@@ -911,9 +924,7 @@ TEST(CudaDevice, ReduceWithAPushCopiesIntoItsSlotAndSignalsAtEachReplay) {
 TEST(CudaDevice, MessageStepPushesPullsAndCopiesAtEachReplay) {
   HIR_REQUIRE_GPUS(1);
   for (const char* fuse : {"65536", "0"}) {
-    ::setenv("HIR_CUDA_KERNEL_COPY_MAX", fuse, 1);
-    auto device = makeCudaDevice();
-    ::unsetenv("HIR_CUDA_KERNEL_COPY_MAX");
+    auto device = makeCudaDeviceWithCopyMax(fuse);
     auto s = device->createStream();
     constexpr std::size_t kBytes = 48, kSlots = 4, kStride = 64;
     Buffer out_ring(*device, kSlots * kStride), in_ring(*device, kSlots * kStride),
@@ -1161,9 +1172,7 @@ TEST(CudaDevice, CountedStepsWithSlotsCopySlotVModSlotsAfterWaitingForVMinusBack
   HIR_REQUIRE_GPUS(1);
   for (const char* copy_max : {"", "0"}) {
     SCOPED_TRACE(fmt::format("HIR_CUDA_KERNEL_COPY_MAX='{}'", copy_max));
-    setenv("HIR_CUDA_KERNEL_COPY_MAX", copy_max, 1);
-    auto device = makeCudaDevice();
-    unsetenv("HIR_CUDA_KERNEL_COPY_MAX");
+    auto device = makeCudaDeviceWithCopyMax(copy_max);
     if (!device->supports(DeviceFeature::CountedSemaphore))
       GTEST_SKIP() << "counted semaphores are not available";
     countedStepsWithSlots(*device);
