@@ -70,6 +70,11 @@ for n in 1 2 "${gpus:-0}"; do
   case " ${sizes[*]:-} " in *" $n "*) ;; *) sizes+=("$n") ;; esac
 done
 [ "${#sizes[@]}" -gt 0 ] || { echo "graph-bench: no GPU" >&2; exit 1; }
+for v in "--reps $reps" "--k $k"; do
+  case ${v#* } in
+    ''|*[!0-9]*|0) echo "graph-bench: ${v% *} expects a positive integer, got '${v#* }'" >&2; exit 2 ;;
+  esac
+done
 if [ -n "$only_np" ]; then
   [ "$only_np" -ge 1 ] && [ "$only_np" -le "${gpus:-0}" ] ||
     { echo "graph-bench: --np $only_np, but this machine has ${gpus:-0} GPU(s)" >&2; exit 2; }

@@ -31,6 +31,9 @@ while [ $# -gt 0 ]; do
   esac
   shift
 done
+case $reps in
+  ''|*[!0-9]*|0) echo "ipc-latency-probe: --reps expects a positive integer, got '$reps'" >&2; exit 2 ;;
+esac
 export NCCL_NVLS_ENABLE=0 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 hir="$build/bin/hir"
 [ -x "$hir" ] || { echo "ipc-latency-probe: no $hir" >&2; exit 2; }
