@@ -124,6 +124,7 @@ struct Step {
   uint32_t wait_back = 0, slots = 0;
   std::size_t dst_stride = 0, src_stride = 0;
   bool eager = false;  // an eager message (resolveEager)
+  bool inline_flags = false;  // an eager message in lines (no "done" wait)
   // A get or eager message of a reduction: reduce unit `unit` of the post
   // reads `src` (the sender's buffer, or the slot) as its source `source`,
   // instead of a copy (wait, then the unit's reduce, then signal).
@@ -210,9 +211,13 @@ struct IpcBackend::State {
   uint32_t* page = nullptr;
   std::size_t eager_max = 0, slot_bytes = 0, slots_offset = 0;
   uint32_t eager_slots = 0;
+  // Eager messages of 1 to inline_max bytes travel in lines (flags inline,
+  // device.h): no "done" wait for the receiver, no fence for the sender.
+  std::size_t inline_max = 0;
   // Counted mode: this rank's lane counters (sends to each peer, then
   // receives from each, then the same two for eager messages), then the
-  // release word; device memory of its own.
+  // release word; device memory of its own, also allocated (for the
+  // release word) when messages go in lines, whose waits end on it.
   bool counted = false;
   uint32_t* counts = nullptr;
   uint32_t seq_start = 0;    // HIR_IPC_SEQ_START: message q signals seq_start + q
@@ -295,6 +300,10 @@ struct IpcBackend::State {
   // Step `s` as a MessageStep part (its ring's size into `m`).
   MessageStep::Copy copyOf(const Step& s, MessageStep& m) const;
   uint32_t* releaseWord() const { return counts + 4 * static_cast<std::size_t>(world); }
+  // What a device step's waits end on (MessageStep::release): counted waits
+  // and waits for lines need it; host-numbered ones end by the page's
+  // counters, which unblock() also sets.
+  const uint32_t* stepRelease() const { return counts != nullptr ? releaseWord() : nullptr; }
   // The most eager sends to one peer in `ops`, which must not exceed the
   // slots in one phased post: the later ones would wait for the peer to
   // copy out this post's earlier ones, which enqueuePhased() runs after
@@ -430,6 +439,12 @@ Step IpcBackend::State::resolveEager(const PostArgs& a, Step s, uint32_t* peer_p
   const std::size_t stride = counted ? slot_bytes : 0;
   s.await = page + peer * kSignals + (send ? kEagerFree : kEagerDone);
   s.signal = peer_page + me * kSignals + (send ? kEagerDone : kEagerFree);
+  // In lines, the receiver waits for the lines' flags, not for "done". The
+  // sender still stores "done" (the device orders nothing before it then),
+  // so that the lane's next message not in lines compares with a recent
+  // number.
+  s.inline_flags = s.bytes > 0 && s.bytes <= inline_max;
+  if (s.inline_flags && !send) s.await = nullptr;
   if (send) {
     s.wait_seq = s.seq - eager_slots;  // the slot's previous message was copied out
     s.wait_back = eager_slots;
@@ -473,8 +488,8 @@ void IpcBackend::State::announce(Stream& on, const Step& s) {
 void IpcBackend::State::transfer(Stream& on, const Step& s) {
   if (!s.copies) return;
   MessageStep m;
-  m.release = counted ? releaseWord() : nullptr;
-  if (s.src_stride > 0)
+  m.release = stepRelease();
+  if (s.eager && !s.early)  // an eager receive: out of its own slot
     m.pulls[m.pull_count++] = copyOf(s, m);
   else
     m.pushes[m.push_count++] = copyOf(s, m);
@@ -575,7 +590,7 @@ void IpcBackend::State::addCollective(const PostArgs& a, Work& w) {
 // `push_sends`, the post's eager sends come first in the same step.
 void IpcBackend::State::reduce(Stream& on, Work& w, int u, bool push_sends) {
   MessageStep sync;
-  sync.release = counted ? releaseWord() : nullptr;
+  sync.release = stepRelease();
   for (const Step& s : w.steps)
     if (push_sends && s.early) sync.pushes[sync.push_count++] = copyOf(s, sync);
   for (const Step& s : w.steps) {
@@ -590,6 +605,7 @@ void IpcBackend::State::reduce(Stream& on, Work& w, int u, bool push_sends) {
     sync.waits[j] = c.wait;
     sync.signals[j] = c.signal;
     sync.slotted[j] = c.slotted;
+    sync.inline_flags[j] = c.inline_flags;
   }
   const ReduceUnit& r = w.units[static_cast<std::size_t>(u)];
   dev->reduce(on, r.dst, r.srcs.data(), static_cast<std::size_t>(r.members), r.dtype, r.op,
@@ -608,6 +624,7 @@ MessageStep::Copy IpcBackend::State::copyOf(const Step& s, MessageStep& m) const
   c.bytes = s.bytes;
   c.signal = s.signal;
   c.slotted = s.slots > 0;
+  c.inline_flags = s.inline_flags;
   if (c.slotted) {
     m.slots = s.slots;
     m.stride = s.dst_stride + s.src_stride;  // one of them, the slot's size
@@ -617,7 +634,7 @@ MessageStep::Copy IpcBackend::State::copyOf(const Step& s, MessageStep& m) const
 
 void IpcBackend::State::messageSteps(Stream& on, const Work& w) {
   MessageStep m;
-  m.release = counted ? releaseWord() : nullptr;
+  m.release = stepRelease();
   auto flushIfFull = [&](std::size_t n) {
     if (n < m.pushes.size()) return;
     dev->messageStep(on, m);
@@ -830,18 +847,22 @@ BackendCaps IpcBackend::caps() {
 namespace {
 
 // Every rank has the same eager limits, or setup fails on every rank saying
-// which differ (an allgather of each rank's pair).
-void agreeOnEagerSlots(Bootstrap& boot, std::size_t max, uint32_t slots) {
-  const uint64_t mine[2] = {max, slots};
-  std::vector<uint64_t> all(2 * static_cast<std::size_t>(boot.world()));
+// which differ (an allgather of each rank's three).
+void agreeOnEagerSlots(Bootstrap& boot, std::size_t max, uint32_t slots, std::size_t lines) {
+  const uint64_t mine[3] = {max, slots, lines};
+  std::vector<uint64_t> all(3 * static_cast<std::size_t>(boot.world()));
   boot.allgather(mine, all.data(), sizeof mine);
   for (int r = 0; r < boot.world(); ++r) {
-    const uint64_t their_max = all[2 * static_cast<std::size_t>(r)];
-    const uint64_t their_slots = all[2 * static_cast<std::size_t>(r) + 1];
-    HIR_CHECK_AS(UsageError, their_max == max && their_slots == slots,
+    const uint64_t* theirs = all.data() + 3 * static_cast<std::size_t>(r);
+    HIR_CHECK_AS(UsageError, theirs[0] == max && theirs[1] == slots,
                  "ipc: HIR_IPC_EAGER_MAX and HIR_IPC_EAGER_SLOTS must be the same on every rank: "
                  "rank {} has {} and {}, rank {} has {} and {}",
-                 boot.rank(), max, slots, r, their_max, their_slots);
+                 boot.rank(), max, slots, r, theirs[0], theirs[1]);
+    HIR_CHECK_AS(UsageError, theirs[2] == lines,
+                 "ipc: eager messages in lines go up to {} bytes on rank {} and up to {} on rank "
+                 "{}: HIR_IPC_INLINE_MAX (and, on GPUs, HIR_CUDA_KERNEL_COPY_MAX, which bounds "
+                 "it) must be the same on every rank",
+                 lines, boot.rank(), theirs[2], r);
   }
 }
 
@@ -870,8 +891,12 @@ void IpcBackend::setup(const BackendContext& ctx) {
   // messages would land in different places.
   st.eager_max = ipcEagerMaxBytes();
   st.eager_slots = ipcEagerSlots();
-  agreeOnEagerSlots(*ctx.bootstrap, st.eager_max, st.eager_slots);
   st.slot_bytes = std::max<std::size_t>((st.eager_max + 15) / 16 * 16, 16);
+  // Lines take twice the message's bytes (rounded up to 4) in its slot.
+  if (st.eager_max > 0 && d.supports(DeviceFeature::InlineFlags))
+    st.inline_max = std::min({ipcInlineMaxBytes(), st.eager_max, st.slot_bytes / 2,
+                              d.inlineFlagsMax()});
+  agreeOnEagerSlots(*ctx.bootstrap, st.eager_max, st.eager_slots, st.inline_max);
   const std::size_t counters = static_cast<std::size_t>(st.world) * kSignals * sizeof(uint32_t);
   st.slots_offset = (counters + kSlotAlign - 1) / kSlotAlign * kSlotAlign;
   st.page_bytes = st.slots_offset + (st.eager_max > 0 ? static_cast<std::size_t>(st.world) *
@@ -910,10 +935,11 @@ void IpcBackend::setup(const BackendContext& ctx) {
   // HIR_IPC_COUNTED=1: counted without graph mode (a test's, so that the
   // host device runs the protocol graphs use).
   st.counted = ctx.graph || envSwitch("HIR_IPC_COUNTED", "count message numbers on the device");
-  if (st.counted) {
+  if (st.counted)
     HIR_CHECK_AS(BackendError, d.supports(DeviceFeature::CountedSemaphore),
                  "ipc in graph mode needs counted semaphores, which device {} does not offer",
                  d.describe());
+  if (st.counted || st.inline_max > 0) {
     st.counts = static_cast<uint32_t*>(
         d.allocate((4 * static_cast<std::size_t>(st.world) + 1) * sizeof(uint32_t)));
     d.fill(*st.control, st.counts, DType::Int32, 4 * static_cast<std::size_t>(st.world),

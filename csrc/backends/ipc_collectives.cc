@@ -20,6 +20,12 @@ std::size_t ipcEagerMaxBytes() {
   return static_cast<std::size_t>(parseInteger("HIR_IPC_EAGER_MAX", v, 0, int64_t{1} << 24));
 }
 
+std::size_t ipcInlineMaxBytes() {
+  const char* v = std::getenv("HIR_IPC_INLINE_MAX");
+  if (v == nullptr || *v == '\0') return std::size_t{4} << 10;
+  return static_cast<std::size_t>(parseInteger("HIR_IPC_INLINE_MAX", v, 0, int64_t{1} << 24));
+}
+
 uint32_t ipcEagerSlots() {
   const char* v = std::getenv("HIR_IPC_EAGER_SLOTS");
   if (v == nullptr || *v == '\0') return 8;

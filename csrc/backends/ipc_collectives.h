@@ -52,6 +52,12 @@ std::size_t ipcOneShotMaxBytes();
 // 1024, default 8). Read at each call, as ipcOneShotMaxBytes().
 std::size_t ipcEagerMaxBytes();
 uint32_t ipcEagerSlots();
+// Eager messages of 1 to ipcInlineMaxBytes() bytes (HIR_IPC_INLINE_MAX,
+// default 4 KiB; 0: none) travel in lines, with their flags inline
+// (device.h), where the device offers it; the backend caps it at half a
+// slot and at the device's inlineFlagsMax(), and compares the result
+// across ranks.
+std::size_t ipcInlineMaxBytes();
 
 // BackendCaps::resolve_protocol of ipc: auto is eager up to
 // ipcEagerMaxBytes(), put above; an eager message above it is refused.

@@ -39,8 +39,13 @@ void Device::reduce(Stream&, void*, const void* const*, std::size_t, DType, Redu
                     const MessageStep*) {
   throwUnsupported(*this, "reduce", "reduce");
 }
+std::size_t Device::inlineFlagsMax() const { return 0; }
+
 void Device::messageStep(Stream& s, const MessageStep& m) {
   auto one = [&](const MessageStep::Copy& c, bool push) {
+    HIR_INTERNAL_ASSERT(!c.inline_flags,
+                        "messageStep: a {} with inline flags on {}, which does not offer them",
+                        push ? "push" : "pull", describe());
     if (c.counter == nullptr) {
       HIR_INTERNAL_ASSERT(!c.slotted, "messageStep: a host-numbered {} into a ring",
                           push ? "push" : "pull");

@@ -434,9 +434,12 @@ bool HostDevice::supports(DeviceFeature f) const {
     case DeviceFeature::Graphs: return false;  // no graph of host tasks (yet)
     case DeviceFeature::CountedSemaphore: return true;
     case DeviceFeature::Reduce: return true;
+    case DeviceFeature::InlineFlags: return true;
   }
   return false;
 }
+
+std::size_t HostDevice::inlineFlagsMax() const { return std::numeric_limits<std::size_t>::max(); }
 
 // ----------------------------------------------------------------- memory
 
@@ -761,6 +764,12 @@ using ReduceSources = std::array<const void*, kMaxReduceSources>;
 // (defined with the semaphores below).
 void pollValue(HostDevice::Impl* dev, uint32_t* word, uint32_t at_least, uint32_t* release,
                const char* what);
+// Inline lines (device.h): writes src's bytes as lines flagged `flag` into
+// dst; readLines waits for each line of src to hold `flag` (as pollValue
+// waits) and copies its data into dst.
+void writeLines(void* dst, const void* src, std::size_t bytes, uint32_t flag);
+void readLines(HostDevice::Impl* dev, void* dst, const void* src, std::size_t bytes,
+               uint32_t flag, uint32_t* release, const char* what);
 
 // Bytes of each step of a reduce: small enough for the worker's stack and
 // its core's cache.
@@ -807,7 +816,12 @@ void HostDevice::reduce(Stream& s, void* dst, const void* const* srcs, std::size
     pushes.pull_count = 0;
     messageStep(s, pushes);
   }
+  const std::size_t bytes = count * dtypeSize(t);
   impl_->stream(s).worker().enqueue([=, y = *sync]() mutable {
+    // Sources in lines are read out into this worker's scratch, one
+    // 16-byte-aligned part per source.
+    thread_local std::vector<std::byte> lines_out;
+    const std::size_t part = (bytes + 15) / 16 * 16;
     std::array<uint32_t, kMaxReduceSources> v{};
     for (std::size_t j = 0; j < static_cast<std::size_t>(n); ++j) {
       v[j] = y.numbers[j];
@@ -818,6 +832,13 @@ void HostDevice::reduce(Stream& s, void* dst, const void* const* srcs, std::size
                   const_cast<uint32_t*>(y.release), "reduce");
       if (y.slotted[j])
         from[j] = static_cast<const char*>(from[j]) + (v[j] & (y.slots - 1)) * y.stride;
+      if (y.inline_flags[j] && bytes > 0) {
+        if (lines_out.size() < kMaxReduceSources * part) lines_out.resize(kMaxReduceSources * part);
+        std::byte* mine = lines_out.data() + j * part;
+        readLines(dev, mine, from[j], bytes, inlineFlag(v[j]), const_cast<uint32_t*>(y.release),
+                  "reduce");
+        from[j] = mine;
+      }
     }
     if (count > 0) hostReduce(dst, from, n, t, op, count);
     for (std::size_t j = 0; j < static_cast<std::size_t>(n); ++j) {
@@ -927,26 +948,38 @@ namespace {
 // Values compare cyclically, (int32)(value - at_least) >= 0, as CUDA's GEQ.
 // Ends early when `release` (may be null) becomes non-zero. `what` names the
 // call in errors.
-void pollValue(HostDevice::Impl* dev, uint32_t* word, uint32_t at_least, uint32_t* release,
-               const char* what) {
+// Polls `seen()` until `ready(value)`; the rest as pollValue. `awaited`
+// says what it waits for in errors ("waiting for >= 5").
+template <class Seen, class Ready>
+void pollUntil(HostDevice::Impl* dev, const void* at, Seen seen, Ready ready, uint32_t* release,
+               const char* what, std::string_view awaited) {
   Duration limit = dev->streamWait();
   auto deadline = deadlineAfter(limit);
   auto pause = std::chrono::microseconds(1);
-  std::atomic_ref<uint32_t> value(*word);
   for (;;) {
-    uint32_t seen = value.load(std::memory_order_acquire);
-    if (static_cast<int32_t>(seen - at_least) >= 0 || dev->failed.load()) return;
+    const auto value = seen();
+    if (ready(value) || dev->failed.load()) return;
     if (release != nullptr && std::atomic_ref<uint32_t>(*release).load(std::memory_order_acquire))
       return;
-    HIR_CHECK_AS(BackendError, !dev->closing.load(),
-                 "device destroyed while {}({}) saw {}, waiting for >= {}", what,
-                 static_cast<void*>(word), seen, at_least);
+    HIR_CHECK_AS(BackendError, !dev->closing.load(), "device destroyed while {}({}) saw {}, {}",
+                 what, at, value, awaited);
     HIR_CHECK_AS(BackendError, Clock::now() < deadline,
-                 "stream wait timed out after {} ms: {}({}) saw {}, waiting for >= {}",
-                 limit.count(), what, static_cast<void*>(word), seen, at_least);
+                 "stream wait timed out after {} ms: {}({}) saw {}, {}", limit.count(), what, at,
+                 value, awaited);
     std::this_thread::sleep_for(pause);
     pause = std::min<std::chrono::microseconds>(pause * 2, std::chrono::milliseconds(1));
   }
+}
+
+void pollValue(HostDevice::Impl* dev, uint32_t* word, uint32_t at_least, uint32_t* release,
+               const char* what) {
+  std::atomic_ref<uint32_t> value(*word);
+  // Checked before anything is formatted: the usual case.
+  if (static_cast<int32_t>(value.load(std::memory_order_acquire) - at_least) >= 0) return;
+  pollUntil(
+      dev, word, [&] { return value.load(std::memory_order_acquire); },
+      [&](uint32_t seen) { return static_cast<int32_t>(seen - at_least) >= 0; }, release, what,
+      fmt::format("waiting for >= {}", at_least));
 }
 
 }  // namespace
@@ -959,6 +992,81 @@ void HostDevice::waitValue(Stream& s, const uint32_t* addr, uint32_t at_least) {
   auto* word = const_cast<uint32_t*>(addr);
   impl_->stream(s).worker().enqueue(
       [dev, word, at_least] { pollValue(dev, word, at_least, nullptr, "waitValue"); });
+}
+
+namespace {
+
+void writeLines(void* dst, const void* src, std::size_t bytes, uint32_t flag) {
+  auto* line = static_cast<uint64_t*>(dst);
+  const auto* from = static_cast<const char*>(src);
+  for (std::size_t w = 0; w * 4 < bytes; ++w) {
+    uint32_t word = 0;
+    std::memcpy(&word, from + w * 4, std::min<std::size_t>(4, bytes - w * 4));
+    std::atomic_ref<uint64_t>(line[w]).store(uint64_t{flag} << 32 | word,
+                                             std::memory_order_release);
+  }
+}
+
+void readLines(HostDevice::Impl* dev, void* dst, const void* src, std::size_t bytes,
+               uint32_t flag, uint32_t* release, const char* what) {
+  auto* line = static_cast<uint64_t*>(const_cast<void*>(src));
+  auto* to = static_cast<char*>(dst);
+  for (std::size_t w = 0; w * 4 < bytes; ++w) {
+    std::atomic_ref<uint64_t> at(line[w]);
+    uint64_t seen = at.load(std::memory_order_acquire);
+    // The flag must be equal (an earlier lap's or none is smaller, or 0):
+    // the slot's next message waits for this one to be read.
+    auto flagged = [flag](uint64_t x) { return static_cast<uint32_t>(x >> 32) == flag; };
+    if (!flagged(seen))
+      pollUntil(
+          dev, &line[w],
+          [&] {
+            seen = at.load(std::memory_order_acquire);
+            return seen;
+          },
+          flagged, release, what, fmt::format("waiting for a line flagged {}", flag));
+    const auto word = static_cast<uint32_t>(seen);
+    std::memcpy(to + w * 4, &word, std::min<std::size_t>(4, bytes - w * 4));
+  }
+}
+
+// One part of a messageStep as a stream task does it (device.h).
+void runPart(HostDevice::Impl* dev, const MessageStep& m, const MessageStep::Copy& c, bool push) {
+  auto* release = const_cast<uint32_t*>(m.release);
+  uint32_t v = c.number;
+  if (c.counter != nullptr) v += std::atomic_ref<uint32_t>(*c.counter).load(std::memory_order_relaxed);
+  if (c.wait != nullptr)
+    pollValue(dev, const_cast<uint32_t*>(c.wait), v - c.wait_back, release, "messageStep");
+  const std::size_t slot = c.slotted ? (v & (m.slots - 1)) * m.stride : 0;
+  char* dst = static_cast<char*>(c.dst) + (push ? slot : 0);
+  const char* src = static_cast<const char*>(c.src) + (push ? 0 : slot);
+  if (c.inline_flags && push)
+    writeLines(dst, src, c.bytes, inlineFlag(v));
+  else if (c.inline_flags)
+    readLines(dev, dst, src, c.bytes, inlineFlag(v), release, "messageStep");
+  else if (c.bytes > 0)
+    std::memmove(dst, src, c.bytes);
+  if (c.signal != nullptr)
+    std::atomic_ref<uint32_t>(*c.signal).store(v, std::memory_order_release);
+  if (c.counter != nullptr && c.advance != 0)
+    std::atomic_ref<uint32_t>(*c.counter)
+        .store(v - c.number + c.advance, std::memory_order_relaxed);
+}
+
+}  // namespace
+
+void HostDevice::messageStep(Stream& s, const MessageStep& m) {
+  bool lines = false;
+  for (std::size_t k = 0; k < m.push_count; ++k) lines = lines || m.pushes[k].inline_flags;
+  for (std::size_t k = 0; k < m.pull_count; ++k) lines = lines || m.pulls[k].inline_flags;
+  if (!lines) return Device::messageStep(s, m);
+  HIR_INTERNAL_ASSERT(m.push_count <= m.pushes.size() && m.pull_count <= m.pulls.size(),
+                      "messageStep: {} pushes and {} pulls", m.push_count, m.pull_count);
+  Impl* dev = impl_.get();
+  impl_->stream(s).worker().enqueue([dev, m] {
+    for (std::size_t k = 0; k < m.push_count; ++k) runPart(dev, m, m.pushes[k], true);
+    for (std::size_t k = 0; k < m.pull_count; ++k) runPart(dev, m, m.pulls[k], false);
+  });
 }
 
 // One stream task: v from the counter when it runs, the wait, the copy (of

@@ -122,6 +122,10 @@ class HostDevice : public Device {
   void writeValue(Stream& s, uint32_t* addr, uint32_t value) override;
   void waitValue(Stream& s, const uint32_t* addr, uint32_t at_least) override;
   void countedStep(Stream& s, const CountedStep& step) override;
+  // With inline parts: one stream task doing every part in order (pushes,
+  // then pulls); without: Device's default.
+  void messageStep(Stream& s, const MessageStep& step) override;
+  std::size_t inlineFlagsMax() const override;
 
   // Sets the sticky error ("cancelled: <why>"): blocked stream tasks stop
   // waiting, queued ones are skipped, later calls that synchronize throw.

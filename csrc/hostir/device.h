@@ -84,10 +84,22 @@ enum class DeviceFeature : uint8_t {
   Graphs,           // beginCapture / endCapture / launchGraph
   CountedSemaphore,  // countedStep
   Reduce,            // reduce
+  InlineFlags,       // MessageStep parts with inline_flags, up to inlineFlagsMax() bytes
 };
 
 // The most sources one Device::reduce combines.
 inline constexpr std::size_t kMaxReduceSources = 16;
+
+// Inline flags (ipc's small eager messages; NCCL's LL protocol): a message
+// of `bytes` travels as inlineLineBytes(bytes) bytes of 8-byte lines, line w
+// holding the message's 4-byte word w (the last one zero-padded) in its low
+// half and the flag inlineFlag(v) in its high half, stored as one 8-byte
+// store. A receiver that sees a line's flag sees that line's data: no fence
+// between the data and a signal, no signal word, no wait on one. The flag
+// is never 0 (what the memory held before the first message) and differs
+// from the flag of the slot's previous message (v - slots, slots <= 2^30).
+inline constexpr std::size_t inlineLineBytes(std::size_t bytes) { return (bytes + 3) / 4 * 8; }
+inline constexpr uint32_t inlineFlag(uint32_t v) { return v != 0 ? v : 0x80000000u; }
 
 // Messages of a semaphore protocol (ipc's eager messages, and the sources
 // of its one-shot reductions) done as one device step: Device::reduce does
@@ -117,6 +129,14 @@ inline constexpr std::size_t kMaxReduceSources = 16;
 //    advances[j].
 // With a step, a reduce of no elements still does every part but the
 // reduction. stride keeps the alignment of the buffers.
+// Inline parts (supports(DeviceFeature::InlineFlags); `inline_flags`, of
+// 1 to inlineFlagsMax() bytes, their end in the ring 8-byte aligned): a
+// push writes the lines of its bytes (inlineLineBytes) into its slot, after
+// its wait as any push; a pull or a source has no wait word: it waits until
+// every line of its slot holds inlineFlag(v) (or *release != 0), then reads
+// the data out of the lines. Their signals and counters are as above, but
+// a push's signal need not be ordered after its lines (they carry their
+// own flags; the signal only tells the lane's latest number).
 struct MessageStep {
   std::array<uint32_t*, kMaxReduceSources> counters{};
   std::array<uint32_t, kMaxReduceSources> numbers{};
@@ -124,6 +144,7 @@ struct MessageStep {
   std::array<const uint32_t*, kMaxReduceSources> waits{};
   std::array<uint32_t*, kMaxReduceSources> signals{};
   std::array<bool, kMaxReduceSources> slotted{};
+  std::array<bool, kMaxReduceSources> inline_flags{};  // sources in lines
   const uint32_t* release = nullptr;
   uint32_t slots = 0;
   std::size_t stride = 0;
@@ -137,6 +158,7 @@ struct MessageStep {
     std::size_t bytes = 0;
     uint32_t* signal = nullptr;
     bool slotted = false;
+    bool inline_flags = false;  // the slot holds lines (push: writes them; pull: reads them)
   };
   using Push = Copy;
   std::array<Copy, kMaxReduceSources> pushes{};
@@ -338,6 +360,11 @@ class Device {
   // cuda makes them one kernel when every part is at most
   // HIR_CUDA_KERNEL_COPY_MAX bytes. ---
   virtual void messageStep(Stream& s, const MessageStep& step);
+
+  // --- Optional: inline flags (supports(DeviceFeature::InlineFlags)): the
+  // largest message, in bytes, that MessageStep's parts may carry in lines
+  // (inline_flags), on every path of messageStep and reduce. Default 0. ---
+  virtual std::size_t inlineFlagsMax() const;
 };
 
 // Device factories, registered by name ("host", and "cuda" when built with

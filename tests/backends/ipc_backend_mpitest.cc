@@ -613,6 +613,59 @@ TEST(IpcEager, LimitsThatDifferAcrossRanksFailOnEveryRank) {
   }
 }
 
+TEST(IpcEager, LineLimitsThatDifferAcrossRanksFailOnEveryRank) {
+  HIR_REQUIRE_WORLD_AT_LEAST(2);
+  ScopedEnv max("HIR_IPC_INLINE_MAX", test::world().rank() == 1 ? "1024" : "2048");
+  try {
+    runProgram(eagerBurst(1, true), 1);
+    FAIL() << "ranks with different limits for lines ran";
+  } catch (const Error& e) {
+    EXPECT_THAT(e.what(), HasSubstr("eager messages in lines go up to"));
+    EXPECT_THAT(e.what(), HasSubstr("HIR_IPC_INLINE_MAX"));
+  }
+}
+
+// Eager messages in lines (small) and not (above HIR_IPC_INLINE_MAX) on one
+// lane, alternating, over the slots' ring and across the wrap at 2^32: the
+// receiver of a message not in lines waits for "done", which messages in
+// lines store too, so its number is never far behind; each message arrives
+// whole, in order, with data seeded by rank and iteration.
+TEST(IpcEager, MessagesInLinesAndNotShareALaneInOrder) {
+  ScopedEnv lines("HIR_IPC_INLINE_MAX", "64");
+  ScopedEnv slots("HIR_IPC_EAGER_SLOTS", "2");
+  for (const char* start : {"0", "4294967291"}) {
+    ScopedEnv seq("HIR_IPC_SEQ_START", start);
+    const std::string body = R"(
+      {"op": "allocate", "name": "small", "dtype": "int32", "shape": [13]},
+      {"op": "allocate", "name": "big", "dtype": "int32", "shape": [300]},
+      {"op": "allocate", "name": "small_in", "dtype": "int32", "shape": [13]},
+      {"op": "allocate", "name": "big_in", "dtype": "int32", "shape": [300]},
+      {"op": "for", "index": "i", "start": 0, "stop": 25, "body": [
+        {"op": "fill", "tensor": "small", "value": "rank * 1000 + i", "step": 3},
+        {"op": "fill", "tensor": "big", "value": "rank * 100000 + i * 7", "step": 1},
+        {"op": "fill", "tensor": "small_in", "value": -1},
+        {"op": "fill", "tensor": "big_in", "value": -1},
+        {"op": "communication", "name": "s1", "type": "send", "tensor": "small",
+         "peer": "(rank + 1) % world", "backend": "ipc", "protocol": "eager"},
+        {"op": "communication", "name": "s2", "type": "send", "tensor": "big",
+         "peer": "(rank + 1) % world", "backend": "ipc", "protocol": "eager"},
+        {"op": "communication", "name": "r1", "type": "recv", "tensor": "small_in",
+         "peer": "(rank - 1 + world) % world", "backend": "ipc", "protocol": "eager"},
+        {"op": "communication", "name": "r2", "type": "recv", "tensor": "big_in",
+         "peer": "(rank - 1 + world) % world", "backend": "ipc", "protocol": "eager"},
+        {"op": "wait", "communication": "s1"}, {"op": "wait", "communication": "s2"},
+        {"op": "wait", "communication": "r1"}, {"op": "wait", "communication": "r2"},
+        {"op": "check", "tensor": "small_in", "value": "(rank - 1 + world) % world * 1000 + i",
+         "step": 3},
+        {"op": "check", "tensor": "big_in",
+         "value": "(rank - 1 + world) % world * 100000 + i * 7", "step": 1}
+      ]})";
+    RunReport r = runProgram(program("lines_and_not", "", body), 2);
+    EXPECT_TRUE(r.ok()) << "start " << start << ": " << r.format();
+    EXPECT_EQ(r.checks_run, 100u) << "start " << start;
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Ipc, IpcProtocol,
                          ::testing::Combine(::testing::Values(Protocol::Put, Protocol::Get, Protocol::Eager),
                                             ::testing::Bool()),
@@ -854,10 +907,11 @@ TEST(Ipc, EagerMessagesMapOnlyThePeersPages) {
     ev.run();
     ev.synchronize();
     EXPECT_TRUE(ev.report().ok()) << ev.report().format();
-    // Ours (a, b, the signal page) and the pages of the ring's two
-    // neighbours (one rank at world 2, none at world 1): no block of theirs.
+    // Ours (a, b, the signal page, the release word of waits for lines)
+    // and the pages of the ring's two neighbours (one rank at world 2, none
+    // at world 1): no block of theirs.
     const int w = test::world().world();
-    EXPECT_EQ(hostirMappings(), baseline + 3 + std::min(w - 1, 2));
+    EXPECT_EQ(hostirMappings(), baseline + 4 + std::min(w - 1, 2));
   }
   EXPECT_EQ(hostirMappings(), baseline);
 }

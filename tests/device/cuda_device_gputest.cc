@@ -983,6 +983,118 @@ TEST(CudaDevice, MessageStepPushesPullsAndCopiesAtEachReplay) {
   }
 }
 
+// Parts in lines (device.h's inline flags), captured and replayed: a
+// counted push of an odd size into a ring writes the lines the host device
+// writes, a counted pull out of it gets the bytes back, at each replay; the
+// device offers lines up to its fused copies' size.
+TEST(CudaDevice, PartsInLinesAreTheHostDevicesLinesAtEachReplay) {
+  HIR_REQUIRE_GPUS(1);
+  EXPECT_EQ(makeCudaDeviceWithCopyMax("0")->inlineFlagsMax(), 0u);
+  auto device = makeCudaDeviceWithCopyMax("65536");
+  ASSERT_TRUE(device->supports(DeviceFeature::InlineFlags));
+  EXPECT_EQ(device->inlineFlagsMax(), 65536u);
+  auto s = device->createStream();
+  constexpr std::size_t kBytes = 4099, kSlots = 4, kStride = 2 * 4100;
+  Buffer ring(*device, kSlots * kStride), src(*device, kBytes), dst(*device, kBytes),
+      words(*device, 4 * sizeof(uint32_t));
+  auto* w = static_cast<uint32_t*>(words.data());
+  const uint32_t start[4] = {0, 0, 0, 0};  // push counter, push's slot freed, pull counter, signal
+  upload(w, start, sizeof start);
+  std::vector<unsigned char> bytes(kBytes);
+  for (std::size_t k = 0; k < kBytes; ++k) bytes[k] = static_cast<unsigned char>(k * 7 + 3);
+  upload(src.data(), bytes.data(), kBytes);
+  MessageStep push;
+  push.slots = kSlots;
+  push.stride = kStride;
+  push.push_count = 1;
+  push.pushes[0] = {.counter = w, .number = 1, .advance = 1, .wait_back = kSlots, .wait = w + 1,
+                    .dst = ring.data(), .src = src.data(), .bytes = kBytes, .slotted = true,
+                    .inline_flags = true};
+  MessageStep pull = push;
+  pull.push_count = 0;
+  pull.pull_count = 1;
+  pull.pulls[0] = {.counter = w + 2, .number = 1, .advance = 1, .dst = dst.data(),
+                   .src = ring.data(), .bytes = kBytes, .signal = w + 3, .slotted = true,
+                   .inline_flags = true};
+  device->beginCapture(*s);
+  device->messageStep(*s, push);
+  device->messageStep(*s, pull);
+  std::unique_ptr<Graph> graph = device->endCapture(*s);
+  std::unique_ptr<Device> host = createDevice("host", 0);
+  const std::size_t lines = inlineLineBytes(kBytes);
+  std::vector<char> want(lines);
+  for (uint32_t v = 1; v <= 3; ++v) {
+    upload(dst.data(), std::vector<char>(kBytes, 0).data(), kBytes);
+    device->launchGraph(*graph, *s);
+    device->synchronize(*s, testTimeout());
+    const std::vector<std::byte> got = readBack(dst.data(), kBytes);
+    EXPECT_EQ(std::memcmp(got.data(), bytes.data(), kBytes), 0) << "replay " << v;
+    MessageStep hosted;
+    hosted.push_count = 1;
+    hosted.pushes[0] = {.number = v, .dst = want.data(), .src = bytes.data(), .bytes = kBytes,
+                        .inline_flags = true};
+    host->messageStep(host->defaultStream(), hosted);
+    host->synchronize(host->defaultStream(), testTimeout());
+    const std::vector<std::byte> in_ring =
+        readBack(static_cast<char*>(ring.data()) + (v % kSlots) * kStride, lines);
+    EXPECT_EQ(std::memcmp(in_ring.data(), want.data(), lines), 0)
+        << "replay " << v << ": the lines differ from the host device's";
+    uint32_t seen[4];
+    std::memcpy(seen, readBack(w, sizeof seen).data(), sizeof seen);
+    EXPECT_EQ(seen[0], v);
+    EXPECT_EQ(seen[2], v);
+    EXPECT_EQ(seen[3], v);
+  }
+}
+
+// A reduction whose middle source is in lines, pushed by another stream
+// after the reduction was enqueued: for every dtype and op, at sizes of
+// one and of several batches of lines per thread, what the host device
+// gives for the same sources.
+TEST(CudaDevice, ReduceOfASourceInLinesMatchesTheHostDevice) {
+  HIR_REQUIRE_GPUS(1);
+  auto device = makeCudaDeviceWithCopyMax("65536");
+  auto s = device->createStream();
+  auto s2 = device->createStream();
+  uint32_t v = 0;
+  for (const auto& [t, name] : kDTypeNames) {
+    for (std::size_t count : {std::size_t{3}, std::size_t{5001}}) {
+      const std::size_t bytes = count * dtypeSize(t);
+      const Images images = reduceSources(t, 3, count, 33);
+      std::vector<std::unique_ptr<Buffer>> buffers;
+      for (const auto& image : images) {
+        buffers.push_back(std::make_unique<Buffer>(*device, bytes));
+        upload(buffers.back()->data(), image.data(), bytes);
+      }
+      Buffer lines(*device, inlineLineBytes(bytes)), out(*device, bytes),
+          signal(*device, sizeof(uint32_t));
+      for (ReduceOp op : kAllReduceOps) {
+        ++v;
+        MessageStep sync;
+        sync.numbers[1] = v;
+        sync.signals[1] = static_cast<uint32_t*>(signal.data());
+        sync.inline_flags[1] = true;
+        const void* from[3] = {buffers[0]->data(), lines.data(), buffers[2]->data()};
+        device->reduce(*s, out.data(), from, 3, t, op, count, &sync);
+        MessageStep push;
+        push.push_count = 1;
+        push.pushes[0] = {.number = v, .dst = lines.data(), .src = buffers[1]->data(),
+                          .bytes = bytes, .inline_flags = true};
+        device->messageStep(*s2, push);
+        device->synchronize(*s, testTimeout());
+        const std::vector<std::byte> got = readBack(out.data(), bytes);
+        const std::vector<std::byte> want = hostDeviceReduce(images, t, op, count);
+        const int64_t k = firstDifference(got, want, t);
+        EXPECT_EQ(k, -1) << describeReduce(t, op, 3, count) << ": element " << k;
+        uint32_t seen = 0;
+        std::memcpy(&seen, readBack(signal.data(), sizeof seen).data(), sizeof seen);
+        EXPECT_EQ(seen, v) << describeReduce(t, op, 3, count);
+      }
+      device->synchronize(*s2, testTimeout());
+    }
+  }
+}
+
 TEST(CudaDevice, TimingEventsMeasureTheWorkBetweenThemAndOrderStreams) {
   HIR_REQUIRE_GPUS(1);
   auto device = makeCudaDevice();

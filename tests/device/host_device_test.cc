@@ -1385,6 +1385,142 @@ TEST(HostDeviceReduce, MessageStepPushesPullsAndCopiesInOrder) {
   dev.deallocate(mem);
 }
 
+// Inline parts (device.h): a push writes 8-byte lines, data word low and
+// flag high (the last word zero-padded), with no separate "done"; a pull
+// enqueued before it waits for every line's flag, then copies the data out
+// and signals, and the counters advance.
+TEST(HostDeviceReduce, MessageStepInLinesCarriesTheDataWithItsFlag) {
+  HostDevice dev;
+  auto s = dev.createStream();
+  auto s2 = dev.createStream();
+  constexpr std::size_t kBytes = 7, kSlots = 4, kStride = 64;
+  ASSERT_EQ(inlineLineBytes(kBytes), 16u);
+  auto* mem = static_cast<char*>(dev.allocate(kSlots * kStride + 2 * kStride));
+  char* ring = mem;
+  char* src = mem + kSlots * kStride;
+  char* dst = src + kStride;
+  std::memset(mem, 0, kSlots * kStride + 2 * kStride);
+  std::memcpy(src, "abcdefg", kBytes);
+  auto* w = static_cast<uint32_t*>(dev.allocate(6 * sizeof(uint32_t)));
+  // push counter, push's slot freed, push signal, pull counter, pull signal
+  const uint32_t start[6] = {5, 2, 0, 5, 0, 0};
+  std::memcpy(w, start, sizeof start);
+  MessageStep pull;
+  pull.slots = kSlots;
+  pull.stride = kStride;
+  pull.pull_count = 1;
+  pull.pulls[0] = {.counter = &w[3], .number = 1, .advance = 1, .dst = dst, .src = ring,
+                   .bytes = kBytes, .signal = &w[4], .slotted = true, .inline_flags = true};
+  dev.messageStep(*s2, pull);  // v = 6: slot 2, flag 6
+  std::this_thread::sleep_for(20ms);
+  EXPECT_EQ(std::atomic_ref<uint32_t>(w[4]).load(), 0u) << "the pull did not wait for its lines";
+  MessageStep push = pull;
+  push.pull_count = 0;
+  push.push_count = 1;
+  push.pushes[0] = {.counter = &w[0], .number = 1, .advance = 1, .wait_back = kSlots,
+                    .wait = &w[1], .dst = ring, .src = src, .bytes = kBytes, .signal = &w[2],
+                    .slotted = true, .inline_flags = true};
+  dev.messageStep(*s, push);
+  dev.synchronize(*s, kLong);
+  dev.synchronize(*s2, kLong);
+  uint64_t lines[2];
+  std::memcpy(lines, ring + 2 * kStride, sizeof lines);
+  EXPECT_EQ(lines[0], uint64_t{6} << 32 | 0x64636261u);  // "abcd", little endian
+  EXPECT_EQ(lines[1], uint64_t{6} << 32 | 0x00676665u);  // "efg" and a zero byte
+  EXPECT_EQ(std::memcmp(dst, src, kBytes), 0);
+  EXPECT_EQ(dst[kBytes], 0) << "the pull wrote past the message";
+  EXPECT_EQ(w[0], 6u);
+  EXPECT_EQ(w[2], 6u) << "the push still stores its number into its signal";
+  EXPECT_EQ(w[3], 6u);
+  EXPECT_EQ(w[4], 6u);
+  dev.deallocate(w);
+  dev.deallocate(mem);
+}
+
+// Number 0 (after the wrap) is flagged 0x80000000: zeroed memory, what a
+// slot holds before its first message, does not satisfy its pull; nor does
+// the slot's previous message, flagged v - slots.
+TEST(HostDeviceReduce, LinesOfZeroedMemoryOrOfTheSlotsLastLapAreNotAMessage) {
+  EXPECT_EQ(inlineFlag(0), 0x80000000u);
+  EXPECT_EQ(inlineFlag(7), 7u);
+  HostDevice dev;
+  auto s = dev.createStream();
+  auto s2 = dev.createStream();
+  constexpr std::size_t kBytes = 8;
+  auto* mem = static_cast<char*>(dev.allocate(64));
+  std::memset(mem, 0, 64);
+  char* slot = mem;
+  char* src = mem + 32;
+  char* dst = mem + 48;
+  std::memcpy(src, "12345678", kBytes);
+  auto* sig = static_cast<uint32_t*>(dev.allocate(sizeof(uint32_t)));
+  *sig = 0;
+  for (uint32_t v : {0u, 9u}) {
+    if (v == 9) {  // the slot holds message 1 (9 - 8 slots)
+      for (int k = 0; k < 2; ++k) {
+        const uint64_t stale = uint64_t{1} << 32 | 0x30303030u;
+        std::memcpy(slot + 8 * k, &stale, 8);
+      }
+    }
+    MessageStep pull;
+    pull.pull_count = 1;
+    pull.pulls[0] = {.number = v, .dst = dst, .src = slot, .bytes = kBytes, .signal = sig,
+                     .inline_flags = true};
+    std::atomic_ref<uint32_t>(*sig).store(12345);
+    dev.messageStep(*s2, pull);
+    std::this_thread::sleep_for(20ms);
+    EXPECT_EQ(std::atomic_ref<uint32_t>(*sig).load(), 12345u)
+        << "message " << v << " was read out of lines that do not hold it";
+    MessageStep push;
+    push.push_count = 1;
+    push.pushes[0] = {.number = v, .dst = slot, .src = src, .bytes = kBytes, .inline_flags = true};
+    dev.messageStep(*s, push);
+    dev.synchronize(*s2, kLong);
+    EXPECT_EQ(*sig, v);
+    EXPECT_EQ(std::memcmp(dst, src, kBytes), 0);
+    std::memset(dst, 0, kBytes);
+  }
+  dev.deallocate(sig);
+  dev.deallocate(mem);
+}
+
+// A reduction source in lines: the reduction waits for every line's flag
+// (no wait word), reads the data out of them and signals; the other sources
+// are read where they are.
+TEST(HostDeviceReduce, ReduceReadsASourceInLinesOnceItsLinesAreFlagged) {
+  HostDevice dev;
+  auto s = dev.createStream();
+  auto s2 = dev.createStream();
+  constexpr std::size_t kCount = 5;
+  std::vector<void*> srcs = makeReduceSources(dev, DType::Int32, 3, kCount);
+  auto* lines = static_cast<char*>(dev.allocate(inlineLineBytes(kCount * sizeof(int32_t))));
+  std::memset(lines, 0, inlineLineBytes(kCount * sizeof(int32_t)));
+  auto* dst = static_cast<int32_t*>(dev.allocate(kCount * sizeof(int32_t)));
+  std::fill(dst, dst + kCount, -7);
+  auto* sig = static_cast<uint32_t*>(dev.allocate(sizeof(uint32_t)));
+  *sig = 0;
+  MessageStep sync;
+  sync.numbers[1] = 9;
+  sync.signals[1] = sig;
+  sync.inline_flags[1] = true;
+  const void* from[3] = {srcs[0], lines, srcs[2]};
+  dev.reduce(*s, dst, from, 3, DType::Int32, ReduceOp::Sum, kCount, &sync);
+  std::this_thread::sleep_for(20ms);
+  EXPECT_EQ(dst[0], -7) << "reduced before the source's lines were flagged";
+  MessageStep push;
+  push.push_count = 1;
+  push.pushes[0] = {.number = 9, .dst = lines, .src = srcs[1], .bytes = kCount * sizeof(int32_t),
+                    .inline_flags = true};
+  dev.messageStep(*s2, push);
+  dev.synchronize(*s, kLong);
+  EXPECT_EQ(firstDifferentElement(dst, reduceReference(DType::Int32, ReduceOp::Sum, 3, kCount),
+                                  DType::Int32),
+            -1);
+  EXPECT_EQ(*sig, 9u);
+  for (void* p : std::initializer_list<void*>{sig, dst, lines}) dev.deallocate(p);
+  for (void* p : srcs) dev.deallocate(p);
+}
+
 // ------------------------------------------------------------------ timing
 
 TEST(HostDeviceTiming, ElapsedMsMeasuresTheWorkBetweenTwoRecords) {
@@ -1467,7 +1603,8 @@ TEST(HostDeviceInfo, SupportsEveryOptionalPartButANativeStreamAndGraphs) {
   HostDevice dev;
   for (DeviceFeature f : {DeviceFeature::Ipc, DeviceFeature::StreamSemaphore,
                           DeviceFeature::Compute, DeviceFeature::Timing,
-                          DeviceFeature::CountedSemaphore, DeviceFeature::Reduce})
+                          DeviceFeature::CountedSemaphore, DeviceFeature::Reduce,
+                          DeviceFeature::InlineFlags})
     EXPECT_TRUE(dev.supports(f)) << static_cast<int>(f);
   EXPECT_EQ(dev.nativeStream(dev.defaultStream()), nullptr);
   EXPECT_FALSE(dev.supports(DeviceFeature::Graphs));

@@ -272,6 +272,7 @@ class CudaDevice final : public Device {
       case DeviceFeature::Graphs: return true;
       case DeviceFeature::CountedSemaphore: return true;
       case DeviceFeature::Reduce: return true;
+      case DeviceFeature::InlineFlags: return true;
     }
     return false;
   }
@@ -596,13 +597,30 @@ class CudaDevice final : public Device {
   // Several parts, each at most HIR_CUDA_KERNEL_COPY_MAX: one kernel of one
   // block (the block copies each). One part, or a larger one: each as its
   // own counted step or signaled copy (Device's default: a kernel with
-  // fewer arguments, or a copy engine).
+  // fewer arguments, or a copy engine), but a part in lines, which only the
+  // one-block kernel reads and writes: a kernel of its own, in its turn.
   void messageStep(Stream& s, const MessageStep& step) override {
-    if (step.push_count + step.pull_count <= 1 || !fusable(step))
-      return Device::messageStep(s, step);
-    for (std::size_t k = 0; k < step.push_count + step.pull_count; ++k) {
-      const MessageStep::Copy& c =
-          k < step.push_count ? step.pushes[k] : step.pulls[k - step.push_count];
+    const std::size_t parts = step.push_count + step.pull_count;
+    auto part = [&](std::size_t k) -> const MessageStep::Copy& {
+      return k < step.push_count ? step.pushes[k] : step.pulls[k - step.push_count];
+    };
+    bool lines = false;
+    for (std::size_t k = 0; k < parts; ++k) lines = lines || part(k).inline_flags;
+    if (!lines && (parts <= 1 || !fusable(step))) return Device::messageStep(s, step);
+    if (!fusable(step)) {
+      HIR_INTERNAL_ASSERT(parts > 1, "messageStep: a part of {} bytes in lines, above {}",
+                          part(0).bytes, inlineFlagsMax());
+      for (std::size_t k = 0; k < parts; ++k) {
+        MessageStep one = step;
+        one.push_count = k < step.push_count ? 1 : 0;
+        one.pull_count = 1 - one.push_count;
+        (one.push_count == 1 ? one.pushes[0] : one.pulls[0]) = part(k);
+        messageStep(s, one);
+      }
+      return;
+    }
+    for (std::size_t k = 0; k < parts; ++k) {
+      const MessageStep::Copy& c = part(k);
       for (const uint32_t* word : {c.wait, static_cast<const uint32_t*>(c.signal)})
         if (word != nullptr) (void)semaphoreApi("messageStep", word);  // waitValue's checks
     }
@@ -611,6 +629,10 @@ class CudaDevice final : public Device {
     HIR_CUDA_CHECK(ordinal_, launchMessageStep(cs.native(), step));
     cs.noteWork();
   }
+
+  // Parts in lines run in the one-block kernels, which take parts up to
+  // HIR_CUDA_KERNEL_COPY_MAX.
+  std::size_t inlineFlagsMax() const override { return kernel_copy_max_; }
 
   // The caller enqueues on it behind the device's back (an embedder's
   // kernel): counted as work, so that no backend skips a wait for it.

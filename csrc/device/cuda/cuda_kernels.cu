@@ -327,6 +327,90 @@ __device__ uint32_t loadAcquireSys(const uint32_t* p) {
 __device__ void storeReleaseSys(uint32_t* p, uint32_t v) {
   asm volatile("st.release.sys.global.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
 }
+__device__ void storeRelaxedSys(uint32_t* p, uint32_t v) {
+  asm volatile("st.relaxed.sys.global.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+}
+// Thread 0 of a block, after a __syncthreads() that follows the block's
+// stores: one system-scope fence orders every thread's stores (the barrier
+// made them thread 0's predecessors) before the release of v into *p.
+__device__ void releaseBlockSys(uint32_t* p, uint32_t v) {
+  __threadfence_system();
+  storeReleaseSys(p, v);
+}
+
+// The release word (abort) was set.
+__device__ __forceinline__ bool released(const uint32_t* release) {
+  return release != nullptr && *static_cast<const volatile uint32_t*>(release) != 0;
+}
+
+// Inline lines (device.h): 8 bytes, the data word low, the flag high, in
+// one store and one load at system scope (NCCL's LL protocol relies on the
+// same: an aligned 8-byte access is not torn, over NVLink too).
+__device__ __forceinline__ void storeLine(void* p, uint32_t data, uint32_t flag) {
+  asm volatile("st.volatile.global.v2.u32 [%0], {%1, %2};" ::"l"(p), "r"(data), "r"(flag)
+               : "memory");
+}
+__device__ __forceinline__ uint2 loadLine(const void* p) {
+  uint2 x;
+  asm volatile("ld.volatile.global.v2.u32 {%0, %1}, [%2];" : "=r"(x.x), "=r"(x.y) : "l"(p)
+               : "memory");
+  return x;
+}
+
+// device.h's inlineFlag, on the device (a constexpr host function there).
+__device__ __forceinline__ uint32_t lineFlag(uint32_t v) { return v != 0 ? v : 0x80000000u; }
+static_assert(inlineFlag(0) == 0x80000000u && inlineFlag(1) == 1 && inlineFlag(~0u) == ~0u,
+              "lineFlag is inlineFlag");
+
+// Word w of a message of `bytes` (the last one zero-padded), 4-byte loads
+// when src is 4-byte aligned.
+__device__ __forceinline__ uint32_t wordOf(const char* src, std::size_t bytes, std::size_t w) {
+  if ((w + 1) * 4 <= bytes && reinterpret_cast<uintptr_t>(src) % 4 == 0)
+    return reinterpret_cast<const uint32_t*>(src)[w];
+  uint32_t x = 0;
+  for (std::size_t b = 0; b < 4 && w * 4 + b < bytes; ++b)
+    x |= static_cast<uint32_t>(static_cast<unsigned char>(src[w * 4 + b])) << (8 * b);
+  return x;
+}
+__device__ __forceinline__ void putWord(char* dst, std::size_t bytes, std::size_t w, uint32_t x) {
+  if ((w + 1) * 4 <= bytes && reinterpret_cast<uintptr_t>(dst) % 4 == 0) {
+    reinterpret_cast<uint32_t*>(dst)[w] = x;
+    return;
+  }
+  for (std::size_t b = 0; b < 4 && w * 4 + b < bytes; ++b)
+    dst[w * 4 + b] = static_cast<char>((x >> (8 * b)) & 0xffu);
+}
+
+// The block writes the lines of src[0, bytes) into dst, flagged `flag`.
+__device__ void blockPushLines(char* dst, const char* src, std::size_t bytes, uint32_t flag) {
+  for (std::size_t w = threadIdx.x; w * 4 < bytes; w += blockDim.x)
+    storeLine(dst + w * 8, wordOf(src, bytes, w), flag);
+}
+
+// Lines a thread loads before it looks at any: their loads are in flight
+// together, so a message of kLineBatch lines per thread costs one round
+// trip to the memory, not kLineBatch.
+constexpr int kLineBatch = 4;
+
+// The block reads the lines of src into dst[0, bytes), each once it holds
+// `flag`.
+__device__ void blockPullLines(char* dst, const char* src, std::size_t bytes, uint32_t flag,
+                               const uint32_t* release) {
+  const std::size_t words = (bytes + 3) / 4, step = blockDim.x;
+  for (std::size_t base = threadIdx.x; base < words; base += step * kLineBatch) {
+    uint2 got[kLineBatch];
+#pragma unroll
+    for (int b = 0; b < kLineBatch; ++b)
+      if (base + b * step < words) got[b] = loadLine(src + (base + b * step) * 8);
+#pragma unroll
+    for (int b = 0; b < kLineBatch; ++b) {
+      const std::size_t w = base + b * step;
+      if (w >= words) break;
+      while (got[b].y != flag && !released(release)) got[b] = loadLine(src + w * 8);
+      putWord(dst, bytes, w, got[b].x);
+    }
+  }
+}
 
 // The threads of one block copy dst[0, bytes) = src[0, bytes), 16 bytes
 // per thread and step when `wide`.
@@ -343,8 +427,8 @@ __device__ void blockCopy(void* dst, const void* src, std::size_t bytes, bool wi
 }
 
 // One block: thread 0 waits until *wait_addr >= at_least (wrap-around safe,
-// like CU_STREAM_WAIT_VALUE_GEQ), the block copies, every thread fences its
-// stores at system scope, then thread 0 releases `value` into *signal_addr.
+// like CU_STREAM_WAIT_VALUE_GEQ), the block copies, then, after a barrier,
+// thread 0 fences at system scope and releases `value` into *signal_addr.
 __global__ void signaledCopyKernel(void* dst, const void* src, std::size_t bytes, bool wide,
                                    const uint32_t* wait_addr, uint32_t at_least,
                                    uint32_t* signal_addr, uint32_t value) {
@@ -353,15 +437,14 @@ __global__ void signaledCopyKernel(void* dst, const void* src, std::size_t bytes
     }
   __syncthreads();
   blockCopy(dst, src, bytes, wide);
-  __threadfence_system();
   __syncthreads();
-  if (threadIdx.x == 0) storeReleaseSys(signal_addr, value);
+  if (threadIdx.x == 0) releaseBlockSys(signal_addr, value);
 }
 
 // One block: thread 0 reads v = *counter + offset and advances the
 // counter, then waits until *wait_addr >= v - wait_back or *release != 0;
 // the block copies (from and to slot v % slots of their rings when slots >
-// 0); every thread fences its stores at system scope; thread 0 releases v
+// 0); after a barrier, thread 0 fences at system scope and releases v
 // into *signal_addr. Each part is skipped when its pointer is null (no
 // copy: bytes == 0).
 struct CountedArgs {
@@ -392,9 +475,8 @@ __global__ void countedStepKernel(CountedArgs a) {
   const std::size_t slot = a.slots > 0 ? value & (a.slots - 1) : 0;
   blockCopy(a.dst + slot * a.dst_stride, a.src + slot * a.src_stride, a.bytes, a.wide);
   if (a.signal_addr == nullptr) return;
-  __threadfence_system();
   __syncthreads();
-  if (threadIdx.x == 0) storeReleaseSys(a.signal_addr, value);
+  if (threadIdx.x == 0) releaseBlockSys(a.signal_addr, value);
 }
 
 // The copy of a counted step over slots, by the whole grid: every thread
@@ -578,6 +660,8 @@ struct SyncSources {
   CopyArgs pull[kMaxReduceSources];
   int pushes, pulls;
   uint32_t push_slotted, pull_slotted;  // bit k: push (pull) k is in a ring
+  uint32_t push_inline, pull_inline;    // bit k: push (pull) k in lines (inline flags)
+  uint32_t inline_sources;              // bit j: source j in lines
   bool copies_wide;  // every push's and pull's ends, size and the stride are 16-byte multiples
 };
 
@@ -586,10 +670,6 @@ struct SyncSources {
 // also waits before and signals and advances after.
 enum class SyncMode : int { Place, Fused };
 
-// The release word (abort) was set.
-__device__ __forceinline__ bool released(const uint32_t* release) {
-  return release != nullptr && *static_cast<const volatile uint32_t*>(release) != 0;
-}
 
 // Source j's number v, from its counter when it has one.
 __device__ __forceinline__ uint32_t numberOf(const SyncSources& y, int j) {
@@ -610,11 +690,12 @@ __device__ void syncWait(const SyncSources& y, int n, uint32_t* v) {
   __syncthreads();
 }
 
-// One block, after its reads and writes: every thread fences them at
-// system scope, then thread 0 releases each v[j] into source j's signal and
-// advances its counter, in source order.
+// One block, after its reads and writes: a barrier (which orders every
+// thread's accesses before thread 0's release stores), then thread 0
+// releases each v[j] into source j's signal and advances its counter, in
+// source order. The signals say the sources were read ("consumed",
+// "free"): no peer reads what the reduction wrote because of them.
 __device__ void syncSignal(const SyncSources& y, int n, const uint32_t* v) {
-  __threadfence_system();
   __syncthreads();
   if (threadIdx.x != 0) return;
   for (int j = 0; j < n; ++j) {  // in order, as syncCopies signals
@@ -626,8 +707,8 @@ __device__ void syncSignal(const SyncSources& y, int n, const uint32_t* v) {
 
 // One block: thread k < count reads copy k's number and waits (a push: for
 // v - wait_back, its slot; a pull: for v, its message); the block copies
-// each (a push into its slot, a pull out of it); every thread fences at
-// system scope; thread 0 signals each copy and advances its counter, in
+// each (a push into its slot, a pull out of it; inline parts as lines);
+// after a barrier, thread 0 signals each copy and advances its counter, in
 // order.
 __device__ void syncCopies(const SyncSources& y, const CopyArgs* c, int count, uint32_t slotted,
                            bool push) {
@@ -644,21 +725,41 @@ __device__ void syncCopies(const SyncSources& y, const CopyArgs* c, int count, u
       }
   }
   __syncthreads();
+  const uint32_t lines = push ? y.push_inline : y.pull_inline;
+  bool publishes = false;  // a plain push that signals: its data must be visible first
   for (int i = 0; i < count; ++i) {
     const CopyArgs& p = c[i];
     const std::size_t slot = (slotted >> i) & 1u ? (cv[i] & y.mask) * y.stride : 0;
-    blockCopy(p.dst + (push ? slot : 0), p.src + (push ? 0 : slot), p.bytes, y.copies_wide);
+    char* dst = p.dst + (push ? slot : 0);
+    const char* src = p.src + (push ? 0 : slot);
+    if (!((lines >> i) & 1u)) {
+      blockCopy(dst, src, p.bytes, y.copies_wide);
+      publishes = publishes || (push && p.signal != nullptr);
+    } else if (push) {
+      blockPushLines(dst, src, p.bytes, lineFlag(cv[i]));
+    } else {
+      blockPullLines(dst, src, p.bytes, lineFlag(cv[i]), y.release);
+    }
   }
-  __threadfence_system();
   __syncthreads();
   // One thread, in order: parts of one lane signal the same word, whose
-  // value must end at the last of their numbers.
-  if (k == 0)
+  // value must end at the last of their numbers. A plain push's data went
+  // to a peer: thread 0 fences before signalling it. Otherwise the signals
+  // say what was read (a pull's "free"): the barrier ordered every thread's
+  // reads before thread 0's release stores.
+  if (k == 0) {
+    if (publishes) __threadfence_system();
     for (int i = 0; i < count; ++i) {
       const CopyArgs& p = c[i];
-      if (p.signal != nullptr) storeReleaseSys(p.signal, cv[i]);
+      // A push in lines publishes nothing by its signal (its lines carry
+      // their flags): a relaxed store, which waits for no earlier store.
+      if (p.signal != nullptr && push && ((lines >> i) & 1u))
+        storeRelaxedSys(p.signal, cv[i]);
+      else if (p.signal != nullptr)
+        storeReleaseSys(p.signal, cv[i]);
       if (p.counter != nullptr && p.advance != 0) *p.counter = cv[i] - p.number + p.advance;
     }
+  }
   __syncthreads();
 }
 
@@ -796,6 +897,93 @@ __device__ __forceinline__ typename A::S reduceElement(const ReduceSources& srcs
   return acc;
 }
 
+// A unit of reduceLines: max(4, sizeof(S)) bytes, whole lines and whole
+// elements.
+template <class S>
+union LineUnit {
+  static constexpr int kElems = sizeof(S) < 4 ? 4 / sizeof(S) : 1;
+  static constexpr int kWords = sizeof(S) < 4 ? 1 : sizeof(S) / 4;
+  uint32_t w[kWords];
+  S e[kElems];
+};
+
+// A thread's batch of units base, base + step, ... (kLineBatch of them,
+// those below `units`) of one source: in lines, their words once every line
+// holds `flag` (all loads issued before any is looked at); else the
+// elements below `count`.
+template <class S>
+__device__ __forceinline__ void loadUnits(LineUnit<S> (&x)[kLineBatch], const void* p, bool lines,
+                                          uint32_t flag, std::size_t base, std::size_t step,
+                                          std::size_t units, std::size_t count,
+                                          const uint32_t* release) {
+  using Unit = LineUnit<S>;
+  if (lines) {
+    const char* at = static_cast<const char*>(p);
+    uint2 got[kLineBatch][Unit::kWords];
+#pragma unroll
+    for (int b = 0; b < kLineBatch; ++b)
+#pragma unroll
+      for (int i = 0; i < Unit::kWords; ++i)
+        if (base + b * step < units)
+          got[b][i] = loadLine(at + ((base + b * step) * Unit::kWords + i) * 8);
+#pragma unroll
+    for (int b = 0; b < kLineBatch; ++b)
+#pragma unroll
+      for (int i = 0; i < Unit::kWords; ++i) {
+        const std::size_t u = base + b * step;
+        if (u >= units) continue;
+        while (got[b][i].y != flag && !released(release))
+          got[b][i] = loadLine(at + (u * Unit::kWords + i) * 8);
+        x[b].w[i] = got[b][i].x;
+      }
+  } else {
+#pragma unroll
+    for (int b = 0; b < kLineBatch; ++b)
+#pragma unroll
+      for (int e = 0; e < Unit::kElems; ++e) {
+        const std::size_t k = (base + b * step) * Unit::kElems + e;
+        if (base + b * step < units && k < count) x[b].e[e] = static_cast<const S*>(p)[k];
+      }
+  }
+}
+
+// The fused reduction when sources are in lines (small: one block), in
+// batches of units per thread, combining in source order as reduceElement
+// does.
+template <class A, ReduceOp Op>
+__device__ void reduceLines(typename A::S* dst, const ReduceSources& srcs, const SyncSources& y,
+                            const uint32_t* v, int n, std::size_t count) {
+  using S = typename A::S;
+  using Unit = LineUnit<S>;
+  const std::size_t units = (count + Unit::kElems - 1) / Unit::kElems, step = blockDim.x;
+  for (std::size_t base = threadIdx.x; base < units; base += step * kLineBatch) {
+    Unit acc[kLineBatch]{}, in[kLineBatch]{};
+    loadUnits<S>(acc, srcs.p[0], (y.inline_sources & 1u) != 0, lineFlag(v[0]), base, step, units,
+                 count, y.release);
+#pragma unroll
+    for (int j = 1; j < static_cast<int>(kMaxReduceSources); ++j) {
+      if (j < n) {
+        loadUnits<S>(in, srcs.p[j], ((y.inline_sources >> j) & 1u) != 0, lineFlag(v[j]), base,
+                     step, units, count, y.release);
+#pragma unroll
+        for (int b = 0; b < kLineBatch; ++b)
+#pragma unroll
+          for (int e = 0; e < Unit::kElems; ++e)
+            acc[b].e[e] = A::template combine<Op>(in[b].e[e], acc[b].e[e]);
+      }
+    }
+#pragma unroll
+    for (int b = 0; b < kLineBatch; ++b)
+#pragma unroll
+      for (int e = 0; e < Unit::kElems; ++e) {
+        const std::size_t k = (base + b * step) * Unit::kElems + e;
+        if (base + b * step >= units || k >= count) continue;
+        if constexpr (Op == ReduceOp::Avg) acc[b].e[e] = A::divide(acc[b].e[e], n);
+        dst[k] = acc[b].e[e];
+      }
+  }
+}
+
 // wide: dst and every source are 16-byte aligned; each thread then takes 16
 // bytes of every source per step and combines them element by element, and
 // the last count % (16 / sizeof(S)) elements go one by one. Each element is
@@ -810,6 +998,11 @@ __global__ void __launch_bounds__(kBlockThreads)
   if (fused && sync.pushes > 0) syncPush(sync);
   if (fused) syncWait(sync, n, v);
   const ReduceSources srcs = placeSources(given, sync, fused ? v : nullptr);
+  if (fused && sync.inline_sources != 0) {
+    reduceLines<A, Op>(dst, srcs, sync, v, n, count);
+    syncSignal(sync, n, v);
+    return;
+  }
   constexpr int kPer = 16 / sizeof(S);
   union Vec {
     uint4 bits;
@@ -887,14 +1080,18 @@ namespace {
 // arguments.
 void placeCopies(const MessageStep& m, SyncSources& y) {
   uintptr_t addresses = m.stride;
-  auto place = [&](const MessageStep::Copy& c, CopyArgs& to, uint32_t& slotted, std::size_t k) {
+  auto place = [&](const MessageStep::Copy& c, CopyArgs& to, uint32_t& slotted, uint32_t& lines,
+                   std::size_t k) {
     to = CopyArgs{c.counter, c.number, c.advance, c.wait_back, c.wait, static_cast<char*>(c.dst),
                   static_cast<const char*>(c.src), c.bytes, c.signal};
     if (c.slotted) slotted |= 1u << k;
+    if (c.inline_flags) lines |= 1u << k;
     addresses |= reinterpret_cast<uintptr_t>(c.dst) | reinterpret_cast<uintptr_t>(c.src) | c.bytes;
   };
-  for (std::size_t k = 0; k < m.push_count; ++k) place(m.pushes[k], y.push[k], y.push_slotted, k);
-  for (std::size_t k = 0; k < m.pull_count; ++k) place(m.pulls[k], y.pull[k], y.pull_slotted, k);
+  for (std::size_t k = 0; k < m.push_count; ++k)
+    place(m.pushes[k], y.push[k], y.push_slotted, y.push_inline, k);
+  for (std::size_t k = 0; k < m.pull_count; ++k)
+    place(m.pulls[k], y.pull[k], y.pull_slotted, y.pull_inline, k);
   y.pushes = static_cast<int>(m.push_count);
   y.pulls = static_cast<int>(m.pull_count);
   y.copies_wide = addresses % 16 == 0;
@@ -938,6 +1135,7 @@ cudaError_t launchReduce(cudaStream_t stream, void* dst, const void* const* srcs
       y.wait[j] = sync->waits[k];
       y.signal[j] = sync->signals[k];
       if (sync->slotted[k]) y.slotted |= 1u << j;
+      if (sync->inline_flags[k]) y.inline_sources |= 1u << j;
       waits_or_signals = waits_or_signals || y.wait[j] != nullptr || y.signal[j] != nullptr ||
                          (y.counter[j] != nullptr && y.advance[j] != 0);
     }
@@ -949,11 +1147,14 @@ cudaError_t launchReduce(cudaStream_t stream, void* dst, const void* const* srcs
       return cudaErrorInvalidValue;
     addresses |= sync->stride;
   }
+  // Sources in lines are read by the fused kernel only (the backend keeps
+  // them under the device's inlineFlagsMax, at most fuse_max).
+  const bool fuse = waits_or_signals && count * dtypeSize(t) <= fuse_max;
+  if (y.inline_sources != 0 && (count == 0 || !fuse)) return cudaErrorInvalidValue;
   if (count == 0) return waits_or_signals ? launchSync(stream, y, n, true, true) : cudaSuccess;
   const bool wide = addresses % 16 == 0;
   // One kernel when one block is enough for the elements; else the waits,
   // the grid's reduction, then the signals.
-  const bool fuse = waits_or_signals && count * dtypeSize(t) <= fuse_max;
   if (waits_or_signals && !fuse)
     if (cudaError_t e = launchSync(stream, y, n, true, false); e != cudaSuccess) return e;
   const SyncMode mode = fuse ? SyncMode::Fused : SyncMode::Place;
