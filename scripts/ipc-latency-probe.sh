@@ -8,25 +8,33 @@
 #   HIR_CUDA_KERNEL_COPY_MAX=0   no fused kernels: waits, copies and signals apart
 #   HIR_IPC_EAGER_MAX=0          put and get (a round trip per message)
 #   HIR_IPC_COUNTED=1            message numbers counted on the device, eagerly
+#   HIR_IPC_INLINE_MAX=0         eager messages not in lines (a fence and a "done" flag)
 # and nccl's allreduce and ping-pong in the same run as the baseline. With
 # nsys on the machine, it also profiles the default allreduce with --graph
 # (kernel durations and the gaps between them: nsys-kernels.txt).
 #
-#   bash scripts/ipc-latency-probe.sh [--build DIR] [--reps N]
+#   bash scripts/ipc-latency-probe.sh [--build DIR] [--reps N] [--n "2 1024"] [--mps]
 #
-# Needs 2 GPUs (2 ranks sharing one measure the GPU's time slices, not
-# ipc). Writes ${OUT:-gpu-out}/ipc-latency.txt (the table, also printed)
-# and ipc-latency.log (every command's output). NCCL_NVLS_ENABLE=0.
+# --n: the float32 elements per rank of each measurement (default 2: 8 B).
+# Needs 2 GPUs, or --mps: 2 ranks share GPU 0 under an MPS daemon that the
+# script starts and stops (CUDA_DEVICE_MAX_CONNECTIONS=32: with MPS's
+# default, the ranks' stream waits share hardware queues and the protocol
+# tests deadlock), ipc only (NCCL refuses a shared GPU). Without MPS, ranks
+# sharing a GPU measure its time slices, not ipc. Writes
+# ${OUT:-gpu-out}/ipc-latency.txt (the table, also printed) and
+# ipc-latency.log (every command's output). NCCL_NVLS_ENABLE=0.
 set -u -o pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 out=${OUT:-$root/gpu-out}
 build=${BUILD_DIR:-$root/build-gpu}
-reps=3
+reps=3 sizes=2 mps=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --build) shift; build=$1 ;;
     --reps) shift; reps=$1 ;;
-    -h|--help) sed -n '2,20p' "$0"; exit 0 ;;
+    --n) shift; sizes=$1 ;;
+    --mps) mps=1 ;;
+    -h|--help) sed -n '2,27p' "$0"; exit 0 ;;
     *) echo "ipc-latency-probe: unknown option $1" >&2; exit 2 ;;
   esac
   shift
@@ -37,21 +45,41 @@ esac
 export NCCL_NVLS_ENABLE=0 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 hir="$build/bin/hir"
 [ -x "$hir" ] || { echo "ipc-latency-probe: no $hir" >&2; exit 2; }
+for n in $sizes; do
+  case $n in
+    ''|*[!0-9]*|0) echo "ipc-latency-probe: --n expects positive integers, got '$n'" >&2; exit 2 ;;
+  esac
+done
 gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
-[ "${gpus:-0}" -ge 2 ] || { echo "ipc-latency-probe: needs 2 GPUs, found ${gpus:-0}" >&2; exit 2; }
+if [ "$mps" = 1 ]; then
+  [ "${gpus:-0}" -ge 1 ] || { echo "ipc-latency-probe: --mps needs a GPU, found none" >&2; exit 2; }
+  command -v nvidia-cuda-mps-control >/dev/null ||
+    { echo "ipc-latency-probe: --mps needs nvidia-cuda-mps-control" >&2; exit 2; }
+else
+  [ "${gpus:-0}" -ge 2 ] ||
+    { echo "ipc-latency-probe: needs 2 GPUs (or --mps), found ${gpus:-0}" >&2; exit 2; }
+fi
 mkdir -p "$out"
 log="$out/ipc-latency.log"
 : >"$log"
 tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+if [ "$mps" = 1 ]; then
+  export CUDA_MPS_PIPE_DIRECTORY=$tmp/mps-pipe CUDA_MPS_LOG_DIRECTORY=$tmp/mps-log
+  export CUDA_DEVICE_MAX_CONNECTIONS=32 HIR_SHARE_GPUS=1
+  mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
+  nvidia-cuda-mps-control -d || { echo "ipc-latency-probe: the MPS daemon did not start" >&2; exit 3; }
+  trap 'echo quit | nvidia-cuda-mps-control; rm -rf "$tmp"' EXIT
+else
+  trap 'rm -rf "$tmp"' EXIT
+fi
 sed 's/"backend": "ipc"/"backend": "nccl"/' "$root/bench/ipc/allreduce_loop.json" >"$tmp/ar_nccl.json"
 sed 's/"backend": "ipc"/"backend": "nccl"/' "$root/bench/graph/pingpong_ipc_loop.json" >"$tmp/pp_nccl.json"
 k=1000
 rows=()
 status=0
-# measure LABEL ENV PROGRAM KPARAM PER_OP_DIVISOR
+# measure LABEL ENV PROGRAM KPARAM PER_OP_DIVISOR N
 measure() {
-  local label=$1 env=$2 prog=$3 kparam=$4 per=$5 mode flag times r json us
+  local label=$1 env=$2 prog=$3 kparam=$4 per=$5 n=$6 mode flag times r json us
   for mode in eager graph; do
     flag=()
     [ "$mode" = graph ] && flag=(--graph)
@@ -60,7 +88,7 @@ measure() {
       json="$tmp/run.json"
       printf '\n===== %s %s %s (%s) =====\n' "$label" "${env:-default}" "$mode" "$r" >>"$log"
       # shellcheck disable=SC2086  # env is one word or none
-      if env $env timeout 120 "$hir" run "$prog" --np 2 --device cuda --param n=2 \
+      if env $env timeout 120 "$hir" run "$prog" --np 2 --device cuda --param "n=$n" \
           --param "$kparam=$k" --iters 10 --warmup 3 --no-progress "${flag[@]}" \
           --json "$json" >>"$log" 2>&1; then
         times+=("$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["seconds_per_run"]["max"])' "$json")")
@@ -76,19 +104,24 @@ print(f"{statistics.median(float(l) for l in sys.stdin if l.strip()) * 1e6 / per
     rows+=("$(printf '%-22s %-28s %-6s %10s' "$label" "${env:-default}" "$mode" "$us")")
   done
 }
-measure "nccl allreduce 8 B" "" "$tmp/ar_nccl.json" reps "$k"
-measure "nccl ping-pong 8 B" "" "$tmp/pp_nccl.json" k "$((2 * k))"
-for v in "" HIR_CUDA_KERNEL_COPY_MAX=0 HIR_IPC_EAGER_MAX=0 HIR_IPC_COUNTED=1; do
-  measure "ipc allreduce 8 B" "$v" "$root/bench/ipc/allreduce_loop.json" reps "$k"
-  measure "ipc ping-pong 8 B" "$v" "$root/bench/graph/pingpong_ipc_loop.json" k "$((2 * k))"
+for n in $sizes; do
+  b="$((4 * n)) B"
+  if [ "$mps" = 0 ]; then
+    measure "nccl allreduce $b" "" "$tmp/ar_nccl.json" reps "$k" "$n"
+    measure "nccl ping-pong $b" "" "$tmp/pp_nccl.json" k "$((2 * k))" "$n"
+  fi
+  for v in "" HIR_IPC_INLINE_MAX=0 HIR_CUDA_KERNEL_COPY_MAX=0 HIR_IPC_EAGER_MAX=0 HIR_IPC_COUNTED=1; do
+    measure "ipc allreduce $b" "$v" "$root/bench/ipc/allreduce_loop.json" reps "$k" "$n"
+    measure "ipc ping-pong $b" "$v" "$root/bench/graph/pingpong_ipc_loop.json" k "$((2 * k))" "$n"
+  done
 done
 {
-  echo "# us per operation (ping-pong: one way), medians of $reps runs of $k operations; hir run, 2 ranks"
+  echo "# us per operation (ping-pong: one way), medians of $reps runs of $k operations; hir run, 2 ranks$([ "$mps" = 1 ] && echo ' sharing GPU 0 under MPS')"
   printf '%-22s %-28s %-6s %10s\n' "what" "variant" "mode" "us"
   printf '%s\n' "${rows[@]}"
 } >"$out/ipc-latency.txt"
 nsys=$(command -v nsys || ls /usr/local/cuda/bin/nsys 2>/dev/null || true)
-if [ -n "$nsys" ]; then
+if [ -n "$nsys" ] && [ "$mps" = 0 ]; then
   printf '\n===== nsys: ipc allreduce --graph =====\n' >>"$log"
   if timeout 180 "$nsys" profile --trace=cuda --cuda-graph-trace=node --force-overwrite true \
       -o "$tmp/ipc" "$hir" run "$root/bench/ipc/allreduce_loop.json" --np 2 --device cuda \
@@ -100,7 +133,7 @@ if [ -n "$nsys" ]; then
   else
     echo "# nsys failed (see ipc-latency.log)" >>"$out/ipc-latency.txt"
   fi
-else
+elif [ "$mps" = 0 ]; then
   echo "# no nsys on this machine: no profile" >>"$out/ipc-latency.txt"
 fi
 cat "$out/ipc-latency.txt"
