@@ -8,7 +8,11 @@
 #
 #   bash scripts/gpu-check.sh [--host-tests] [--no-tests] [--no-examples]
 #                             [--no-bench] [--bench-args "ARGS"] [--jobs N]
-#                             [--prebuilt DIR]
+#                             [--prebuilt DIR] [--mps]
+#
+# --mps: on a machine of one GPU, the 2 ranks that share it run under an
+# MPS daemon (scripts/mps-env.sh) instead of in time slices: the shared
+# ipc tests then take seconds, not minutes.
 #
 # --prebuilt DIR: no configure and build; run the binaries that
 # scripts/gpu-pack.sh packed into DIR on the development machine (the
@@ -30,7 +34,7 @@ out=${OUT:-$root/gpu-out}
 build=${BUILD_DIR:-$root/build-gpu}
 jobs=$(nproc 2>/dev/null || echo 8)
 host_tests=0 run_tests=1 run_examples=1 run_bench=1
-bench_args="" prebuilt=""
+bench_args="" prebuilt="" mps=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --host-tests) host_tests=1 ;;
@@ -40,7 +44,8 @@ while [ $# -gt 0 ]; do
     --bench-args) shift; bench_args=${1:-} ;;
     --jobs) shift; jobs=${1:-$jobs} ;;
     --prebuilt) shift; prebuilt=${1:-} ;;
-    -h|--help) sed -n '2,23p' "$0"; exit 0 ;;
+    --mps) mps=1 ;;
+    -h|--help) sed -n '2,27p' "$0"; exit 0 ;;
     *) echo "gpu-check: unknown option $1" >&2; exit 2 ;;
   esac
   shift
@@ -245,6 +250,17 @@ fi
 if [ "$gpus" = 1 ]; then
   log="$out/tests.log"
   mpi_tests="$build/tests/hostir_mpi_tests"
+  if [ "$mps" = 1 ]; then
+    # shellcheck source=mps-env.sh
+    . "$root/scripts/mps-env.sh"
+    mps_dir=$(mktemp -d)
+    if mps_start "$mps_dir"; then
+      trap 'mps_stop; rm -rf "$mps_dir"' EXIT
+      mpirun_cmd+=(-x CUDA_MPS_PIPE_DIRECTORY -x CUDA_DEVICE_MAX_CONNECTIONS)
+    else
+      record "MPS daemon" 0 1 0 "did not start: the shared runs go in time slices"
+    fi
+  fi
   if [ "$run_tests" = 1 ] && [ -x "$mpi_tests" ]; then
     log_header "$log" "hostir_mpi_tests Ipc* on the cuda device, 2 ranks sharing GPU 0"
     piece=$(HIR_SHARE_GPUS=1 HIR_TEST_DEVICE=cuda timeout 900 "${mpirun_cmd[@]}" \

@@ -9,7 +9,10 @@
 # taken after warm-up by at most 5% (plus 16 MiB of noise).
 #
 #   bash scripts/gpu-soak.sh [BUILD_DIR] [--device cuda|host] [--iters N] [--out DIR]
-#                            [--program FILE]
+#                            [--program FILE] [--mps]
+#
+# --mps: the 2 ranks share GPU 0 under an MPS daemon (scripts/mps-env.sh),
+# for a program without nccl on a machine of one GPU.
 set -u -o pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=$root/build
@@ -17,8 +20,10 @@ device=cuda
 iters=100000
 out=${OUT:-$root/gpu-out}
 prog=$root/tests/tools/data/soak/soak_mixed.json
+mps=0
 while [ $# -gt 0 ]; do
   case "$1" in
+    --mps) mps=1 ;;
     --device) device=$2; shift ;;
     --iters) iters=$2; shift ;;
     --out) out=$2; shift ;;
@@ -30,6 +35,13 @@ while [ $# -gt 0 ]; do
 done
 mkdir -p "$out"
 export NCCL_NVLS_ENABLE=0
+if [ "$mps" = 1 ]; then
+  # shellcheck source=mps-env.sh
+  . "$root/scripts/mps-env.sh"
+  mps_dir=$(mktemp -d)
+  mps_start "$mps_dir" || exit 3
+  trap 'mps_stop; rm -rf "$mps_dir"' EXIT
+fi
 name=$(basename "$prog" .json)
 csv=$out/soak.csv
 echo "t_s,rss_kib,gpu_mib,fds,procs" >"$csv"

@@ -17,9 +17,8 @@
 #
 # --n: the float32 elements per rank of each measurement (default 2: 8 B).
 # Needs 2 GPUs, or --mps: 2 ranks share GPU 0 under an MPS daemon that the
-# script starts and stops (CUDA_DEVICE_MAX_CONNECTIONS=32: with MPS's
-# default, the ranks' stream waits share hardware queues and the protocol
-# tests deadlock), ipc only (NCCL refuses a shared GPU). Without MPS, ranks
+# script starts and stops (scripts/mps-env.sh), ipc only (NCCL refuses a
+# shared GPU). Without MPS, ranks
 # sharing a GPU measure its time slices, not ipc. Writes
 # ${OUT:-gpu-out}/ipc-latency.txt (the table, also printed) and
 # ipc-latency.log (every command's output). NCCL_NVLS_ENABLE=0.
@@ -53,8 +52,6 @@ done
 gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
 if [ "$mps" = 1 ]; then
   [ "${gpus:-0}" -ge 1 ] || { echo "ipc-latency-probe: --mps needs a GPU, found none" >&2; exit 2; }
-  command -v nvidia-cuda-mps-control >/dev/null ||
-    { echo "ipc-latency-probe: --mps needs nvidia-cuda-mps-control" >&2; exit 2; }
 else
   [ "${gpus:-0}" -ge 2 ] ||
     { echo "ipc-latency-probe: needs 2 GPUs (or --mps), found ${gpus:-0}" >&2; exit 2; }
@@ -64,11 +61,10 @@ log="$out/ipc-latency.log"
 : >"$log"
 tmp=$(mktemp -d)
 if [ "$mps" = 1 ]; then
-  export CUDA_MPS_PIPE_DIRECTORY=$tmp/mps-pipe CUDA_MPS_LOG_DIRECTORY=$tmp/mps-log
-  export CUDA_DEVICE_MAX_CONNECTIONS=32 HIR_SHARE_GPUS=1
-  mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
-  nvidia-cuda-mps-control -d || { echo "ipc-latency-probe: the MPS daemon did not start" >&2; exit 3; }
-  trap 'echo quit | nvidia-cuda-mps-control; rm -rf "$tmp"' EXIT
+  # shellcheck source=mps-env.sh
+  . "$root/scripts/mps-env.sh"
+  mps_start "$tmp" || exit 3
+  trap 'mps_stop; rm -rf "$tmp"' EXIT
 else
   trap 'rm -rf "$tmp"' EXIT
 fi
