@@ -9,7 +9,12 @@
 # taken after warm-up by at most 5% (plus 16 MiB of noise).
 #
 #   bash scripts/gpu-soak.sh [BUILD_DIR] [--device cuda|host] [--iters N] [--out DIR]
-#                            [--program FILE] [--mps]
+#                            [--program FILE] [--mps] [--runs R]
+#
+# --runs R: `hir run --iters R`, R runs of ITERS iterations each (default
+# 1). A program's ipc messages are traced at load up to 4,000,000 plan
+# steps per rank, which bounds ITERS (soak_ipc_compute.json: about
+# 285,000); runs go beyond it.
 #
 # --mps: the 2 ranks share GPU 0 under an MPS daemon (scripts/mps-env.sh),
 # for a program without nccl on a machine of one GPU.
@@ -20,10 +25,11 @@ device=cuda
 iters=100000
 out=${OUT:-$root/gpu-out}
 prog=$root/tests/tools/data/soak/soak_mixed.json
-mps=0
+mps=0 runs=1
 while [ $# -gt 0 ]; do
   case "$1" in
     --mps) mps=1 ;;
+    --runs) runs=$2; shift ;;
     --device) device=$2; shift ;;
     --iters) iters=$2; shift ;;
     --out) out=$2; shift ;;
@@ -46,7 +52,7 @@ name=$(basename "$prog" .json)
 csv=$out/soak.csv
 echo "t_s,rss_kib,gpu_mib,fds,procs" >"$csv"
 start=$(date +%s.%N)
-"$build/bin/hir" run "$prog" --np 2 --device "$device" --param iters="$iters" --timeout 600 \
+"$build/bin/hir" run "$prog" --np 2 --device "$device" --param iters="$iters" --iters "$runs" --warmup 0 --timeout 600 \
   >"$out/soak.log" 2>&1 &
 launcher=$!
 sleep 1
@@ -72,9 +78,12 @@ done
 wait "$launcher"
 rc=$?
 elapsed=$(awk -v a="$(date +%s.%N)" -v b="$start" 'BEGIN { printf "%.1f", a - b }')
-# The first sample after 3 s (warm-up: NCCL and CUDA contexts) against the
-# last taken while as many processes ran (not one of the job's exit).
-verdict=$(awk -F, 'NR > 1 && $1 >= 3 && !first { first = $0; procs = $5 }
+# The first sample after the warm-up (NCCL and CUDA contexts, the first
+# allocations: 3 s, or a quarter of the job when longer; under MPS 100,000
+# iterations take 4 s, the first 3 of them setting up) against the last
+# taken while as many processes ran (not one of the job's exit).
+warm=$(awk -v e="$elapsed" 'BEGIN { w = e / 4; printf "%.1f", (w > 3 ? w : 3) }')
+verdict=$(awk -F, -v warm="$warm" 'NR > 1 && $1 + 0 >= warm + 0 && !first { first = $0; procs = $5 }
   first && $5 == procs { last = $0 }
   END {
     if (!first) { print "too short to judge"; exit }
@@ -86,6 +95,6 @@ verdict=$(awk -F, 'NR > 1 && $1 >= 3 && !first { first = $0; procs = $5 }
     printf "%s: rss %d -> %d KiB, gpu %d -> %d MiB, fds %d -> %d (%s to %s s)\n",
       ok ? "flat" : "GROWING", a[2], b[2], a[3], b[3], a[4], b[4], a[1], b[1]
   }' "$csv")
-echo "soak: $iters iterations on $device, exit $rc in ${elapsed%.*} s; $verdict" | tee "$out/soak.txt"
+echo "soak: $runs x $iters iterations on $device, exit $rc in ${elapsed%.*} s; $verdict" | tee "$out/soak.txt"
 tail -2 "$out/soak.log"
 [ "$rc" = 0 ] && [[ "$verdict" == flat* ]]
