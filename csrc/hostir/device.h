@@ -109,10 +109,14 @@ inline constexpr uint32_t inlineFlag(uint32_t v) { return v != 0 ? v : 0x8000000
 // `slotted` parts lie in a ring of `slots` (a power of two) of `stride`
 // bytes, at slot v % slots. Waits compare cyclically, as waitValue does,
 // and end early when *release != 0 (release may be null; the step then
-// goes on with whatever is there: the run failed). Stores of v are releases
-// at system scope, after the step's copies and reduction are visible, and
-// are made in the order of the parts (parts of one lane store into the same
-// word, which must end at the last number). In order:
+// goes on with whatever is there: the run failed). A push's store of v is a
+// release at system scope, after its copy is visible to the peer; a pull's
+// or a source's store of v says only that it was read, after every read of
+// it (nothing the step wrote is published by it). Stores are made in the
+// order of the parts (parts of one lane store into the same word, which
+// must end at the last number), and a step's pushes never share a counter
+// with its pulls or sources (they are the two directions of a lane). In
+// order:
 // 1. pushes (copies to peers: ipc's eager sends): push k waits until
 //    *wait >= v - wait_back (its slot is free), copies `bytes` from src to
 //    dst (moved to its slot when slotted); then every push stores v into

@@ -677,12 +677,37 @@ __device__ __forceinline__ uint32_t numberOf(const SyncSources& y, int j) {
          (y.counter[j] != nullptr ? *static_cast<const volatile uint32_t*>(y.counter[j]) : 0u);
 }
 
-// One block: thread j < n reads source j's number into v[j] and waits for
-// its semaphore (or the release word); then the whole block goes on.
-__device__ void syncWait(const SyncSources& y, int n, uint32_t* v) {
+// A push's or a pull's number v, from its counter when it has one.
+__device__ __forceinline__ uint32_t numberOf(const CopyArgs& p) {
+  return p.number +
+         (p.counter != nullptr ? *static_cast<const volatile uint32_t*>(p.counter) : 0u);
+}
+
+// The numbers of a one-block kernel's parts, read at its start by threads
+// of their own (pushes by threads 0.., pulls by 32.., sources by 64..), so
+// that the counters' loads are in flight together instead of one phase
+// after the other. A step's pushes and its pulls or sources never share a
+// counter (device.h), so a push's advance cannot change what a pull reads.
+struct StepNumbers {
+  uint32_t push[kMaxReduceSources], pull[kMaxReduceSources], source[kMaxReduceSources];
+};
+static_assert(kBlockThreads >= 64 + static_cast<int>(kMaxReduceSources),
+              "readNumbers needs 80 threads");
+__device__ void readNumbers(const SyncSources& y, int n, StepNumbers& s) {
+  const int t = static_cast<int>(threadIdx.x);
+  if (t < y.pushes) s.push[t] = numberOf(y.push[t]);
+  else if (t >= 32 && t < 32 + y.pulls) s.pull[t - 32] = numberOf(y.pull[t - 32]);
+  else if (t >= 64 && t < 64 + n) s.source[t - 64] = numberOf(y, t - 64);
+  __syncthreads();
+}
+
+// One block: thread j < n takes source j's number into v[j] (from
+// `numbers`, or read now when null) and waits for its semaphore (or the
+// release word); then the whole block goes on.
+__device__ void syncWait(const SyncSources& y, int n, uint32_t* v, const uint32_t* numbers) {
   const int j = static_cast<int>(threadIdx.x);
   if (j < n) {
-    v[j] = numberOf(y, j);
+    v[j] = numbers != nullptr ? numbers[j] : numberOf(y, j);
     if (y.wait[j] != nullptr)
       while (static_cast<int32_t>(loadAcquireSys(y.wait[j]) - v[j]) < 0 && !released(y.release)) {
       }
@@ -690,16 +715,16 @@ __device__ void syncWait(const SyncSources& y, int n, uint32_t* v) {
   __syncthreads();
 }
 
-// One block, after its reads and writes: a barrier (which orders every
-// thread's accesses before thread 0's release stores), then thread 0
-// releases each v[j] into source j's signal and advances its counter, in
-// source order. The signals say the sources were read ("consumed",
-// "free"): no peer reads what the reduction wrote because of them.
+// One block, after its reads and writes: a barrier (every thread has
+// consumed what it read), then thread 0 stores each v[j] into source j's
+// signal and advances its counter, in source order. The signals say the
+// sources were read ("consumed", "free"), and no peer reads what the
+// reduction wrote because of them: relaxed stores, which wait for nothing.
 __device__ void syncSignal(const SyncSources& y, int n, const uint32_t* v) {
   __syncthreads();
   if (threadIdx.x != 0) return;
   for (int j = 0; j < n; ++j) {  // in order, as syncCopies signals
-    if (y.signal[j] != nullptr) storeReleaseSys(y.signal[j], v[j]);
+    if (y.signal[j] != nullptr) storeRelaxedSys(y.signal[j], v[j]);
     if (y.counter[j] != nullptr && y.advance[j] != 0)
       *y.counter[j] = v[j] - y.number[j] + y.advance[j];
   }
@@ -711,13 +736,12 @@ __device__ void syncSignal(const SyncSources& y, int n, const uint32_t* v) {
 // after a barrier, thread 0 signals each copy and advances its counter, in
 // order.
 __device__ void syncCopies(const SyncSources& y, const CopyArgs* c, int count, uint32_t slotted,
-                           bool push) {
+                           bool push, const uint32_t* numbers) {
   __shared__ uint32_t cv[kMaxReduceSources];
   const int k = static_cast<int>(threadIdx.x);
   if (k < count) {
     const CopyArgs& p = c[k];
-    cv[k] = p.number +
-            (p.counter != nullptr ? *static_cast<const volatile uint32_t*>(p.counter) : 0u);
+    cv[k] = numbers != nullptr ? numbers[k] : numberOf(p);
     const uint32_t at_least = push ? cv[k] - p.wait_back : cv[k];
     if (p.wait != nullptr)
       while (static_cast<int32_t>(loadAcquireSys(p.wait) - at_least) < 0 &&
@@ -744,42 +768,43 @@ __device__ void syncCopies(const SyncSources& y, const CopyArgs* c, int count, u
   __syncthreads();
   // One thread, in order: parts of one lane signal the same word, whose
   // value must end at the last of their numbers. A plain push's data went
-  // to a peer: thread 0 fences before signalling it. Otherwise the signals
-  // say what was read (a pull's "free"): the barrier ordered every thread's
-  // reads before thread 0's release stores.
+  // to a peer: thread 0 fences and releases its signal. A push in lines
+  // publishes nothing by its signal (its lines carry their flags), and a
+  // pull's signal says what was read ("free"; every thread consumed it
+  // before the barrier): relaxed stores, which wait for no earlier store.
   if (k == 0) {
     if (publishes) __threadfence_system();
     for (int i = 0; i < count; ++i) {
       const CopyArgs& p = c[i];
-      // A push in lines publishes nothing by its signal (its lines carry
-      // their flags): a relaxed store, which waits for no earlier store.
-      if (p.signal != nullptr && push && ((lines >> i) & 1u))
-        storeRelaxedSys(p.signal, cv[i]);
-      else if (p.signal != nullptr)
+      if (p.signal != nullptr && push && !((lines >> i) & 1u))
         storeReleaseSys(p.signal, cv[i]);
+      else if (p.signal != nullptr)
+        storeRelaxedSys(p.signal, cv[i]);
       if (p.counter != nullptr && p.advance != 0) *p.counter = cv[i] - p.number + p.advance;
     }
   }
   __syncthreads();
 }
 
-__device__ void syncPush(const SyncSources& y) {
-  syncCopies(y, y.push, y.pushes, y.push_slotted, true);
+__device__ void syncPush(const SyncSources& y, const uint32_t* numbers) {
+  syncCopies(y, y.push, y.pushes, y.push_slotted, true, numbers);
 }
 
 // Device::messageStep: the pushes, then the pulls, one block.
 __global__ void __launch_bounds__(kBlockThreads) messageStepKernel(SyncSources y) {
-  if (y.pushes > 0) syncCopies(y, y.push, y.pushes, y.push_slotted, true);
-  if (y.pulls > 0) syncCopies(y, y.pull, y.pulls, y.pull_slotted, false);
+  __shared__ StepNumbers numbers;
+  readNumbers(y, 0, numbers);
+  if (y.pushes > 0) syncCopies(y, y.push, y.pushes, y.push_slotted, true, numbers.push);
+  if (y.pulls > 0) syncCopies(y, y.pull, y.pulls, y.pull_slotted, false, numbers.pull);
 }
 
 // The pushes, the waits and the signals of a reduction too large for one
 // block (or of no elements), around the grid's reduce kernel.
 __global__ void syncKernel(SyncSources y, int n, bool wait, bool signal) {
   __shared__ uint32_t v[kMaxReduceSources];
-  if (wait && y.pushes > 0) syncPush(y);
+  if (wait && y.pushes > 0) syncPush(y, nullptr);
   if (wait) {
-    syncWait(y, n, v);
+    syncWait(y, n, v, nullptr);
   } else {
     if (static_cast<int>(threadIdx.x) < n) v[threadIdx.x] = numberOf(y, threadIdx.x);
     __syncthreads();
@@ -995,8 +1020,10 @@ __global__ void __launch_bounds__(kBlockThreads)
   using S = typename A::S;
   __shared__ uint32_t v[kMaxReduceSources];
   const bool fused = mode == SyncMode::Fused;
-  if (fused && sync.pushes > 0) syncPush(sync);
-  if (fused) syncWait(sync, n, v);
+  __shared__ StepNumbers numbers;
+  if (fused) readNumbers(sync, n, numbers);
+  if (fused && sync.pushes > 0) syncPush(sync, numbers.push);
+  if (fused) syncWait(sync, n, v, numbers.source);
   const ReduceSources srcs = placeSources(given, sync, fused ? v : nullptr);
   if (fused && sync.inline_sources != 0) {
     reduceLines<A, Op>(dst, srcs, sync, v, n, count);
