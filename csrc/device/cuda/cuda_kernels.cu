@@ -1025,11 +1025,6 @@ __global__ void __launch_bounds__(kBlockThreads)
   if (fused && sync.pushes > 0) syncPush(sync, numbers.push);
   if (fused) syncWait(sync, n, v, numbers.source);
   const ReduceSources srcs = placeSources(given, sync, fused ? v : nullptr);
-  if (fused && sync.inline_sources != 0) {
-    reduceLines<A, Op>(dst, srcs, sync, v, n, count);
-    syncSignal(sync, n, v);
-    return;
-  }
   constexpr int kPer = 16 / sizeof(S);
   union Vec {
     uint4 bits;
@@ -1065,6 +1060,21 @@ __global__ void __launch_bounds__(kBlockThreads)
   if (fused) syncSignal(sync, n, v);
 }
 
+// A fused reduction with sources in lines (small: one block): a kernel of
+// its own, without reduceKernel's vector and grid paths.
+template <class A, ReduceOp Op>
+__global__ void __launch_bounds__(kBlockThreads)
+    reduceLinesKernel(typename A::S* dst, ReduceSources given, SyncSources sync, int n,
+                      std::size_t count) {
+  __shared__ uint32_t v[kMaxReduceSources];
+  __shared__ StepNumbers numbers;
+  readNumbers(sync, n, numbers);
+  if (sync.pushes > 0) syncPush(sync, numbers.push);
+  syncWait(sync, n, v, numbers.source);
+  reduceLines<A, Op>(dst, placeSources(given, sync, v), sync, v, n, count);
+  syncSignal(sync, n, v);
+}
+
 template <class A, ReduceOp Op>
 cudaError_t reduceAs(cudaStream_t stream, void* dst, ReduceSources srcs, SyncSources sync,
                      SyncMode mode, int n, std::size_t count, bool wide, int max_blocks) {
@@ -1073,6 +1083,11 @@ cudaError_t reduceAs(cudaStream_t stream, void* dst, ReduceSources srcs, SyncSou
   // Threads with work: one per vector, or per element of the tail.
   const std::size_t items = wide ? std::max(count / kPer, count % kPer) : count;
   S* typed = static_cast<S*>(dst);
+  if (mode == SyncMode::Fused && sync.inline_sources != 0) {
+    void* args[] = {&typed, &srcs, &sync, &n, &count};
+    return launchKernel(reinterpret_cast<const void*>(&reduceLinesKernel<A, Op>), dim3(1),
+                        dim3(kBlockThreads), args, stream);
+  }
   void* args[] = {&typed, &srcs, &sync, &mode, &n, &count, &wide};
   const int blocks = mode == SyncMode::Fused ? 1 : blocksFor(items, max_blocks);
   return launchKernel(reinterpret_cast<const void*>(&reduceKernel<A, Op>), dim3(blocks),
@@ -1251,13 +1266,18 @@ cudaError_t preloadKernels() {
   void* p = reinterpret_cast<void*>(uintptr_t{256});
   auto* word = static_cast<uint32_t*>(p);
   const void* srcs[1] = {p};
+  MessageStep lines;  // a source in lines: reduceLinesKernel
+  lines.signals[0] = word;
+  lines.inline_flags[0] = true;
   for (const auto& dtype : kDTypeNames) {
     const DType t = dtype.first;
     note(launchFill(nullptr, p, t, 1, 0, 0, 1));
     note(launchCheck(nullptr, p, t, 1, 0, 0, 0, nullptr, 0, 1));
     note(launchAdd(nullptr, p, p, p, t, 1, 1));
-    for (const auto& op : kReduceOpNames)
+    for (const auto& op : kReduceOpNames) {
       note(launchReduce(nullptr, p, srcs, 1, t, op.first, 1, nullptr, 1, 0));
+      note(launchReduce(nullptr, p, srcs, 1, t, op.first, 1, &lines, 1, 64));
+    }
   }
   note(launchCopy(nullptr, p, p, 16, 1));
   note(launchSignaledCopy(nullptr, p, p, 16, word, 0, word, 0));
