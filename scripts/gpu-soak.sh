@@ -88,6 +88,7 @@ verdict=$(awk -F, -v warm="$warm" 'NR > 1 && $1 + 0 >= warm + 0 && !first { firs
   END {
     if (!first) { print "too short to judge"; exit }
     split(first, a, ","); split(last, b, ",");
+    if (a[1] == b[1]) { print "too short to judge (one sample after the warm-up)"; exit }
     ok = 1
     if (b[2] > a[2] * 1.05 + 16384) ok = 0
     if (b[3] > a[3] * 1.05 + 16) ok = 0
