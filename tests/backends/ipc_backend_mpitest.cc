@@ -599,29 +599,28 @@ TEST(IpcEager, CallerBuffersMoveBecauseNoBufferIsMapped) {
   for (int k = 0; k < 8; ++k) EXPECT_EQ(in[static_cast<std::size_t>(k)], from * 10 + k) << k;
 }
 
-// The slots must be alike everywhere: a rank with another limit fails the
-// backend's setup on every rank, saying which.
+// The slots, and which messages go in lines, must be alike everywhere: a
+// rank with another limit fails the backend's setup on every rank, saying
+// which.
 TEST(IpcEager, LimitsThatDifferAcrossRanksFailOnEveryRank) {
   HIR_REQUIRE_WORLD_AT_LEAST(2);
-  ScopedEnv max("HIR_IPC_EAGER_MAX", test::world().rank() == 1 ? "1024" : "2048");
-  try {
-    runProgram(eagerBurst(1, true), 1);
-    FAIL() << "ranks with different eager limits ran";
-  } catch (const Error& e) {
-    EXPECT_THAT(e.what(), HasSubstr("HIR_IPC_EAGER_MAX and HIR_IPC_EAGER_SLOTS must be the same "
-                                    "on every rank"));
-  }
-}
-
-TEST(IpcEager, LineLimitsThatDifferAcrossRanksFailOnEveryRank) {
-  HIR_REQUIRE_WORLD_AT_LEAST(2);
-  ScopedEnv max("HIR_IPC_INLINE_MAX", test::world().rank() == 1 ? "1024" : "2048");
-  try {
-    runProgram(eagerBurst(1, true), 1);
-    FAIL() << "ranks with different limits for lines ran";
-  } catch (const Error& e) {
-    EXPECT_THAT(e.what(), HasSubstr("eager messages in lines go up to"));
-    EXPECT_THAT(e.what(), HasSubstr("HIR_IPC_INLINE_MAX"));
+  const struct {
+    const char* variable;
+    const char* says;
+  } cases[] = {
+      {"HIR_IPC_EAGER_MAX",
+       "HIR_IPC_EAGER_MAX and HIR_IPC_EAGER_SLOTS must be the same on every rank"},
+      {"HIR_IPC_INLINE_MAX", "eager messages in lines go up to"},
+  };
+  for (const auto& c : cases) {
+    ScopedEnv max(c.variable, test::world().rank() == 1 ? "1024" : "2048");
+    try {
+      runProgram(eagerBurst(1, true), 1);
+      ADD_FAILURE() << "ranks with different " << c.variable << " ran";
+    } catch (const Error& e) {
+      EXPECT_THAT(e.what(), HasSubstr(c.says));
+      EXPECT_THAT(e.what(), HasSubstr(c.variable));
+    }
   }
 }
 
