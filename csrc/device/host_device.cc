@@ -944,12 +944,11 @@ void HostDevice::writeValue(Stream& s, uint32_t* addr, uint32_t value) {
 
 namespace {
 
-// Polls: the writer may be another process, so there is nothing to notify.
-// Values compare cyclically, (int32)(value - at_least) >= 0, as CUDA's GEQ.
-// Ends early when `release` (may be null) becomes non-zero. `what` names the
-// call in errors.
-// Polls `seen()` until `ready(value)`; the rest as pollValue. `awaited`
-// says what it waits for in errors ("waiting for >= 5").
+// Polls `seen()` until `ready(value)`: the writer may be another process,
+// so there is nothing to notify. Ends early when `release` (may be null)
+// becomes non-zero or the device failed; throws once the device closes or
+// its stream wait limit passes. `what` names the call in errors and
+// `awaited` what it waits for ("waiting for >= 5").
 template <class Seen, class Ready>
 void pollUntil(HostDevice::Impl* dev, const void* at, Seen seen, Ready ready, uint32_t* release,
                const char* what, std::string_view awaited) {
@@ -971,6 +970,8 @@ void pollUntil(HostDevice::Impl* dev, const void* at, Seen seen, Ready ready, ui
   }
 }
 
+// Waits until *word >= at_least, compared cyclically, (int32)(value -
+// at_least) >= 0, as CUDA's GEQ; the rest as pollUntil.
 void pollValue(HostDevice::Impl* dev, uint32_t* word, uint32_t at_least, uint32_t* release,
                const char* what) {
   std::atomic_ref<uint32_t> value(*word);
