@@ -392,23 +392,40 @@ __device__ void blockPushLines(char* dst, const char* src, std::size_t bytes, ui
 // trip to the memory, not kLineBatch.
 constexpr int kLineBatch = 4;
 
+// The data words of kN lines of src, line[i] for each i (those at or past
+// `lines` are skipped): every load is issued before any is looked at, then
+// each line is loaded again until it holds `flag` (or the release word is
+// set). The one poll of lines, for pulls and reductions alike.
+template <int kN>
+__device__ __forceinline__ void loadFlaggedLines(uint32_t (&word)[kN], const char* src,
+                                                 const std::size_t (&line)[kN], std::size_t lines,
+                                                 uint32_t flag, const uint32_t* release) {
+  uint2 got[kN];
+#pragma unroll
+  for (int i = 0; i < kN; ++i)
+    if (line[i] < lines) got[i] = loadLine(src + line[i] * 8);
+#pragma unroll
+  for (int i = 0; i < kN; ++i) {
+    if (line[i] >= lines) continue;
+    while (got[i].y != flag && !released(release)) got[i] = loadLine(src + line[i] * 8);
+    word[i] = got[i].x;
+  }
+}
+
 // The block reads the lines of src into dst[0, bytes), each once it holds
 // `flag`.
 __device__ void blockPullLines(char* dst, const char* src, std::size_t bytes, uint32_t flag,
                                const uint32_t* release) {
   const std::size_t words = (bytes + 3) / 4, step = blockDim.x;
   for (std::size_t base = threadIdx.x; base < words; base += step * kLineBatch) {
-    uint2 got[kLineBatch];
+    std::size_t line[kLineBatch];
+    uint32_t word[kLineBatch];
+#pragma unroll
+    for (int b = 0; b < kLineBatch; ++b) line[b] = base + b * step;
+    loadFlaggedLines(word, src, line, words, flag, release);
 #pragma unroll
     for (int b = 0; b < kLineBatch; ++b)
-      if (base + b * step < words) got[b] = loadLine(src + (base + b * step) * 8);
-#pragma unroll
-    for (int b = 0; b < kLineBatch; ++b) {
-      const std::size_t w = base + b * step;
-      if (w >= words) break;
-      while (got[b].y != flag && !released(release)) got[b] = loadLine(src + w * 8);
-      putWord(dst, bytes, w, got[b].x);
-    }
+      if (line[b] < words) putWord(dst, bytes, line[b], word[b]);
   }
 }
 
@@ -669,7 +686,6 @@ struct SyncSources {
 // the ring sources in their slots from the counters; Fused (one block):
 // also waits before and signals and advances after.
 enum class SyncMode : int { Place, Fused };
-
 
 // Source j's number v, from its counter when it has one.
 __device__ __forceinline__ uint32_t numberOf(const SyncSources& y, int j) {
@@ -943,24 +959,21 @@ __device__ __forceinline__ void loadUnits(LineUnit<S> (&x)[kLineBatch], const vo
                                           const uint32_t* release) {
   using Unit = LineUnit<S>;
   if (lines) {
-    const char* at = static_cast<const char*>(p);
-    uint2 got[kLineBatch][Unit::kWords];
+    constexpr int kN = kLineBatch * Unit::kWords;
+    std::size_t line[kN];
+    uint32_t word[kN];
 #pragma unroll
     for (int b = 0; b < kLineBatch; ++b)
 #pragma unroll
       for (int i = 0; i < Unit::kWords; ++i)
-        if (base + b * step < units)
-          got[b][i] = loadLine(at + ((base + b * step) * Unit::kWords + i) * 8);
+        line[b * Unit::kWords + i] = (base + b * step) * Unit::kWords + i;
+    loadFlaggedLines(word, static_cast<const char*>(p), line, units * Unit::kWords, flag,
+                     release);
 #pragma unroll
     for (int b = 0; b < kLineBatch; ++b)
 #pragma unroll
-      for (int i = 0; i < Unit::kWords; ++i) {
-        const std::size_t u = base + b * step;
-        if (u >= units) continue;
-        while (got[b][i].y != flag && !released(release))
-          got[b][i] = loadLine(at + (u * Unit::kWords + i) * 8);
-        x[b].w[i] = got[b][i].x;
-      }
+      for (int i = 0; i < Unit::kWords; ++i)
+        if (base + b * step < units) x[b].w[i] = word[b * Unit::kWords + i];
   } else {
 #pragma unroll
     for (int b = 0; b < kLineBatch; ++b)
