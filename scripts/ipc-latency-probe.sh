@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Where ipc's small-message time goes on 2 GPUs, in one short run: the 8 B
-# allreduce (bench/ipc/allreduce_loop.json, n=2) and the 8 B ping-pong
+# allreduce (bench/ipc/allreduce_loop.json, n=2), the allgather of as many
+# elements per rank (bench/ipc/allgather_loop.json) and the 8 B ping-pong
 # (bench/graph/pingpong_ipc_loop.json) through `hir run`, eager and with
 # --graph, k=1000 operations per run, under variants that change one
 # thing each:
@@ -10,12 +11,15 @@
 #   HIR_IPC_COUNTED=1            message numbers counted on the device, eagerly
 #   HIR_IPC_INLINE_MAX=0         eager messages not in lines (a fence and a "done" flag)
 # and nccl's allreduce and ping-pong in the same run as the baseline. With
-# nsys on the machine, it also profiles the default allreduce with --graph
-# (kernel durations and the gaps between them: nsys-kernels.txt).
+# nsys on the machine, it also profiles the default allreduce and allgather
+# with --graph (nsys-kernels.txt: per rank, the median kernel time and the
+# median gap from one kernel's end to the next one's start).
 #
 #   bash scripts/ipc-latency-probe.sh [--build DIR] [--reps N] [--n "2 1024"] [--mps]
+#       [--variants "default HIR_IPC_INLINE_MAX=0 ..."]
 #
 # --n: the float32 elements per rank of each measurement (default 2: 8 B).
+# --variants: which of the variants above to run (default: all).
 # Needs 2 GPUs, or --mps: 2 ranks share GPU 0 under an MPS daemon that the
 # script starts and stops (scripts/mps-env.sh), ipc only (NCCL refuses a
 # shared GPU). Without MPS, ranks
@@ -27,13 +31,15 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 out=${OUT:-$root/gpu-out}
 build=${BUILD_DIR:-$root/build-gpu}
 reps=3 sizes=2 mps=0
+variants="default HIR_IPC_INLINE_MAX=0 HIR_CUDA_KERNEL_COPY_MAX=0 HIR_IPC_EAGER_MAX=0 HIR_IPC_COUNTED=1"
 while [ $# -gt 0 ]; do
   case "$1" in
     --build) shift; build=$1 ;;
     --reps) shift; reps=$1 ;;
     --n) shift; sizes=$1 ;;
     --mps) mps=1 ;;
-    -h|--help) sed -n '2,27p' "$0"; exit 0 ;;
+    --variants) shift; variants=$1 ;;
+    -h|--help) sed -n '2,32p' "$0"; exit 0 ;;
     *) echo "ipc-latency-probe: unknown option $1" >&2; exit 2 ;;
   esac
   shift
@@ -69,6 +75,7 @@ else
   trap 'rm -rf "$tmp"' EXIT
 fi
 sed 's/"backend": "ipc"/"backend": "nccl"/' "$root/bench/ipc/allreduce_loop.json" >"$tmp/ar_nccl.json"
+sed 's/"backend": "ipc"/"backend": "nccl"/' "$root/bench/ipc/allgather_loop.json" >"$tmp/ag_nccl.json"
 sed 's/"backend": "ipc"/"backend": "nccl"/' "$root/bench/graph/pingpong_ipc_loop.json" >"$tmp/pp_nccl.json"
 k=1000
 rows=()
@@ -104,10 +111,13 @@ for n in $sizes; do
   b="$((4 * n)) B"
   if [ "$mps" = 0 ]; then
     measure "nccl allreduce $b" "" "$tmp/ar_nccl.json" reps "$k" "$n"
+    measure "nccl allgather $b/rank" "" "$tmp/ag_nccl.json" reps "$k" "$n"
     measure "nccl ping-pong $b" "" "$tmp/pp_nccl.json" k "$((2 * k))" "$n"
   fi
-  for v in "" HIR_IPC_INLINE_MAX=0 HIR_CUDA_KERNEL_COPY_MAX=0 HIR_IPC_EAGER_MAX=0 HIR_IPC_COUNTED=1; do
+  for v in $variants; do
+    [ "$v" = default ] && v=
     measure "ipc allreduce $b" "$v" "$root/bench/ipc/allreduce_loop.json" reps "$k" "$n"
+    measure "ipc allgather $b/rank" "$v" "$root/bench/ipc/allgather_loop.json" reps "$k" "$n"
     measure "ipc ping-pong $b" "$v" "$root/bench/graph/pingpong_ipc_loop.json" k "$((2 * k))" "$n"
   done
 done
@@ -117,19 +127,27 @@ done
   printf '%s\n' "${rows[@]}"
 } >"$out/ipc-latency.txt"
 nsys=$(command -v nsys || ls /usr/local/cuda/bin/nsys 2>/dev/null || true)
-if [ -n "$nsys" ] && [ "$mps" = 0 ]; then
-  printf '\n===== nsys: ipc allreduce --graph =====\n' >>"$log"
-  if timeout 180 "$nsys" profile --trace=cuda --cuda-graph-trace=node --force-overwrite true \
-      -o "$tmp/ipc" "$hir" run "$root/bench/ipc/allreduce_loop.json" --np 2 --device cuda \
-      --param n=2 --param reps=200 --iters 3 --warmup 2 --no-progress --graph >>"$log" 2>&1; then
-    for rep in "$tmp"/ipc*.nsys-rep; do
-      timeout 120 "$nsys" stats --report cuda_gpu_kern_sum,cuda_gpu_trace "$rep" 2>&1 | head -200
-    done >"$out/nsys-kernels.txt"
-    echo "# nsys: $out/nsys-kernels.txt" >>"$out/ipc-latency.txt"
-  else
-    echo "# nsys failed (see ipc-latency.log)" >>"$out/ipc-latency.txt"
-  fi
-elif [ "$mps" = 0 ]; then
+n1=${sizes%% *}
+if [ -n "$nsys" ]; then
+  : >"$out/nsys-kernels.txt"
+  for op in allreduce allgather; do
+    printf '\n===== nsys: ipc %s n=%s --graph =====\n' "$op" "$n1" >>"$log"
+    rm -f "$tmp"/prof*.nsys-rep "$tmp"/prof*.sqlite
+    if timeout 180 "$nsys" profile --trace=cuda --cuda-graph-trace=node --force-overwrite true \
+        -o "$tmp/prof" "$hir" run "$root/bench/ipc/${op}_loop.json" --np 2 --device cuda \
+        --param "n=$n1" --param reps=200 --iters 3 --warmup 2 --no-progress --graph >>"$log" 2>&1; then
+      for rep in "$tmp"/prof*.nsys-rep; do
+        printf '# %s n=%s: %s\n' "$op" "$n1" "$(basename "$rep")"
+        timeout 120 "$nsys" stats --report cuda_gpu_trace --format csv --output - "$rep" 2>>"$log" |
+          python3 "$root/scripts/kernel_gaps.py"
+      done >>"$out/nsys-kernels.txt"
+    else
+      echo "# nsys failed for $op (see ipc-latency.log)" >>"$out/nsys-kernels.txt"
+    fi
+  done
+  echo "# nsys: $out/nsys-kernels.txt" >>"$out/ipc-latency.txt"
+  cat "$out/nsys-kernels.txt" >>"$out/ipc-latency.txt"
+else
   echo "# no nsys on this machine: no profile" >>"$out/ipc-latency.txt"
 fi
 cat "$out/ipc-latency.txt"
