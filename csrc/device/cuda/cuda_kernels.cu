@@ -343,6 +343,24 @@ __device__ __forceinline__ bool released(const uint32_t* release) {
   return release != nullptr && *static_cast<const volatile uint32_t*>(release) != 0;
 }
 
+// A poll looks at the release word once in this many loads of what it
+// waits for: a poll is then one round trip to the memory, not two (the
+// release word's load waited for the flag's, and the next flag load for
+// it), and an abort still ends a wait within microseconds.
+constexpr unsigned kReleaseEvery = 8;
+
+// The calling thread waits until *word >= at_least (wrap-around safe, like
+// CU_STREAM_WAIT_VALUE_GEQ) or the release word is set. `seen` is *word as
+// the caller already loaded it (with acquire), so that a wait satisfied at
+// once costs no load of its own.
+__device__ __forceinline__ void waitAtLeast(const uint32_t* word, uint32_t at_least,
+                                            uint32_t seen, const uint32_t* release) {
+  for (unsigned polls = 1; static_cast<int32_t>(seen - at_least) < 0; ++polls) {
+    if (polls % kReleaseEvery == 0 && released(release)) return;
+    seen = loadAcquireSys(word);
+  }
+}
+
 // Inline lines (device.h): 8 bytes, the data word low, the flag high, in
 // one store and one load at system scope (NCCL's LL protocol relies on the
 // same: an aligned 8-byte access is not torn, over NVLink too).
@@ -407,7 +425,10 @@ __device__ __forceinline__ void loadFlaggedLines(uint32_t (&word)[kN], const cha
 #pragma unroll
   for (int i = 0; i < kN; ++i) {
     if (line[i] >= lines) continue;
-    while (got[i].y != flag && !released(release)) got[i] = loadLine(src + line[i] * 8);
+    for (unsigned polls = 1; got[i].y != flag; ++polls) {
+      if (polls % kReleaseEvery == 0 && released(release)) break;
+      got[i] = loadLine(src + line[i] * 8);
+    }
     word[i] = got[i].x;
   }
 }
@@ -449,9 +470,7 @@ __device__ void blockCopy(void* dst, const void* src, std::size_t bytes, bool wi
 __global__ void signaledCopyKernel(void* dst, const void* src, std::size_t bytes, bool wide,
                                    const uint32_t* wait_addr, uint32_t at_least,
                                    uint32_t* signal_addr, uint32_t value) {
-  if (threadIdx.x == 0)
-    while (static_cast<int32_t>(loadAcquireSys(wait_addr) - at_least) < 0) {
-    }
+  if (threadIdx.x == 0) waitAtLeast(wait_addr, at_least, loadAcquireSys(wait_addr), nullptr);
   __syncthreads();
   blockCopy(dst, src, bytes, wide);
   __syncthreads();
@@ -479,13 +498,12 @@ struct CountedArgs {
 __global__ void countedStepKernel(CountedArgs a) {
   __shared__ uint32_t value;
   if (threadIdx.x == 0) {
-    const uint32_t base = *a.counter;
+    // Both loads in flight together: the wait's address needs no number.
+    const uint32_t base = *static_cast<const volatile uint32_t*>(a.counter);
+    const uint32_t seen = a.wait_addr != nullptr ? loadAcquireSys(a.wait_addr) : 0u;
     const uint32_t v = base + a.offset;
     if (a.advance != 0) *a.counter = base + a.advance;
-    if (a.wait_addr != nullptr)
-      while (static_cast<int32_t>(loadAcquireSys(a.wait_addr) - (v - a.wait_back)) < 0 &&
-             (a.release == nullptr || *static_cast<const volatile uint32_t*>(a.release) == 0)) {
-      }
+    if (a.wait_addr != nullptr) waitAtLeast(a.wait_addr, v - a.wait_back, seen, a.release);
     value = v;
   }
   __syncthreads();
@@ -693,40 +711,59 @@ __device__ __forceinline__ uint32_t numberOf(const SyncSources& y, int j) {
          (y.counter[j] != nullptr ? *static_cast<const volatile uint32_t*>(y.counter[j]) : 0u);
 }
 
-// A push's or a pull's number v, from its counter when it has one.
-__device__ __forceinline__ uint32_t numberOf(const CopyArgs& p) {
-  return p.number +
-         (p.counter != nullptr ? *static_cast<const volatile uint32_t*>(p.counter) : 0u);
-}
-
 // The numbers of a one-block kernel's parts, read at its start by threads
 // of their own (pushes by threads 0.., pulls by 32.., sources by 64..), so
 // that the counters' loads are in flight together instead of one phase
 // after the other. A step's pushes and its pulls or sources never share a
 // counter (device.h), so a push's advance cannot change what a pull reads.
+// Each of those threads also loads its part's wait word (with acquire) in
+// the same round trip, into `seen`: a push's slot is free long before in a
+// steady stream of messages, and its wait then costs no load of its own.
 struct StepNumbers {
   uint32_t push[kMaxReduceSources], pull[kMaxReduceSources], source[kMaxReduceSources];
+  uint32_t push_seen[kMaxReduceSources], pull_seen[kMaxReduceSources],
+      source_seen[kMaxReduceSources];
 };
 static_assert(kBlockThreads >= 64 + static_cast<int>(kMaxReduceSources),
               "readNumbers needs 80 threads");
+// A part's counter and wait word, both loads issued before either is used.
+__device__ __forceinline__ void readPart(const uint32_t* counter, uint32_t number,
+                                         const uint32_t* wait, uint32_t& v, uint32_t& seen) {
+  const uint32_t base = counter != nullptr ? *static_cast<const volatile uint32_t*>(counter) : 0u;
+  seen = wait != nullptr ? loadAcquireSys(wait) : 0u;
+  v = number + base;
+}
 __device__ void readNumbers(const SyncSources& y, int n, StepNumbers& s) {
   const int t = static_cast<int>(threadIdx.x);
-  if (t < y.pushes) s.push[t] = numberOf(y.push[t]);
-  else if (t >= 32 && t < 32 + y.pulls) s.pull[t - 32] = numberOf(y.pull[t - 32]);
-  else if (t >= 64 && t < 64 + n) s.source[t - 64] = numberOf(y, t - 64);
+  if (t < y.pushes) {
+    const CopyArgs& p = y.push[t];
+    readPart(p.counter, p.number, p.wait, s.push[t], s.push_seen[t]);
+  } else if (t >= 32 && t < 32 + y.pulls) {
+    const CopyArgs& p = y.pull[t - 32];
+    readPart(p.counter, p.number, p.wait, s.pull[t - 32], s.pull_seen[t - 32]);
+  } else if (t >= 64 && t < 64 + n) {
+    readPart(y.counter[t - 64], y.number[t - 64], y.wait[t - 64], s.source[t - 64],
+             s.source_seen[t - 64]);
+  }
   __syncthreads();
 }
 
 // One block: thread j < n takes source j's number into v[j] (from
-// `numbers`, or read now when null) and waits for its semaphore (or the
-// release word); then the whole block goes on.
-__device__ void syncWait(const SyncSources& y, int n, uint32_t* v, const uint32_t* numbers) {
+// `numbers` and its wait word's first load from `seen`, or both read now
+// when null) and waits for its semaphore (or the release word); then the
+// whole block goes on.
+__device__ void syncWait(const SyncSources& y, int n, uint32_t* v, const uint32_t* numbers,
+                         const uint32_t* seen) {
   const int j = static_cast<int>(threadIdx.x);
   if (j < n) {
-    v[j] = numbers != nullptr ? numbers[j] : numberOf(y, j);
-    if (y.wait[j] != nullptr)
-      while (static_cast<int32_t>(loadAcquireSys(y.wait[j]) - v[j]) < 0 && !released(y.release)) {
-      }
+    uint32_t first = 0;
+    if (numbers != nullptr) {
+      v[j] = numbers[j];
+      first = seen[j];
+    } else {
+      readPart(y.counter[j], y.number[j], y.wait[j], v[j], first);
+    }
+    if (y.wait[j] != nullptr) waitAtLeast(y.wait[j], v[j], first, y.release);
   }
   __syncthreads();
 }
@@ -752,17 +789,20 @@ __device__ void syncSignal(const SyncSources& y, int n, const uint32_t* v) {
 // after a barrier, thread 0 signals each copy and advances its counter, in
 // order.
 __device__ void syncCopies(const SyncSources& y, const CopyArgs* c, int count, uint32_t slotted,
-                           bool push, const uint32_t* numbers) {
+                           bool push, const uint32_t* numbers, const uint32_t* seen) {
   __shared__ uint32_t cv[kMaxReduceSources];
   const int k = static_cast<int>(threadIdx.x);
   if (k < count) {
     const CopyArgs& p = c[k];
-    cv[k] = numbers != nullptr ? numbers[k] : numberOf(p);
-    const uint32_t at_least = push ? cv[k] - p.wait_back : cv[k];
+    uint32_t first = 0;
+    if (numbers != nullptr) {
+      cv[k] = numbers[k];
+      first = seen[k];
+    } else {
+      readPart(p.counter, p.number, p.wait, cv[k], first);
+    }
     if (p.wait != nullptr)
-      while (static_cast<int32_t>(loadAcquireSys(p.wait) - at_least) < 0 &&
-             !released(y.release)) {
-      }
+      waitAtLeast(p.wait, push ? cv[k] - p.wait_back : cv[k], first, y.release);
   }
   __syncthreads();
   const uint32_t lines = push ? y.push_inline : y.pull_inline;
@@ -802,16 +842,19 @@ __device__ void syncCopies(const SyncSources& y, const CopyArgs* c, int count, u
   __syncthreads();
 }
 
-__device__ void syncPush(const SyncSources& y, const uint32_t* numbers) {
-  syncCopies(y, y.push, y.pushes, y.push_slotted, true, numbers);
+__device__ void syncPush(const SyncSources& y, const StepNumbers* numbers) {
+  syncCopies(y, y.push, y.pushes, y.push_slotted, true,
+             numbers != nullptr ? numbers->push : nullptr,
+             numbers != nullptr ? numbers->push_seen : nullptr);
 }
 
 // Device::messageStep: the pushes, then the pulls, one block.
 __global__ void __launch_bounds__(kBlockThreads) messageStepKernel(SyncSources y) {
   __shared__ StepNumbers numbers;
   readNumbers(y, 0, numbers);
-  if (y.pushes > 0) syncCopies(y, y.push, y.pushes, y.push_slotted, true, numbers.push);
-  if (y.pulls > 0) syncCopies(y, y.pull, y.pulls, y.pull_slotted, false, numbers.pull);
+  if (y.pushes > 0) syncPush(y, &numbers);
+  if (y.pulls > 0)
+    syncCopies(y, y.pull, y.pulls, y.pull_slotted, false, numbers.pull, numbers.pull_seen);
 }
 
 // The pushes, the waits and the signals of a reduction too large for one
@@ -820,7 +863,7 @@ __global__ void syncKernel(SyncSources y, int n, bool wait, bool signal) {
   __shared__ uint32_t v[kMaxReduceSources];
   if (wait && y.pushes > 0) syncPush(y, nullptr);
   if (wait) {
-    syncWait(y, n, v, nullptr);
+    syncWait(y, n, v, nullptr, nullptr);
   } else {
     if (static_cast<int>(threadIdx.x) < n) v[threadIdx.x] = numberOf(y, threadIdx.x);
     __syncthreads();
@@ -1035,8 +1078,8 @@ __global__ void __launch_bounds__(kBlockThreads)
   const bool fused = mode == SyncMode::Fused;
   __shared__ StepNumbers numbers;
   if (fused) readNumbers(sync, n, numbers);
-  if (fused && sync.pushes > 0) syncPush(sync, numbers.push);
-  if (fused) syncWait(sync, n, v, numbers.source);
+  if (fused && sync.pushes > 0) syncPush(sync, &numbers);
+  if (fused) syncWait(sync, n, v, numbers.source, numbers.source_seen);
   const ReduceSources srcs = placeSources(given, sync, fused ? v : nullptr);
   constexpr int kPer = 16 / sizeof(S);
   union Vec {
@@ -1082,8 +1125,8 @@ __global__ void __launch_bounds__(kBlockThreads)
   __shared__ uint32_t v[kMaxReduceSources];
   __shared__ StepNumbers numbers;
   readNumbers(sync, n, numbers);
-  if (sync.pushes > 0) syncPush(sync, numbers.push);
-  syncWait(sync, n, v, numbers.source);
+  if (sync.pushes > 0) syncPush(sync, &numbers);
+  syncWait(sync, n, v, numbers.source, numbers.source_seen);
   reduceLines<A, Op>(dst, placeSources(given, sync, v), sync, v, n, count);
   syncSignal(sync, n, v);
 }
