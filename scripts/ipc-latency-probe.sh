@@ -16,10 +16,12 @@
 # median gap from one kernel's end to the next one's start).
 #
 #   bash scripts/ipc-latency-probe.sh [--build DIR] [--reps N] [--n "2 1024"] [--mps]
-#       [--variants "default HIR_IPC_INLINE_MAX=0 ..."]
+#       [--variants "default HIR_IPC_INLINE_MAX=0 ..."] [--modes "eager graph"]
 #
 # --n: the float32 elements per rank of each measurement (default 2: 8 B).
-# --variants: which of the variants above to run (default: all).
+# --variants: which of the variants above to run (default: all); a variant
+#   may set several variables, joined by commas (A=1,B=2).
+# --modes: eager, graph or both (the default).
 # Needs 2 GPUs, or --mps: 2 ranks share GPU 0 under an MPS daemon that the
 # script starts and stops (scripts/mps-env.sh), ipc only (NCCL refuses a
 # shared GPU). Without MPS, ranks
@@ -30,7 +32,7 @@ set -u -o pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 out=${OUT:-$root/gpu-out}
 build=${BUILD_DIR:-$root/build-gpu}
-reps=3 sizes=2 mps=0
+reps=3 sizes=2 mps=0 modes="eager graph"
 variants="default HIR_IPC_INLINE_MAX=0 HIR_CUDA_KERNEL_COPY_MAX=0 HIR_IPC_EAGER_MAX=0 HIR_IPC_COUNTED=1"
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -39,7 +41,8 @@ while [ $# -gt 0 ]; do
     --n) shift; sizes=$1 ;;
     --mps) mps=1 ;;
     --variants) shift; variants=$1 ;;
-    -h|--help) sed -n '2,32p' "$0"; exit 0 ;;
+    --modes) shift; modes=$1 ;;
+    -h|--help) sed -n '2,35p' "$0"; exit 0 ;;
     *) echo "ipc-latency-probe: unknown option $1" >&2; exit 2 ;;
   esac
   shift
@@ -53,6 +56,12 @@ hir="$build/bin/hir"
 for n in $sizes; do
   case $n in
     ''|*[!0-9]*|0) echo "ipc-latency-probe: --n expects positive integers, got '$n'" >&2; exit 2 ;;
+  esac
+done
+for m in $modes; do
+  case $m in
+    eager|graph) ;;
+    *) echo "ipc-latency-probe: --modes takes eager and graph, got '$m'" >&2; exit 2 ;;
   esac
 done
 gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
@@ -83,7 +92,7 @@ status=0
 # measure LABEL ENV PROGRAM KPARAM PER_OP_DIVISOR N
 measure() {
   local label=$1 env=$2 prog=$3 kparam=$4 per=$5 n=$6 mode flag times r json us
-  for mode in eager graph; do
+  for mode in $modes; do
     flag=()
     [ "$mode" = graph ] && flag=(--graph)
     times=()
@@ -91,7 +100,7 @@ measure() {
       json="$tmp/run.json"
       printf '\n===== %s %s %s (%s) =====\n' "$label" "${env:-default}" "$mode" "$r" >>"$log"
       # shellcheck disable=SC2086  # env is one word or none
-      if env $env timeout 120 "$hir" run "$prog" --np 2 --device cuda --param "n=$n" \
+      if env ${env//,/ } timeout 120 "$hir" run "$prog" --np 2 --device cuda --param "n=$n" \
           --param "$kparam=$k" --iters 10 --warmup 3 --no-progress "${flag[@]}" \
           --json "$json" >>"$log" 2>&1; then
         times+=("$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["seconds_per_run"]["max"])' "$json")")
