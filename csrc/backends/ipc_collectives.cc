@@ -22,7 +22,7 @@ std::size_t ipcEagerMaxBytes() {
 
 std::size_t ipcInlineMaxBytes() {
   const char* v = std::getenv("HIR_IPC_INLINE_MAX");
-  if (v == nullptr || *v == '\0') return std::size_t{4} << 10;
+  if (v == nullptr || *v == '\0') return std::size_t{8} << 10;
   return static_cast<std::size_t>(parseInteger("HIR_IPC_INLINE_MAX", v, 0, int64_t{1} << 24));
 }
 

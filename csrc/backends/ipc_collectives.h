@@ -53,7 +53,7 @@ std::size_t ipcOneShotMaxBytes();
 std::size_t ipcEagerMaxBytes();
 uint32_t ipcEagerSlots();
 // Eager messages of 1 to ipcInlineMaxBytes() bytes (HIR_IPC_INLINE_MAX,
-// default 4 KiB; 0: none) travel in lines, with their flags inline
+// default 8 KiB; 0: none) travel in lines, with their flags inline
 // (device.h), where the device offers it; the backend caps it at half a
 // slot and at the device's inlineFlagsMax(), and compares the result
 // across ranks.
