@@ -10,7 +10,8 @@
 #   HIR_IPC_EAGER_MAX=0          put and get (a round trip per message)
 #   HIR_IPC_COUNTED=1            message numbers counted on the device, eagerly
 #   HIR_IPC_INLINE_MAX=0         eager messages not in lines (a fence and a "done" flag)
-# and nccl's allreduce and ping-pong in the same run as the baseline. With
+# and nccl's allreduce, allgather and ping-pong in the same run as the
+# baseline (not under --mps). With
 # nsys on the machine, it also profiles the default allreduce and allgather
 # with --graph (nsys-kernels.txt: per rank, the median kernel time and the
 # median gap from one kernel's end to the next one's start).
@@ -42,7 +43,7 @@ while [ $# -gt 0 ]; do
     --mps) mps=1 ;;
     --variants) shift; variants=$1 ;;
     --modes) shift; modes=$1 ;;
-    -h|--help) sed -n '2,35p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,31p' "$0"; exit 0 ;;
     *) echo "ipc-latency-probe: unknown option $1" >&2; exit 2 ;;
   esac
   shift
@@ -57,6 +58,15 @@ for n in $sizes; do
   case $n in
     ''|*[!0-9]*|0) echo "ipc-latency-probe: --n expects positive integers, got '$n'" >&2; exit 2 ;;
   esac
+done
+for v in $variants; do
+  [ "$v" = default ] && continue
+  for a in ${v//,/ }; do
+    case $a in
+      [A-Z_]*=*) ;;
+      *) echo "ipc-latency-probe: --variants takes 'default' or NAME=VALUE[,NAME=VALUE], got '$v'" >&2; exit 2 ;;
+    esac
+  done
 done
 for m in $modes; do
   case $m in
@@ -99,7 +109,7 @@ measure() {
     for ((r = 0; r < reps; r++)); do
       json="$tmp/run.json"
       printf '\n===== %s %s %s (%s) =====\n' "$label" "${env:-default}" "$mode" "$r" >>"$log"
-      # shellcheck disable=SC2086  # env is one word or none
+      # shellcheck disable=SC2086  # env: none, or NAME=VALUE words (commas made spaces)
       if env ${env//,/ } timeout 120 "$hir" run "$prog" --np 2 --device cuda --param "n=$n" \
           --param "$kparam=$k" --iters 10 --warmup 3 --no-progress "${flag[@]}" \
           --json "$json" >>"$log" 2>&1; then
