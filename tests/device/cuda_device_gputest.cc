@@ -1227,6 +1227,47 @@ TEST(CudaDevice, SignaledCopyWaitsForTheFlagAndSignalsAfterTheCopy) {
   }
 }
 
+// One-block kernels are launched as programmatic dependents (HIR_CUDA_PDL,
+// on by default): one may be made resident while the kernel before it on
+// its stream runs, and must still wait for that kernel before it touches
+// memory. Behind a 150 ms one-block spin, a fused signaled copy (one block,
+// no flag to wait for) must neither copy nor signal for as long as the spin
+// runs; without the wait in followPrevious() it would signal at once.
+TEST(CudaDevice, AOneBlockKernelWaitsForTheKernelBeforeItOnItsStream) {
+  HIR_REQUIRE_GPUS(1);
+  auto device = makeCudaDevice();
+  if (!device->supports(DeviceFeature::StreamSemaphore))
+    GTEST_SKIP() << "stream memory operations are not available";
+  constexpr std::size_t kBytes = 100;
+  Records records(*device, 1);
+  Buffer flags(*device, 8), src(*device, kBytes), dst(*device, kBytes);
+  auto* ready = static_cast<uint32_t*>(flags.data());
+  uint32_t* signal = ready + 1;
+  auto s = device->createStream(), reader = device->createStream();
+  auto copied = device->createEvent(), read = device->createEvent();
+  device->fill(*s, ready, DType::Int32, 1, 1, 0);  // the copy's own wait is satisfied
+  device->fill(*s, signal, DType::Int32, 1, 0, 0);
+  device->fill(*s, src.data(), DType::UInt8, kBytes, 11, 3);
+  device->fill(*s, dst.data(), DType::UInt8, kBytes, 0, 0);
+  device->synchronize(*s, testTimeout());
+  SemaphoreRelease release(*device, signal);
+
+  const auto t0 = Clock::now();
+  cuda::testSpin(*s, 150);
+  device->signaledCopy(*s, dst.data(), src.data(), kBytes, ready, 1, signal, 3);
+  device->record(*copied, *s);
+  device->waitValue(*reader, signal, 3);
+  device->check(*reader, dst.data(), DType::UInt8, kBytes, 11, 3, 0, records.get(0), 0);
+  device->record(*read, *reader);
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  EXPECT_FALSE(device->query(*read)) << "the copy signalled while the kernel before it ran";
+  EXPECT_FALSE(device->query(*copied));
+  device->synchronize(*read, testTimeout());
+  EXPECT_GE(msSince(t0), 140.0) << "the signal came before the spin ended";
+  EXPECT_EQ(records[0].mismatches, 0u);
+  EXPECT_EQ(records[0].checked, kBytes);
+}
+
 // Counted steps over a ring of slots (ipc's eager messages), in the kernel:
 // the step of number v copies slot v % slots, after its word reached
 // v - wait_back, and signals v; the same contract as the host device's

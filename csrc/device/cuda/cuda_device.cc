@@ -15,6 +15,7 @@
 #include <map>
 #include <mutex>
 #include <new>
+#include <string_view>
 #include <thread>
 #include <unordered_map>
 
@@ -148,6 +149,19 @@ std::size_t kernelCopyMax() {
   return static_cast<std::size_t>(v);
 }
 
+// HIR_CUDA_PDL: 1 (default) launches one-block kernels as programmatic
+// dependents of the kernel before them (setProgrammaticLaunch), 0 plainly.
+bool programmaticLaunch() {
+  const char* text = std::getenv("HIR_CUDA_PDL");
+  if (text == nullptr || *text == '\0') return true;
+  const std::string_view v(text);
+  HIR_CHECK_AS(UsageError, v == "0" || v == "1",
+               "HIR_CUDA_PDL is '{}'; expected 1 (launch one-block kernels as programmatic "
+               "dependents, the default) or 0",
+               text);
+  return v == "1";
+}
+
 // The sticky error of failed host functions, shared with the tasks in
 // flight so that a task finishing after the device is gone stays safe.
 struct StickyError {
@@ -219,6 +233,7 @@ class CudaDevice final : public Device {
     name_ = props.name;
     max_blocks_ = std::max(1, props.multiProcessorCount) * 8;
     kernel_copy_max_ = kernelCopyMax();
+    setProgrammaticLaunch(programmaticLaunch());
     HIR_CUDA_CHECK(ordinal_, preloadKernels());
     cudaStream_t s = nullptr;
     HIR_CUDA_CHECK(ordinal_, cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));

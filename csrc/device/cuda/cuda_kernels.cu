@@ -13,6 +13,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <atomic>
 #include <type_traits>
 
 #include "device/cuda/cuda_kernels.h"
@@ -27,14 +28,49 @@ namespace {
 // kernel instead of launching it.
 thread_local bool preloading = false;
 
-// Every launch of this file goes through here.
+// Whether one-block kernels are launched as programmatic dependents
+// (setProgrammaticLaunch).
+std::atomic<bool> programmatic{true};
+
+// Every launch of this file goes through here. A kernel of one block is
+// launched as a programmatic dependent of the kernel before it on its stream
+// (sm_90+; elsewhere CUDA ignores the attribute): it may be made resident
+// while that kernel still runs, and waits for it in followPrevious(), so its
+// launch overlaps the previous kernel instead of following its end. Only
+// one-block kernels: a waiting block holds its SM slot, and a grid of them
+// could starve a kernel of another stream or process (an ipc peer under MPS)
+// that the previous kernel waits for.
 cudaError_t launchKernel(const void* fn, dim3 grid, dim3 block, void** args,
                          cudaStream_t stream) {
   if (preloading) {
     cudaFuncAttributes attributes{};
     return cudaFuncGetAttributes(&attributes, fn);
   }
-  return cudaLaunchKernel(fn, grid, block, args, 0, stream);
+  if (grid.x * grid.y * grid.z != 1 || !programmatic.load(std::memory_order_relaxed))
+    return cudaLaunchKernel(fn, grid, block, args, 0, stream);
+  cudaLaunchAttribute attribute{};
+  attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attribute.val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchConfig_t config{};
+  config.gridDim = grid;
+  config.blockDim = block;
+  config.stream = stream;
+  config.attrs = &attribute;
+  config.numAttrs = 1;
+  return cudaLaunchKernelExC(&config, fn, args);
+}
+
+// The first statement of every kernel of this file. Under a programmatic
+// launch (launchKernel) it waits until the kernel before it on the stream
+// has finished and its writes are visible, as a plain launch would have
+// waited; then it lets the next kernel launch. Triggering only after the
+// wait keeps at most one kernel waiting behind each running one. Without a
+// programmatic launch both are no-ops.
+__device__ __forceinline__ void followPrevious() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
 }
 
 __device__ __forceinline__ int64_t exactPattern(int64_t value, int64_t step, int64_t k) {
@@ -115,6 +151,7 @@ struct FloatElem {
 
 template <class T>
 __global__ void fillKernel(T* dst, std::size_t count, int64_t value, int64_t step) {
+  followPrevious();
   using E = std::conditional_t<std::is_integral_v<T>, IntElem<T>, FloatElem<T>>;
   const std::size_t stride = static_cast<std::size_t>(gridDim.x) * blockDim.x;
   for (std::size_t k = static_cast<std::size_t>(blockIdx.x) * blockDim.x + threadIdx.x; k < count;
@@ -164,6 +201,7 @@ template <class T>
 __global__ void __launch_bounds__(kBlockThreads)
     checkKernel(const T* src, std::size_t count, int64_t value, int64_t step, double tolerance,
                 CheckRecord* rec, int64_t execution) {
+  followPrevious();
   using E = std::conditional_t<std::is_integral_v<T>, IntElem<T>, FloatElem<T>>;
   constexpr int kWarps = kBlockThreads / 32;
   __shared__ volatile int reporting_over;
@@ -216,6 +254,7 @@ __device__ __forceinline__ uint64_t globalTimerNs() {
 }
 
 __global__ void spinKernel(uint64_t nanoseconds) {
+  followPrevious();
   const uint64_t start = globalTimerNs();
   while (globalTimerNs() - start < nanoseconds) __nanosleep(1000);
 }
@@ -314,6 +353,7 @@ __device__ void gridCopy(void* dst, const void* src, std::size_t bytes, bool wid
 }
 
 __global__ void copyKernel(void* dst, const void* src, std::size_t bytes, bool wide) {
+  followPrevious();
   gridCopy(dst, src, bytes, wide);
 }
 
@@ -470,6 +510,7 @@ __device__ void blockCopy(void* dst, const void* src, std::size_t bytes, bool wi
 __global__ void signaledCopyKernel(void* dst, const void* src, std::size_t bytes, bool wide,
                                    const uint32_t* wait_addr, uint32_t at_least,
                                    uint32_t* signal_addr, uint32_t value) {
+  followPrevious();
   if (threadIdx.x == 0) waitAtLeast(wait_addr, at_least, loadAcquireSys(wait_addr), nullptr);
   __syncthreads();
   blockCopy(dst, src, bytes, wide);
@@ -496,6 +537,7 @@ struct CountedArgs {
 };
 
 __global__ void countedStepKernel(CountedArgs a) {
+  followPrevious();
   __shared__ uint32_t value;
   if (threadIdx.x == 0) {
     // Both loads in flight together: the wait's address needs no number.
@@ -518,6 +560,7 @@ __global__ void countedStepKernel(CountedArgs a) {
 // reads v = *counter + offset (the step's wait and signal are kernels of
 // their own, before and after, and the last advances the counter).
 __global__ void slotCopyKernel(CountedArgs a) {
+  followPrevious();
   const std::size_t slot = (*a.counter + a.offset) & (a.slots - 1);
   gridCopy(a.dst + slot * a.dst_stride, a.src + slot * a.src_stride, a.bytes, a.wide);
 }
@@ -625,6 +668,7 @@ struct WrappingAdd {  // integers: unsigned arithmetic, no overflow UB
 // Each element is read before it is written: out may be a or b.
 template <class T>
 __global__ void addKernel(T* out, const T* a, const T* b, std::size_t count) {
+  followPrevious();
   using Op = std::conditional_t<std::is_integral_v<T>, WrappingAdd<T>, Add<T>>;
   const std::size_t stride = static_cast<std::size_t>(gridDim.x) * blockDim.x;
   for (std::size_t k = static_cast<std::size_t>(blockIdx.x) * blockDim.x + threadIdx.x; k < count;
@@ -850,6 +894,7 @@ __device__ void syncPush(const SyncSources& y, const StepNumbers* numbers) {
 
 // Device::messageStep: the pushes, then the pulls, one block.
 __global__ void __launch_bounds__(kBlockThreads) messageStepKernel(SyncSources y) {
+  followPrevious();
   __shared__ StepNumbers numbers;
   readNumbers(y, 0, numbers);
   if (y.pushes > 0) syncPush(y, &numbers);
@@ -860,6 +905,7 @@ __global__ void __launch_bounds__(kBlockThreads) messageStepKernel(SyncSources y
 // The pushes, the waits and the signals of a reduction too large for one
 // block (or of no elements), around the grid's reduce kernel.
 __global__ void syncKernel(SyncSources y, int n, bool wait, bool signal) {
+  followPrevious();
   __shared__ uint32_t v[kMaxReduceSources];
   if (wait && y.pushes > 0) syncPush(y, nullptr);
   if (wait) {
@@ -1086,6 +1132,7 @@ template <class A, ReduceOp Op>
 __global__ void __launch_bounds__(kBlockThreads)
     reduceKernel(typename A::S* dst, ReduceSources given, SyncSources sync, SyncMode mode, int n,
                  std::size_t count, bool wide) {
+  followPrevious();
   using S = typename A::S;
   __shared__ uint32_t v[kMaxReduceSources];
   const bool fused = mode == SyncMode::Fused;
@@ -1135,6 +1182,7 @@ template <class A, ReduceOp Op>
 __global__ void __launch_bounds__(kBlockThreads)
     reduceLinesKernel(typename A::S* dst, ReduceSources given, SyncSources sync, int n,
                       std::size_t count) {
+  followPrevious();
   __shared__ uint32_t v[kMaxReduceSources];
   __shared__ StepNumbers numbers;
   readNumbers(sync, n, numbers);
@@ -1326,6 +1374,8 @@ cudaError_t launchSpin(cudaStream_t stream, uint64_t nanoseconds) {
 // Every (dtype, op) instantiation of every kernel above (every value of
 // types.h's tables), through the launch functions with placeholder
 // arguments that nothing dereferences.
+void setProgrammaticLaunch(bool on) { programmatic.store(on, std::memory_order_relaxed); }
+
 cudaError_t preloadKernels() {
   preloading = true;
   cudaError_t first = cudaSuccess;

@@ -93,6 +93,12 @@ cudaError_t launchMessageStep(cudaStream_t stream, const MessageStep& step);
 // benchmarks that need a long-running kernel).
 cudaError_t launchSpin(cudaStream_t stream, uint64_t nanoseconds);
 
+// Whether kernels of one block are launched as programmatic dependents of
+// the kernel before them on their stream (on by default; launchKernel in
+// cuda_kernels.cu says why one block only). Process-wide; CudaDevice sets it
+// from HIR_CUDA_PDL when it is created.
+void setProgrammaticLaunch(bool on);
+
 // Loads every kernel of this file into the current device's context
 // (cudaFuncGetAttributes), launching none. Under CUDA's lazy loading (the
 // default since CUDA 12.2) a kernel is otherwise loaded at its first launch,
