@@ -18,11 +18,13 @@
 #
 #   bash scripts/ipc-latency-probe.sh [--build DIR] [--reps N] [--n "2 1024"] [--mps]
 #       [--variants "default HIR_IPC_INLINE_MAX=0 ..."] [--modes "eager graph"]
+#       [--ops "allreduce allgather pingpong"]
 #
 # --n: the float32 elements per rank of each measurement (default 2: 8 B).
 # --variants: which of the variants above to run (default: all); a variant
 #   may set several variables, joined by commas (A=1,B=2).
 # --modes: eager, graph or both (the default).
+# --ops: which operations to measure (default: all three).
 # Needs 2 GPUs, or --mps: 2 ranks share GPU 0 under an MPS daemon that the
 # script starts and stops (scripts/mps-env.sh), ipc only (NCCL refuses a
 # shared GPU). Without MPS, ranks
@@ -33,7 +35,7 @@ set -u -o pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 out=${OUT:-$root/gpu-out}
 build=${BUILD_DIR:-$root/build-gpu}
-reps=3 sizes=2 mps=0 modes="eager graph"
+reps=3 sizes=2 mps=0 modes="eager graph" ops="allreduce allgather pingpong"
 variants="default HIR_IPC_INLINE_MAX=0 HIR_CUDA_KERNEL_COPY_MAX=0 HIR_IPC_EAGER_MAX=0 HIR_IPC_COUNTED=1"
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -43,7 +45,8 @@ while [ $# -gt 0 ]; do
     --mps) mps=1 ;;
     --variants) shift; variants=$1 ;;
     --modes) shift; modes=$1 ;;
-    -h|--help) sed -n '2,31p' "$0"; exit 0 ;;
+    --ops) shift; ops=$1 ;;
+    -h|--help) sed -n '2,33p' "$0"; exit 0 ;;
     *) echo "ipc-latency-probe: unknown option $1" >&2; exit 2 ;;
   esac
   shift
@@ -74,6 +77,13 @@ for m in $modes; do
     *) echo "ipc-latency-probe: --modes takes eager and graph, got '$m'" >&2; exit 2 ;;
   esac
 done
+for o in $ops; do
+  case $o in
+    allreduce|allgather|pingpong) ;;
+    *) echo "ipc-latency-probe: --ops takes allreduce, allgather and pingpong, got '$o'" >&2; exit 2 ;;
+  esac
+done
+has() { case " $ops " in *" $1 "*) return 0 ;; esac; return 1; }
 gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
 if [ "$mps" = 1 ]; then
   [ "${gpus:-0}" -ge 1 ] || { echo "ipc-latency-probe: --mps needs a GPU, found none" >&2; exit 2; }
@@ -129,15 +139,15 @@ print(f"{statistics.median(float(l) for l in sys.stdin if l.strip()) * 1e6 / per
 for n in $sizes; do
   b="$((4 * n)) B"
   if [ "$mps" = 0 ]; then
-    measure "nccl allreduce $b" "" "$tmp/ar_nccl.json" reps "$k" "$n"
-    measure "nccl allgather $b/rank" "" "$tmp/ag_nccl.json" reps "$k" "$n"
-    measure "nccl ping-pong $b" "" "$tmp/pp_nccl.json" k "$((2 * k))" "$n"
+    has allreduce && measure "nccl allreduce $b" "" "$tmp/ar_nccl.json" reps "$k" "$n"
+    has allgather && measure "nccl allgather $b/rank" "" "$tmp/ag_nccl.json" reps "$k" "$n"
+    has pingpong && measure "nccl ping-pong $b" "" "$tmp/pp_nccl.json" k "$((2 * k))" "$n"
   fi
   for v in $variants; do
     [ "$v" = default ] && v=
-    measure "ipc allreduce $b" "$v" "$root/bench/ipc/allreduce_loop.json" reps "$k" "$n"
-    measure "ipc allgather $b/rank" "$v" "$root/bench/ipc/allgather_loop.json" reps "$k" "$n"
-    measure "ipc ping-pong $b" "$v" "$root/bench/graph/pingpong_ipc_loop.json" k "$((2 * k))" "$n"
+    has allreduce && measure "ipc allreduce $b" "$v" "$root/bench/ipc/allreduce_loop.json" reps "$k" "$n"
+    has allgather && measure "ipc allgather $b/rank" "$v" "$root/bench/ipc/allgather_loop.json" reps "$k" "$n"
+    has pingpong && measure "ipc ping-pong $b" "$v" "$root/bench/graph/pingpong_ipc_loop.json" k "$((2 * k))" "$n"
   done
 done
 {
@@ -150,6 +160,7 @@ n1=${sizes%% *}
 if [ -n "$nsys" ]; then
   : >"$out/nsys-kernels.txt"
   for op in allreduce allgather; do
+    has "$op" || continue
     printf '\n===== nsys: ipc %s n=%s --graph =====\n' "$op" "$n1" >>"$log"
     rm -f "$tmp"/prof*.nsys-rep "$tmp"/prof*.sqlite
     if timeout 180 "$nsys" profile --trace=cuda --cuda-graph-trace=node --force-overwrite true \
