@@ -490,13 +490,32 @@ __device__ void blockPullLines(char* dst, const char* src, std::size_t bytes, ui
   }
 }
 
-// The threads of one block copy dst[0, bytes) = src[0, bytes), 16 bytes
-// per thread and step when `wide`.
+// Vectors per thread that blockCopy loads before it stores any.
+constexpr int kCopyBatch = 4;
+
+// The threads of one block copy dst[0, bytes) = src[0, bytes) (apart), 16
+// bytes per thread and vector when `wide`, kCopyBatch vectors loaded before
+// any is stored: a block then waits for one round trip to the source per
+// batch (16 KiB at 256 threads), not per vector, which a copy reading a
+// peer's memory pays across the link.
 __device__ void blockCopy(void* dst, const void* src, std::size_t bytes, bool wide) {
   if (wide) {
     auto* d = static_cast<uint4*>(dst);
     const auto* s = static_cast<const uint4*>(src);
-    for (std::size_t k = threadIdx.x; k < bytes / 16; k += blockDim.x) d[k] = s[k];
+    const std::size_t vectors = bytes / 16, step = blockDim.x;
+    if (vectors <= step) {  // one vector per thread at most (a message kernel's usual size)
+      if (threadIdx.x < vectors) d[threadIdx.x] = s[threadIdx.x];
+      return;
+    }
+    for (std::size_t base = threadIdx.x; base < vectors; base += step * kCopyBatch) {
+      uint4 x[kCopyBatch];
+#pragma unroll
+      for (int b = 0; b < kCopyBatch; ++b)
+        if (base + b * step < vectors) x[b] = s[base + b * step];
+#pragma unroll
+      for (int b = 0; b < kCopyBatch; ++b)
+        if (base + b * step < vectors) d[base + b * step] = x[b];
+    }
   } else {
     auto* d = static_cast<unsigned char*>(dst);
     const auto* s = static_cast<const unsigned char*>(src);
@@ -507,9 +526,10 @@ __device__ void blockCopy(void* dst, const void* src, std::size_t bytes, bool wi
 // One block: thread 0 waits until *wait_addr >= at_least (wrap-around safe,
 // like CU_STREAM_WAIT_VALUE_GEQ), the block copies, then, after a barrier,
 // thread 0 fences at system scope and releases `value` into *signal_addr.
-__global__ void signaledCopyKernel(void* dst, const void* src, std::size_t bytes, bool wide,
-                                   const uint32_t* wait_addr, uint32_t at_least,
-                                   uint32_t* signal_addr, uint32_t value) {
+__global__ void __launch_bounds__(1024)
+    signaledCopyKernel(void* dst, const void* src, std::size_t bytes, bool wide,
+                       const uint32_t* wait_addr, uint32_t at_least, uint32_t* signal_addr,
+                       uint32_t value) {
   followPrevious();
   if (threadIdx.x == 0) waitAtLeast(wait_addr, at_least, loadAcquireSys(wait_addr), nullptr);
   __syncthreads();
@@ -536,7 +556,7 @@ struct CountedArgs {
   bool wide;
 };
 
-__global__ void countedStepKernel(CountedArgs a) {
+__global__ void __launch_bounds__(1024) countedStepKernel(CountedArgs a) {
   followPrevious();
   __shared__ uint32_t value;
   if (threadIdx.x == 0) {
