@@ -490,32 +490,13 @@ __device__ void blockPullLines(char* dst, const char* src, std::size_t bytes, ui
   }
 }
 
-// Vectors per thread that blockCopy loads before it stores any.
-constexpr int kCopyBatch = 4;
-
-// The threads of one block copy dst[0, bytes) = src[0, bytes) (apart), 16
-// bytes per thread and vector when `wide`, kCopyBatch vectors loaded before
-// any is stored: a block then waits for one round trip to the source per
-// batch (16 KiB at 256 threads), not per vector, which a copy reading a
-// peer's memory pays across the link.
+// The threads of one block copy dst[0, bytes) = src[0, bytes), 16 bytes
+// per thread and step when `wide`.
 __device__ void blockCopy(void* dst, const void* src, std::size_t bytes, bool wide) {
   if (wide) {
     auto* d = static_cast<uint4*>(dst);
     const auto* s = static_cast<const uint4*>(src);
-    const std::size_t vectors = bytes / 16, step = blockDim.x;
-    if (vectors <= step) {  // one vector per thread at most (a message kernel's usual size)
-      if (threadIdx.x < vectors) d[threadIdx.x] = s[threadIdx.x];
-      return;
-    }
-    for (std::size_t base = threadIdx.x; base < vectors; base += step * kCopyBatch) {
-      uint4 x[kCopyBatch];
-#pragma unroll
-      for (int b = 0; b < kCopyBatch; ++b)
-        if (base + b * step < vectors) x[b] = s[base + b * step];
-#pragma unroll
-      for (int b = 0; b < kCopyBatch; ++b)
-        if (base + b * step < vectors) d[base + b * step] = x[b];
-    }
+    for (std::size_t k = threadIdx.x; k < bytes / 16; k += blockDim.x) d[k] = s[k];
   } else {
     auto* d = static_cast<unsigned char*>(dst);
     const auto* s = static_cast<const unsigned char*>(src);
@@ -523,13 +504,37 @@ __device__ void blockCopy(void* dst, const void* src, std::size_t bytes, bool wi
   }
 }
 
+// Vectors per thread that blockCopyInBatches loads before it stores any.
+constexpr int kCopyBatch = 4;
+
+// blockCopy for the message kernels' pushes and pulls (apart): when the
+// copy takes more than one step, kCopyBatch vectors per thread are loaded
+// before any is stored, so the block waits for one round trip to the
+// source per batch (16 KiB at 256 threads), not per 16 bytes per thread.
+// (The fused signaled and counted copies keep blockCopy: they run up to
+// 1024 threads, one step up to 16 KiB, and measured no better batched.)
+__device__ void blockCopyInBatches(void* dst, const void* src, std::size_t bytes, bool wide) {
+  const std::size_t vectors = bytes / 16, step = blockDim.x;
+  if (!wide || vectors <= step) return blockCopy(dst, src, bytes, wide);
+  auto* d = static_cast<uint4*>(dst);
+  const auto* s = static_cast<const uint4*>(src);
+  for (std::size_t base = threadIdx.x; base < vectors; base += step * kCopyBatch) {
+    uint4 x[kCopyBatch];
+#pragma unroll
+    for (int b = 0; b < kCopyBatch; ++b)
+      if (base + b * step < vectors) x[b] = s[base + b * step];
+#pragma unroll
+    for (int b = 0; b < kCopyBatch; ++b)
+      if (base + b * step < vectors) d[base + b * step] = x[b];
+  }
+}
+
 // One block: thread 0 waits until *wait_addr >= at_least (wrap-around safe,
 // like CU_STREAM_WAIT_VALUE_GEQ), the block copies, then, after a barrier,
 // thread 0 fences at system scope and releases `value` into *signal_addr.
-__global__ void __launch_bounds__(1024)
-    signaledCopyKernel(void* dst, const void* src, std::size_t bytes, bool wide,
-                       const uint32_t* wait_addr, uint32_t at_least, uint32_t* signal_addr,
-                       uint32_t value) {
+__global__ void signaledCopyKernel(void* dst, const void* src, std::size_t bytes, bool wide,
+                                   const uint32_t* wait_addr, uint32_t at_least,
+                                   uint32_t* signal_addr, uint32_t value) {
   followPrevious();
   if (threadIdx.x == 0) waitAtLeast(wait_addr, at_least, loadAcquireSys(wait_addr), nullptr);
   __syncthreads();
@@ -556,7 +561,7 @@ struct CountedArgs {
   bool wide;
 };
 
-__global__ void __launch_bounds__(1024) countedStepKernel(CountedArgs a) {
+__global__ void countedStepKernel(CountedArgs a) {
   followPrevious();
   __shared__ uint32_t value;
   if (threadIdx.x == 0) {
@@ -878,7 +883,7 @@ __device__ void syncCopies(const SyncSources& y, const CopyArgs* c, int count, u
     char* dst = p.dst + (push ? slot : 0);
     const char* src = p.src + (push ? 0 : slot);
     if (!((lines >> i) & 1u)) {
-      blockCopy(dst, src, p.bytes, y.copies_wide);
+      blockCopyInBatches(dst, src, p.bytes, y.copies_wide);
       publishes = publishes || (push && p.signal != nullptr);
     } else if (push) {
       blockPushLines(dst, src, p.bytes, lineFlag(cv[i]));
