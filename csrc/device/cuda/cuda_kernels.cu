@@ -950,7 +950,8 @@ __device__ __forceinline__ const void* placeSource(const ReduceSources& srcs,
                                                   const uint32_t* v) {
   const char* p = static_cast<const char*>(srcs.p[j]);
   if (((y.slotted >> j) & 1u) == 0) return p;
-  return p + static_cast<std::size_t>((v != nullptr ? v[j] : numberOf(y, j)) & y.mask) * y.stride;
+  const uint32_t number = v != nullptr ? v[j] : numberOf(y, j);
+  return p + static_cast<std::size_t>(number & y.mask) * y.stride;
 }
 
 // Every source where it is (placeSource). Unrolled: the result stays in
@@ -959,7 +960,8 @@ __device__ __forceinline__ ReduceSources placeSources(const ReduceSources& srcs,
                                                       const SyncSources& y, const uint32_t* v) {
   ReduceSources at;
 #pragma unroll
-  for (int j = 0; j < static_cast<int>(kMaxReduceSources); ++j) at.p[j] = placeSource(srcs, y, j, v);
+  for (int j = 0; j < static_cast<int>(kMaxReduceSources); ++j)
+    at.p[j] = placeSource(srcs, y, j, v);
   return at;
 }
 
@@ -1041,17 +1043,16 @@ struct IntArith {  // wrapping, through the unsigned type
   __device__ static S divide(S x, int n) { return static_cast<S>(x / static_cast<S>(n)); }
 };
 
-// Element k of the result. The loop over sources is unrolled to the
-// constant bound, so that every source pointer is a fixed parameter (no
-// local copy of the parameter block).
-template <class A, ReduceOp Op>
-__device__ __forceinline__ typename A::S reduceElement(const ReduceSources& srcs, int n,
-                                                        std::size_t k) {
+// Element k of the result, source j at source(j). The loop over sources is
+// unrolled to the constant bound, so that every j is a constant (no local
+// copy of the sources).
+template <class A, ReduceOp Op, class Source>
+__device__ __forceinline__ typename A::S reduceElement(Source source, int n, std::size_t k) {
   using S = typename A::S;
-  S acc = static_cast<const S*>(srcs.p[0])[k];
+  S acc = static_cast<const S*>(source(0))[k];
 #pragma unroll
   for (int j = 1; j < static_cast<int>(kMaxReduceSources); ++j)
-    if (j < n) acc = A::template combine<Op>(static_cast<const S*>(srcs.p[j])[k], acc);
+    if (j < n) acc = A::template combine<Op>(static_cast<const S*>(source(j))[k], acc);
   if constexpr (Op == ReduceOp::Avg) acc = A::divide(acc, n);
   return acc;
 }
@@ -1201,6 +1202,7 @@ __global__ void __launch_bounds__(kBlockThreads, 8)
                  std::size_t count, bool wide) {
   followPrevious();
   using S = typename A::S;
+  auto placed = [&](int j) { return placeSource(given, sync, j, nullptr); };
   constexpr int kPer = 16 / sizeof(S);
   using Vec = VecOf<S>;
   const std::size_t first = static_cast<std::size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
@@ -1210,12 +1212,12 @@ __global__ void __launch_bounds__(kBlockThreads, 8)
     const std::size_t vectors = count / kPer;
     for (std::size_t v = first; v < vectors; v += stride) {
       Vec acc;
-      acc.bits = static_cast<const uint4*>(placeSource(given, sync, 0, nullptr))[v];
+      acc.bits = static_cast<const uint4*>(placed(0))[v];
 #pragma unroll
       for (int j = 1; j < static_cast<int>(kMaxReduceSources); ++j) {
         if (j < n) {
           Vec in;
-          in.bits = static_cast<const uint4*>(placeSource(given, sync, j, nullptr))[v];
+          in.bits = static_cast<const uint4*>(placed(j))[v];
 #pragma unroll
           for (int e = 0; e < kPer; ++e) acc.e[e] = A::template combine<Op>(in.e[e], acc.e[e]);
         }
@@ -1228,16 +1230,8 @@ __global__ void __launch_bounds__(kBlockThreads, 8)
     }
     scalar_from = vectors * kPer;
   }
-  for (std::size_t k = scalar_from + first; k < count; k += stride) {
-    S acc = static_cast<const S*>(placeSource(given, sync, 0, nullptr))[k];
-#pragma unroll
-    for (int j = 1; j < static_cast<int>(kMaxReduceSources); ++j)
-      if (j < n)
-        acc = A::template combine<Op>(static_cast<const S*>(placeSource(given, sync, j, nullptr))[k],
-                                      acc);
-    if constexpr (Op == ReduceOp::Avg) acc = A::divide(acc, n);
-    dst[k] = acc;
-  }
+  for (std::size_t k = scalar_from + first; k < count; k += stride)
+    dst[k] = reduceElement<A, Op>(placed, n, k);
 }
 
 // A reduction with its waits, pushes and signals in one block (small
@@ -1290,7 +1284,7 @@ __global__ void __launch_bounds__(kBlockThreads)
     scalar_from = vectors * kPer;
   }
   for (std::size_t k = scalar_from + first; k < count; k += stride)
-    dst[k] = reduceElement<A, Op>(srcs, n, k);
+    dst[k] = reduceElement<A, Op>([&](int j) { return srcs.p[j]; }, n, k);
   syncSignal(sync, n, v);
 }
 
