@@ -1268,6 +1268,23 @@ TEST(CudaDevice, AOneBlockKernelWaitsForTheKernelBeforeItOnItsStream) {
   EXPECT_EQ(records[0].checked, kBytes);
 }
 
+// HIR_CUDA_PDL takes 1 (the default) or 0; any other value stops the
+// device's creation with a usage error (exit 2 from hir) that names the
+// variable, the value and what it takes.
+TEST(CudaDevice, AnHirCudaPdlOtherThanZeroOrOneIsAUsageError) {
+  HIR_REQUIRE_GPUS(1);
+  ::setenv("HIR_CUDA_PDL", "yes", 1);
+  std::string message;
+  try {
+    makeCudaDevice();
+  } catch (const UsageError& e) {
+    message = e.what();
+  }
+  ::unsetenv("HIR_CUDA_PDL");
+  EXPECT_THAT(message, HasSubstr("HIR_CUDA_PDL is 'yes'; expected 1"));
+  EXPECT_THAT(message, HasSubstr("or 0"));
+}
+
 // Counted steps over a ring of slots (ipc's eager messages), in the kernel:
 // the step of number v copies slot v % slots, after its word reached
 // v - wait_back, and signals v; the same contract as the host device's
