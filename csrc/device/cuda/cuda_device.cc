@@ -233,7 +233,8 @@ class CudaDevice final : public Device {
     name_ = props.name;
     max_blocks_ = std::max(1, props.multiProcessorCount) * 8;
     kernel_copy_max_ = kernelCopyMax();
-    setProgrammaticLaunch(programmaticLaunch());
+    // Programmatic dependent launch exists from compute capability 9.0.
+    setProgrammaticLaunch(programmaticLaunch() && props.major >= 9);
     HIR_CUDA_CHECK(ordinal_, preloadKernels());
     cudaStream_t s = nullptr;
     HIR_CUDA_CHECK(ordinal_, cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));

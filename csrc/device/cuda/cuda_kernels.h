@@ -96,7 +96,7 @@ cudaError_t launchSpin(cudaStream_t stream, uint64_t nanoseconds);
 // Whether kernels of one block are launched as programmatic dependents of
 // the kernel before them on their stream (on by default; launchKernel in
 // cuda_kernels.cu says why one block only). Process-wide; CudaDevice sets it
-// from HIR_CUDA_PDL when it is created.
+// from HIR_CUDA_PDL when it is created, and off below compute capability 9.0.
 void setProgrammaticLaunch(bool on);
 
 // Loads every kernel of this file into the current device's context
