@@ -1191,18 +1191,19 @@ __device__ __forceinline__ const void* pick(const ReduceSources& srcs, int j) {
 // thread then takes 16 bytes of every source per step (usually once) and
 // combines them element by element, and the last count % (16 / sizeof(S))
 // elements go one by one. Each element is read from every source before it
-// is written: dst may be a source. The sources are unrolled and each is
-// placed where it is used, with no array of them held in registers: 32
-// registers, so that 8 blocks fit an SM as launchReduce's grid assumes
-// (with the fused kernel's batches in this kernel it took 93 and more, and
-// the 256 KiB - 1 MiB allreduces were 0.3 - 0.4 us slower on one H100).
+// is written: dst may be a source. The sources are placed once and
+// unrolled (one H100, 2 ranks: with the fused kernel's batches in this
+// kernel, 93 registers, the 256 KiB and 1 MiB allreduces were 0.3 - 0.4 us
+// slower; placing each source where it is used, at 32 registers, 1 MiB was
+// 0.4 us slower; 64 MiB took 128 us in all three).
 template <class A, ReduceOp Op>
-__global__ void __launch_bounds__(kBlockThreads, 8)
+__global__ void __launch_bounds__(kBlockThreads)
     reduceKernel(typename A::S* dst, ReduceSources given, SyncSources sync, int n,
                  std::size_t count, bool wide) {
   followPrevious();
   using S = typename A::S;
-  auto placed = [&](int j) { return placeSource(given, sync, j, nullptr); };
+  const ReduceSources at = placeSources(given, sync, nullptr);
+  auto placed = [&](int j) { return at.p[j]; };
   constexpr int kPer = 16 / sizeof(S);
   using Vec = VecOf<S>;
   const std::size_t first = static_cast<std::size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
