@@ -507,16 +507,26 @@ CompiledProgram checkProgram(const Program& p, int world, const std::string& dev
   return out;
 }
 
+// Writes `text` to standard error in one write: the ranks of a job share
+// the launcher's standard error, and a line written in pieces (std::cerr is
+// unbuffered, one write per <<) could be cut by another rank's.
+void writeError(const std::string& text) {
+  std::fwrite(text.data(), 1, text.size(), stderr);
+  std::fflush(stderr);
+}
+
 void printError(const std::exception& e, const std::string& prefix = "") {
   std::string text = e.what();
+  std::string out;
   std::size_t start = 0;
   while (start <= text.size()) {
     std::size_t nl = text.find('\n', start);
     std::string line = text.substr(start, nl == std::string::npos ? std::string::npos : nl - start);
-    if (!line.empty()) std::cerr << "hir: " << prefix << "error: " << line << "\n";
+    if (!line.empty()) out += "hir: " + prefix + "error: " + line + "\n";
     if (nl == std::string::npos) break;
     start = nl + 1;
   }
+  writeError(out);
 }
 
 // ------------------------------------------------------------------ launch
@@ -860,10 +870,10 @@ int main(int argc, char** argv) {
     printError(e);
     return e.exitCode();
   } catch (const InternalError& e) {
-    std::cerr << "hir: " << e.what() << "\n";
+    writeError(fmt::format("hir: {}\n", e.what()));
     return kExitInternal;
   } catch (const std::exception& e) {
-    std::cerr << "hir: internal error: " << e.what() << "\n";
+    writeError(fmt::format("hir: internal error: {}\n", e.what()));
     return kExitInternal;
   }
 }
