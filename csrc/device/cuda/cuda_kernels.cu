@@ -34,9 +34,10 @@ std::atomic<bool> programmatic{true};
 
 // Every launch of this file goes through here. A kernel of one block is
 // launched as a programmatic dependent of the kernel before it on its stream
-// (sm_90+; elsewhere CUDA ignores the attribute): it may be made resident
-// while that kernel still runs, and waits for it in followPrevious(), so its
-// launch overlaps the previous kernel instead of following its end. Only
+// (CudaDevice turns this off below compute capability 9.0): it may be made
+// resident while that kernel still runs, and waits for it in
+// followPrevious(), so its launch overlaps the previous kernel instead of
+// following its end. Only
 // one-block kernels: a waiting block holds its SM slot, and a grid of them
 // could starve a kernel of another stream or process (an ipc peer under MPS)
 // that the previous kernel waits for.
@@ -1043,16 +1044,17 @@ struct IntArith {  // wrapping, through the unsigned type
   __device__ static S divide(S x, int n) { return static_cast<S>(x / static_cast<S>(n)); }
 };
 
-// Element k of the result, source j at source(j). The loop over sources is
-// unrolled to the constant bound, so that every j is a constant (no local
-// copy of the sources).
-template <class A, ReduceOp Op, class Source>
-__device__ __forceinline__ typename A::S reduceElement(Source source, int n, std::size_t k) {
+// Element k of the result. The loop over sources is unrolled to the
+// constant bound, so that every source pointer is a fixed parameter (no
+// local copy of the parameter block).
+template <class A, ReduceOp Op>
+__device__ __forceinline__ typename A::S reduceElement(const ReduceSources& srcs, int n,
+                                                        std::size_t k) {
   using S = typename A::S;
-  S acc = static_cast<const S*>(source(0))[k];
+  S acc = static_cast<const S*>(srcs.p[0])[k];
 #pragma unroll
   for (int j = 1; j < static_cast<int>(kMaxReduceSources); ++j)
-    if (j < n) acc = A::template combine<Op>(static_cast<const S*>(source(j))[k], acc);
+    if (j < n) acc = A::template combine<Op>(static_cast<const S*>(srcs.p[j])[k], acc);
   if constexpr (Op == ReduceOp::Avg) acc = A::divide(acc, n);
   return acc;
 }
@@ -1202,8 +1204,7 @@ __global__ void __launch_bounds__(kBlockThreads)
                  std::size_t count, bool wide) {
   followPrevious();
   using S = typename A::S;
-  const ReduceSources at = placeSources(given, sync, nullptr);
-  auto placed = [&](int j) { return at.p[j]; };
+  const ReduceSources srcs = placeSources(given, sync, nullptr);
   constexpr int kPer = 16 / sizeof(S);
   using Vec = VecOf<S>;
   const std::size_t first = static_cast<std::size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
@@ -1213,12 +1214,12 @@ __global__ void __launch_bounds__(kBlockThreads)
     const std::size_t vectors = count / kPer;
     for (std::size_t v = first; v < vectors; v += stride) {
       Vec acc;
-      acc.bits = static_cast<const uint4*>(placed(0))[v];
+      acc.bits = static_cast<const uint4*>(srcs.p[0])[v];
 #pragma unroll
       for (int j = 1; j < static_cast<int>(kMaxReduceSources); ++j) {
         if (j < n) {
           Vec in;
-          in.bits = static_cast<const uint4*>(placed(j))[v];
+          in.bits = static_cast<const uint4*>(srcs.p[j])[v];
 #pragma unroll
           for (int e = 0; e < kPer; ++e) acc.e[e] = A::template combine<Op>(in.e[e], acc.e[e]);
         }
@@ -1232,7 +1233,7 @@ __global__ void __launch_bounds__(kBlockThreads)
     scalar_from = vectors * kPer;
   }
   for (std::size_t k = scalar_from + first; k < count; k += stride)
-    dst[k] = reduceElement<A, Op>(placed, n, k);
+    dst[k] = reduceElement<A, Op>(srcs, n, k);
 }
 
 // A reduction with its waits, pushes and signals in one block (small
@@ -1285,7 +1286,7 @@ __global__ void __launch_bounds__(kBlockThreads)
     scalar_from = vectors * kPer;
   }
   for (std::size_t k = scalar_from + first; k < count; k += stride)
-    dst[k] = reduceElement<A, Op>([&](int j) { return srcs.p[j]; }, n, k);
+    dst[k] = reduceElement<A, Op>(srcs, n, k);
   syncSignal(sync, n, v);
 }
 
@@ -1486,11 +1487,11 @@ cudaError_t launchSpin(cudaStream_t stream, uint64_t nanoseconds) {
                       stream);
 }
 
+void setProgrammaticLaunch(bool on) { programmatic.store(on, std::memory_order_relaxed); }
+
 // Every (dtype, op) instantiation of every kernel above (every value of
 // types.h's tables), through the launch functions with placeholder
 // arguments that nothing dereferences.
-void setProgrammaticLaunch(bool on) { programmatic.store(on, std::memory_order_relaxed); }
-
 cudaError_t preloadKernels() {
   preloading = true;
   cudaError_t first = cudaSuccess;
