@@ -12,8 +12,8 @@
 # Sizes: allreduce 8 B, allgather 256 B in all, send/recv 8 B (hir run:
 # a ping-pong, one way; comm_bench: a ring exchange, as nccl-tests).
 # Then ipc's ping-pong through hir run, protocols eager and put, each eager
-# and --graph, at 2 ranks (on a machine of 1 GPU, both ranks on it:
-# HIR_SHARE_GPUS=1).
+# and --graph, at 2 ranks (on a machine of 1 GPU, both ranks on it under
+# an MPS daemon, HIR_SHARE_GPUS=1; left out where MPS is missing).
 #
 #   bash scripts/graph-bench.sh [--build DIR] [--reps N] [--np N] [--k N]
 #                               [--nccl-tests DIR]
@@ -176,11 +176,25 @@ done
 # which says nothing of NVLink, only of the protocol's own cost).
 # Both protocols of an 8-byte message: eager (what auto picks at that size)
 # and put (the program with "protocol": "put" on every message).
-ipc_np=2 shared=""
-if [ "${gpus:-0}" -lt 2 ]; then export HIR_SHARE_GPUS=1; shared=" (2 ranks sharing 1 GPU)"; fi
+# Sharing one GPU, the ranks run under an MPS daemon (scripts/mps-env.sh):
+# without one they take turns in time slices of milliseconds, which is all
+# the ping-pong would then measure (4.5 s per run of k = 1000 on an H100),
+# so without MPS the part is left out.
+ipc_np=2 shared="" ipc_protos="eager put"
+if [ "${gpus:-0}" -lt 2 ]; then
+  shared=" (2 ranks sharing 1 GPU)"
+  # shellcheck source=mps-env.sh
+  . "$root/scripts/mps-env.sh"
+  if mps_start "$tmp"; then
+    trap 'mps_stop; rm -rf "$tmp"' EXIT
+  else
+    echo "graph-bench: no MPS daemon on this machine of one GPU: ipc's ping-pong left out" >&2
+    ipc_protos=""
+  fi
+fi
 sed 's/"backend": "ipc"/"backend": "ipc", "protocol": "put"/' \
   "$root/bench/graph/pingpong_ipc_loop.json" >"$tmp/pingpong_ipc_put.json"
-for proto in eager put; do
+for proto in $ipc_protos; do
   prog="$root/bench/graph/pingpong_ipc_loop.json"
   [ "$proto" = put ] && prog="$tmp/pingpong_ipc_put.json"
   for mode in eager graph; do
@@ -208,6 +222,7 @@ print(f"2,hir run ipc {proto}{shared},sendrecv,8,{mode},{us:.3f},")
 ' "$mode" "$proto" "${shared:+ shared}" "$k" >>"$csv"
   done
 done
+if [ -n "$shared" ] && [ -n "$ipc_protos" ]; then mps_stop; trap 'rm -rf "$tmp"' EXIT; fi
 unset HIR_SHARE_GPUS
 
 # The table: one row per (np, op), us per operation.

@@ -1,0 +1,121 @@
+#!/usr/bin/env bash
+# What a machine of 2 GPUs owes the open issues (#12 graphs, #13 ipc, #14
+# item 8), step by step within a time budget, so that one device call (600 s
+# at most) does as much as fits and the next call goes on where it stopped.
+# Runs the binaries that scripts/gpu-pack.sh --nccl-tests DIR packed (the
+# device tool's `carry`); builds nothing.
+#
+#   bash scripts/gpu-owed.sh [--build DIR] [--budget S] [--steps "check graph ..."]
+#
+# The steps, in this order (--steps picks some; the estimate is what the
+# budget counts; each runs under `timeout` of the budget left):
+#   faults    gpu-faults.sh --timeout 10: #14 item 8                  (100 s)
+#   soak      gpu-soak.sh --iters 100000: #14 item 8                  (100 s)
+#   graph     graph-bench.sh --np 2 --k 1000 --nccl-tests: #12's table (150 s)
+#   check     gpu-check.sh --prebuilt: GPU tests at 1 and 2 ranks, examples,
+#             hir_p2p_bench (1 KiB - 1 GiB; eager up to 16 MiB: #13's mid
+#             sizes) and hir_comm_bench                               (180 s)
+#   colls     ipc-collectives-bench.sh, allreduce and allgather, 8 B - 1 GiB
+#             by 8x: #13's table                                      (150 s)
+#   probe     ipc-latency-probe.sh, 8 B and 8 KiB, --graph: lines and PDL
+#             over NVLink (default, HIR_IPC_INLINE_MAX=0 and 4096,
+#             HIR_CUDA_PDL=0)                                          (120 s)
+#   probe-mid the same at 16 - 64 KiB: one block's batches, and 64 KiB slots
+#             (HIR_IPC_EAGER_MAX=65536)                               (100 s)
+#
+# --budget S (default 560): a step starts only if its estimate fits in what
+# is left of S since this script started; the others are listed as left for
+# the next call, with the --steps to give it.
+# Writes two files under ${OUT:-gpu-out} (the device tool brings back few):
+# owed.tar.gz (every step's own files, under owed/STEP/) and owed.txt (each
+# step's result and the end of its output, also printed last).
+# NCCL_NVLS_ENABLE=0 always.
+set -u -o pipefail
+
+root=$(cd "$(dirname "$0")/.." && pwd)
+out=${OUT:-$root/gpu-out}
+build=$root/build-carry budget=560
+all="faults soak graph check colls probe probe-mid"
+steps=$all
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --build) shift; build=${1:-} ;;
+    --budget) shift; budget=${1:-} ;;
+    --steps) shift; steps=${1:-} ;;
+    -h|--help) sed -n '2,31p' "$0"; exit 0 ;;
+    *) echo "gpu-owed: unknown option $1" >&2; exit 2 ;;
+  esac
+  shift
+done
+case $budget in
+  ''|*[!0-9]*|0) echo "gpu-owed: --budget expects a positive number of seconds, got '$budget'" >&2; exit 2 ;;
+esac
+for s in $steps; do
+  case " $all " in *" $s "*) ;; *)
+    echo "gpu-owed: unknown step '$s' (the steps: $all)" >&2; exit 2 ;;
+  esac
+done
+[ -n "$steps" ] || { echo "gpu-owed: --steps names no step (the steps: $all)" >&2; exit 2; }
+build=$(readlink -f "$build" 2>/dev/null) && [ -x "$build/bin/hir" ] ||
+  { echo "gpu-owed: no packed build at '$build' (scripts/gpu-pack.sh --nccl-tests DIR)" >&2; exit 2; }
+gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
+[ "${gpus:-0}" -ge 2 ] || { echo "gpu-owed: needs 2 GPUs, found ${gpus:-0}" >&2; exit 2; }
+
+# shellcheck source=prebuilt-env.sh
+. "$root/scripts/prebuilt-env.sh" "$build" || exit 2
+export NCCL_NVLS_ENABLE=0
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+nccl_tests=()
+[ -x "$build/nccl-tests/all_reduce_perf" ] && nccl_tests=(--nccl-tests "$build/nccl-tests")
+
+estimate() {
+  case $1 in
+    check) echo 180 ;; graph | colls) echo 150 ;; probe) echo 120 ;; *) echo 100 ;;
+  esac
+}
+run_step() {
+  case $1 in
+    check) bash "$root/scripts/gpu-check.sh" --prebuilt "$build" ;;
+    graph) bash "$root/scripts/graph-bench.sh" --build "$build" --np 2 --k 1000 --reps 3 \
+             "${nccl_tests[@]}" ;;
+    probe) bash "$root/scripts/ipc-latency-probe.sh" --build "$build" --n "2 2048" --modes graph \
+             --reps 2 --variants "default HIR_IPC_INLINE_MAX=0 HIR_IPC_INLINE_MAX=4096 HIR_CUDA_PDL=0" ;;
+    probe-mid) bash "$root/scripts/ipc-latency-probe.sh" --build "$build" \
+                 --n "4096 8192 16384" --modes graph --reps 2 \
+                 --variants "default HIR_IPC_EAGER_MAX=65536" ;;
+    colls) bash "$root/scripts/ipc-collectives-bench.sh" --build "$build" --np 2 \
+             --ops allreduce,allgather -b 8 -e 1G -f 8 -n 10 -w 3 --graph-max 32K \
+             --eager-sweep-max 32K ;;
+    faults) bash "$root/scripts/gpu-faults.sh" "$build" --timeout 10 ;;
+    soak) bash "$root/scripts/gpu-soak.sh" "$build" --iters 100000 ;;
+  esac
+}
+
+start=$(date +%s)
+mkdir -p "$out/owed"
+summary="$out/owed.txt"
+: >"$summary"
+echo "gpu-owed at $(date '+%F %T'), $(sed -n 's/^commit //p' "$build/MANIFEST"), ${gpus} GPUs, budget ${budget} s" >>"$summary"
+left=() failed=0
+for s in $steps; do
+  elapsed=$(($(date +%s) - start))
+  room=$((budget - elapsed))
+  if [ "$(estimate "$s")" -gt "$room" ]; then left+=("$s"); continue; fi
+  dir="$out/owed/$s"
+  mkdir -p "$dir"
+  t0=$(date +%s)
+  OUT=$dir timeout "$room" bash -c "$(declare -f run_step); $(declare -p root build nccl_tests); run_step $s" \
+    >"$dir/output.txt" 2>&1
+  rc=$?
+  [ "$rc" = 0 ] || failed=1
+  note=""
+  [ "$rc" = 124 ] && note=" (stopped by the budget)"
+  { printf '\n== %s: exit %s in %s s%s\n' "$s" "$rc" "$(($(date +%s) - t0))" "$note"
+    tail -n 25 "$dir/output.txt"; } >>"$summary"
+done
+if [ "${#left[@]}" -gt 0 ]; then
+  printf '\nleft for the next call: bash scripts/gpu-owed.sh --steps "%s"\n' "${left[*]}" >>"$summary"
+fi
+tar czf "$out/owed.tar.gz" -C "$out" owed && rm -rf "$out/owed"
+cat "$summary"
+exit $failed
