@@ -370,9 +370,11 @@ if [ "$run_bench" = 1 ] && [ "$gpus" -ge 2 ]; then
     p2p_lines "$ce_csv" "  (copy engine only)" 'latency:8'
     p2p_lines "$eager_csv" "  (HIR_IPC_EAGER_MAX=16M)" \
       'bandwidth:65536 bandwidth:1048576 bandwidth:16777216'
-    # Kept in p2p.csv as test "bandwidth_eager16M".
+    # Kept in p2p.csv as tests "bandwidth_eager16M" and "latency_eager16M"
+    # (its own 8 B latency run: NCCL's varies by 30% from run to run).
     if [ -s "$eager_csv" ] && [ -s "$out/p2p.csv" ]; then
-      tail -n +2 "$eager_csv" | sed 's/^\([0-9]*\),bandwidth,/\1,bandwidth_eager16M,/' >>"$out/p2p.csv"
+      tail -n +2 "$eager_csv" |
+        sed 's/^\([0-9]*\),\(bandwidth\|latency\),/\1,\2_eager16M,/' >>"$out/p2p.csv"
     fi
     rm -f "$eager_csv"
     # Kept in p2p.csv as test "latency_ce".

@@ -10,13 +10,15 @@
 # The steps, in this order (--steps picks some; the estimate is what the
 # budget counts; each runs under `timeout` of the budget left):
 #   faults    gpu-faults.sh --timeout 10: #14 item 8                  (100 s)
-#   soak      gpu-soak.sh --iters 100000: #14 item 8                  (100 s)
+#   soak      gpu-soak.sh --iters 100000 --runs 8: #14 item 8 (one run of
+#             100,000 iterations takes 6 s on 2 H200s, mostly start-up: too
+#             short to tell a leak from the warm-up)                   (100 s)
 #   graph     graph-bench.sh --np 2 --k 1000 --nccl-tests: #12's table (150 s)
 #   check     gpu-check.sh --prebuilt: GPU tests at 1 and 2 ranks, examples,
 #             hir_p2p_bench (1 KiB - 1 GiB; eager up to 16 MiB: #13's mid
-#             sizes) and hir_comm_bench                               (180 s)
-#   colls     ipc-collectives-bench.sh, allreduce and allgather, 8 B - 1 GiB
-#             by 8x: #13's table                                      (150 s)
+#             sizes) and hir_comm_bench (the examples take 4 min)     (330 s)
+#   colls     ipc-collectives-bench.sh, every collective, 8 B - 1 GiB by
+#             8x: #13's table                                         (300 s)
 #   probe     ipc-latency-probe.sh, 8 B and 8 KiB, --graph: lines and PDL
 #             over NVLink (default, HIR_IPC_INLINE_MAX=0 and 4096,
 #             HIR_CUDA_PDL=0)                                          (120 s)
@@ -70,7 +72,7 @@ nccl_tests=()
 
 estimate() {
   case $1 in
-    check) echo 180 ;; graph | colls) echo 150 ;; probe) echo 120 ;; *) echo 100 ;;
+    check) echo 330 ;; colls) echo 300 ;; graph) echo 150 ;; probe) echo 120 ;; *) echo 100 ;;
   esac
 }
 run_step() {
@@ -84,10 +86,10 @@ run_step() {
                  --n "4096 8192 16384" --modes graph --reps 2 \
                  --variants "default HIR_IPC_EAGER_MAX=65536" ;;
     colls) bash "$root/scripts/ipc-collectives-bench.sh" --build "$build" --np 2 \
-             --ops allreduce,allgather -b 8 -e 1G -f 8 -n 10 -w 3 --graph-max 32K \
+             -b 8 -e 1G -f 8 -n 10 -w 3 --graph-max 32K \
              --eager-sweep-max 32K ;;
     faults) bash "$root/scripts/gpu-faults.sh" "$build" --timeout 10 ;;
-    soak) bash "$root/scripts/gpu-soak.sh" "$build" --iters 100000 ;;
+    soak) bash "$root/scripts/gpu-soak.sh" "$build" --iters 100000 --runs 8 ;;
   esac
 }
 
