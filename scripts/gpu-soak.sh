@@ -81,7 +81,10 @@ elapsed=$(awk -v a="$(date +%s.%N)" -v b="$start" 'BEGIN { printf "%.1f", a - b 
 # The first sample after the warm-up (NCCL and CUDA contexts, the first
 # allocations: 3 s, or a quarter of the job when longer; under MPS 100,000
 # iterations take 4 s, the first 3 of them setting up) against the last
-# taken while as many processes ran (not one of the job's exit).
+# taken while as many processes ran (not one of the job's exit), at least
+# 10 s apart: one run of 100,000 iterations of soak_mixed.json on 2 H200s
+# took 6 s of a 10 s job, and its samples from 3.2 s still saw the start
+# (resident memory 0.88 -> 1.63 GB).
 warm=$(awk -v e="$elapsed" 'BEGIN { w = e / 4; printf "%.1f", (w > 3 ? w : 3) }')
 verdict=$(awk -F, -v warm="$warm" 'NR > 1 && $1 + 0 >= warm + 0 && !first { first = $0; procs = $5 }
   first && $5 == procs { last = $0 }
@@ -89,6 +92,10 @@ verdict=$(awk -F, -v warm="$warm" 'NR > 1 && $1 + 0 >= warm + 0 && !first { firs
     if (!first) { print "too short to judge"; exit }
     split(first, a, ","); split(last, b, ",");
     if (a[1] == b[1]) { print "too short to judge (one sample after the warm-up)"; exit }
+    if (b[1] - a[1] < 10) {
+      printf "too short to judge (%.1f s of samples after the warm-up, 10 needed: more --runs)\n",
+        b[1] - a[1]; exit
+    }
     ok = 1
     if (b[2] > a[2] * 1.05 + 16384) ok = 0
     if (b[3] > a[3] * 1.05 + 16) ok = 0
