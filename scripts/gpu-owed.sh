@@ -44,7 +44,7 @@ while [ $# -gt 0 ]; do
     --build) shift; build=${1:-} ;;
     --budget) shift; budget=${1:-} ;;
     --steps) shift; steps=${1:-} ;;
-    -h|--help) sed -n '2,31p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,34p' "$0"; exit 0 ;;
     *) echo "gpu-owed: unknown option $1" >&2; exit 2 ;;
   esac
   shift
