@@ -7,6 +7,7 @@
 // runs. Every GPU test skips when there is no usable GPU per rank (the
 // decision is collective: support/gpu_test.h).
 #include <cuda_runtime_api.h>
+#include <nccl.h>
 
 #include <algorithm>
 #include <chrono>
@@ -369,6 +370,36 @@ TEST(NcclBackend, PostReturnsWhileTheWorkItDependsOnStillRuns) {
   for (std::size_t k = 0; k < kCount; k += 4099)
     ASSERT_EQ(loadAsDouble(got.data(), DType::Float32, k), base + world * static_cast<double>(k))
         << "element " << k;
+}
+
+// allocateSymmetric's memory is zero when the call returns, and keeps
+// what is written into it next. Its zeroing once went onto the legacy
+// default stream (cudaMemset returns before it runs there), with which the
+// device's non-blocking streams do not synchronize: a program's first fill
+// could run first and be zeroed after it (a GPU test once saw its first
+// run's input all zeros). A spin holds the legacy stream meanwhile, so that
+// such a zeroing would land after the fill below.
+TEST(NcclBackend, SymmetricMemoryIsZeroedBeforeItsAllocationReturns) {
+  HIR_REQUIRE_GPUS(1);
+  int version = 0;
+  if (ncclGetVersion(&version) != ncclSuccess || version < 22700)
+    GTEST_SKIP() << "NCCL " << version << " has no symmetric windows (2.27)";
+  Harness& h = harness();
+  Device& d = *h.device;
+  constexpr std::size_t kCount = 1 << 16;
+  auto legacy = d.wrapStream(cudaStreamLegacy);
+  cuda::testSpin(*legacy, 300);
+  const std::vector<int> world_team{0};
+  void* p = h.backend->allocateSymmetric(kCount * 4, world_team);
+  ASSERT_NE(p, nullptr) << "NCCL " << version << " declined a window";
+  auto s = d.createStream();
+  d.fill(*s, p, DType::Int32, kCount, 7, 1);
+  d.synchronize(*s, testTimeout());
+  ASSERT_EQ(cudaStreamSynchronize(cudaStreamLegacy), cudaSuccess);  // the spin, and what followed it
+  std::vector<std::byte> got = download(p, kCount * 4);
+  for (std::size_t k = 0; k < kCount; k += 997)
+    ASSERT_EQ(loadAsDouble(got.data(), DType::Int32, k), 7.0 + static_cast<double>(k))
+        << "element " << k << ": the zeroing landed after the fill";
 }
 
 // Work enqueued on the current stream after a stream-mode wait sees the

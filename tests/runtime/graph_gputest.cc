@@ -337,6 +337,9 @@ TEST(GraphMode, BindingAnotherBufferAfterTheCaptureIsSeenByTheNextRun) {
   auto upload = [&](float* dst, float value) {
     for (std::size_t k = 0; k < kN; ++k) host[k] = value + static_cast<float>(k);
     cudaOk(cudaMemcpy(dst, host.data(), kN * sizeof(float), cudaMemcpyHostToDevice), "upload");
+    // From pageable memory the copy may return before its DMA lands, and
+    // the evaluator's streams do not wait for the legacy default stream.
+    cudaOk(cudaDeviceSynchronize(), "synchronize after the upload");
   };
   upload(a.in, 1);
   upload(b.in, 1000);

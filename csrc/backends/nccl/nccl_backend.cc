@@ -808,7 +808,16 @@ void* NcclBackend::allocateSymmetric(std::size_t bytes, std::span<const int> tea
   void* p = nullptr;
   HIR_NCCL_CHECK(ncclMemAlloc(&p, bytes), s.rank, "symmetric memory");
   s.symmetric_memory.push_back(p);
-  HIR_CUDA_CHECK(s.ordinal, cudaMemset(p, 0, bytes));
+  // Zeroed, and done before this returns. cudaMemset would not do: on
+  // device memory it returns before the memset ran, on the legacy default
+  // stream, with which the evaluator's non-blocking streams do not
+  // synchronize, so a program's first fill could run first and be zeroed
+  // after it (GraphMode.AGraphOfSendsAndRecvsTearsDownPromptly once saw its
+  // alltoall's input all zeros).
+  HIR_CUDA_CHECK(s.ordinal, cudaMemsetAsync(p, 0, bytes, s.stream));
+  HIR_CHECK_AS(TimeoutError, s.drainStream(s.timeout),
+               "nccl: zeroing {} bytes of symmetric memory on rank {} did not complete within {} ms",
+               bytes, s.rank, s.timeout.count());
   for (int team : teams) {
     HIR_INTERNAL_ASSERT(team >= 0 && team < static_cast<int>(s.teams.size()),
                         "nccl: allocateSymmetric for team {} of {}", team, s.teams.size());
