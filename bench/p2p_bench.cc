@@ -7,7 +7,7 @@
 // Device interface only, timed the same way and interleaved with the rest.
 //
 //   mpirun -np 2 hir_p2p_bench [--device cuda|host] [--min 1K] [--max 1G]
-//       [--factor 4] [--reps 5] [--run-bytes 4G] [--csv PATH]
+//       [--factor 4] [--reps 5] [--run-bytes 4G] [--csv PATH] [--base nccl|mpi|ipc]
 // (`hir_p2p_bench --help` lists them; arguments are parsed by CLI11, before
 // MPI starts.)
 //
@@ -62,6 +62,7 @@ struct Options {
   int reps = 5;
   int64_t run_bytes = int64_t{4} << 30;  // bytes sent per bandwidth run
   std::string csv;
+  std::string base;  // the baseline's backend; empty: nccl on cuda, mpi on the host
 };
 
 // Parses the command line before MPI is initialized, on every rank alike, so
@@ -79,7 +80,7 @@ int parse(int argc, char** argv, Options& o) {
   app.get_formatter()->column_width(24);
   app.footer("Sizes take K, M, G suffixes (KiB, MiB, GiB). An option may be given once; values "
              "as\n`--opt value` or `--opt=value`.");
-  std::string device, min, max, factor, reps, run_bytes, csv;
+  std::string device, min, max, factor, reps, run_bytes, csv, base;
   using hir::bench::singleOption;
   singleOption(app, "--device", device, "D", "cuda (default) or host");
   singleOption(app, "--min", min, "BYTES", "smallest message of the bandwidth rows (default 1K)");
@@ -88,6 +89,9 @@ int parse(int argc, char** argv, Options& o) {
   singleOption(app, "--reps", reps, "N", "repetitions; each time is their median (default 5)");
   singleOption(app, "--run-bytes", run_bytes, "BYTES", "bytes sent per bandwidth run (default 4G)");
   singleOption(app, "--csv", csv, "PATH", "also write the results to PATH (rank 0)");
+  singleOption(app, "--base", base, "B",
+               "the baseline's backend: nccl (default on cuda), mpi (default on the host) or "
+               "ipc (its auto protocol: for ranks sharing one GPU, where NCCL refuses to run)");
   return hir::bench::parse(app, argc, argv, "hir_p2p_bench", [&] {
     using hir::bench::parseBytes;
     using hir::bench::parseInteger;
@@ -104,6 +108,11 @@ int parse(int argc, char** argv, Options& o) {
     if (given("--reps")) o.reps = static_cast<int>(parseInteger("--reps", reps, 1, 1000000));
     if (given("--run-bytes")) o.run_bytes = parseBytes("--run-bytes", run_bytes, 1);
     if (given("--csv")) o.csv = csv;
+    if (given("--base")) {
+      if (base != "nccl" && base != "mpi" && base != "ipc")
+        throw hir::UsageError(fmt::format("--base expects nccl, mpi or ipc, got '{}'", base));
+      o.base = base;
+    }
     if (o.min > o.max)
       throw hir::UsageError(fmt::format("--min ({}) must not exceed --max ({})", o.min, o.max));
   });
@@ -369,7 +378,9 @@ int main(int argc, char** argv) {
   try {
     if (boot->world() < 2) throw hir::UsageError("hir_p2p_bench needs at least 2 ranks");
     hir::Session session(*boot, hir::SessionOptions{o.device});
-    std::string base = session.device().kind() == "cuda" ? "nccl" : "mpi";
+    std::string base = !o.base.empty()                     ? o.base
+                       : session.device().kind() == "cuda" ? "nccl"
+                                                           : "mpi";
     // Read once: every rank has the same (the ipc backend's setup compares it).
     const std::size_t eager_max = hir::ipcEagerMaxBytes();
     // variants[0] is the base; the index of each is its place in every row.

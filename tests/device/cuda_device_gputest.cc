@@ -51,20 +51,30 @@ bool firstTwoRanksShareANode() {
 
 // ------------------------------------------------------------- helpers
 
-// The cuda device made while HIR_CUDA_KERNEL_COPY_MAX is `copy_max` (the
-// device reads it once; "" is the default, "0" the copy engine always).
-std::unique_ptr<Device> makeCudaDeviceWithCopyMax(const char* copy_max) {
-  ::setenv("HIR_CUDA_KERNEL_COPY_MAX", copy_max, 1);
+// The cuda device made while environment variable `name` is `value` (the
+// device reads its variables once, when it is made).
+std::unique_ptr<Device> makeCudaDeviceWithEnv(const char* name, const char* value) {
+  ::setenv(name, value, 1);
   std::unique_ptr<Device> device;
   try {
     device = makeCudaDevice();
   } catch (...) {
-    ::unsetenv("HIR_CUDA_KERNEL_COPY_MAX");
+    ::unsetenv(name);
     throw;
   }
-  ::unsetenv("HIR_CUDA_KERNEL_COPY_MAX");
+  ::unsetenv(name);
   return device;
 }
+
+// HIR_CUDA_KERNEL_COPY_MAX = `copy_max` ("" is the default, "0" the copy
+// engine always).
+std::unique_ptr<Device> makeCudaDeviceWithCopyMax(const char* copy_max) {
+  return makeCudaDeviceWithEnv("HIR_CUDA_KERNEL_COPY_MAX", copy_max);
+}
+
+// Both ways the cuda device runs waitValue and writeValue
+// (HIR_CUDA_SEMAPHORES): the semaphore tests hold for each.
+constexpr const char* kSemaphoreModes[] = {"kernel", "memop"};
 
 // Device memory that frees itself.
 class Buffer {
@@ -1153,77 +1163,106 @@ class SemaphoreRelease {
   uint32_t* flag_;
 };
 
-TEST(CudaDevice, WaitValueHoldsAStreamUntilAnotherStreamWrites) {
-  HIR_REQUIRE_GPUS(1);
-  auto device = makeCudaDevice();
-  if (!device->supports(DeviceFeature::StreamSemaphore))
-    GTEST_SKIP() << "stream memory operations are not available";
-  Buffer flag_mem(*device, 4);
+
+namespace {
+
+// WaitValueHoldsAStreamUntilAnotherStreamWrites on `d`.
+void waitValueHoldsAStreamUntilAnotherStreamWrites(Device& d) {
+  Buffer flag_mem(d, 4);
   auto* flag = static_cast<uint32_t*>(flag_mem.data());
   constexpr std::size_t kCount = 4096;
-  Buffer out(*device, kCount * 4);
-  auto waiter = device->createStream();
-  auto writer = device->createStream();
-  auto done = device->createEvent();
-  SemaphoreRelease release(*device, flag);
+  Buffer out(d, kCount * 4);
+  auto waiter = d.createStream();
+  auto writer = d.createStream();
+  auto done = d.createEvent();
+  SemaphoreRelease release(d, flag);
 
-  device->waitValue(*waiter, flag, 1);
-  device->fill(*waiter, out.data(), DType::Int32, kCount, 9, 2);
-  device->record(*done, *waiter);
+  d.waitValue(*waiter, flag, 1);
+  d.fill(*waiter, out.data(), DType::Int32, kCount, 9, 2);
+  d.record(*done, *waiter);
   std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  EXPECT_FALSE(device->query(*done)) << "the wait did not hold the stream";
+  EXPECT_FALSE(d.query(*done)) << "the wait did not hold the stream";
 
-  device->writeValue(*writer, flag, 1);
-  device->synchronize(*done, testTimeout());
+  d.writeValue(*writer, flag, 1);
+  d.synchronize(*done, testTimeout());
   EXPECT_EQ(firstDifference(readBack(out.data(), out.bytes()),
                             hostPattern(DType::Int32, kCount, 9, 2), DType::Int32),
             -1);
 
   // Greater-or-equal: a later sequence number satisfies an earlier wait.
-  device->writeValue(*writer, flag, 5);
-  device->synchronize(*writer, testTimeout());
-  device->waitValue(*waiter, flag, 3);
-  device->record(*done, *waiter);
-  device->synchronize(*done, std::chrono::seconds(5));
+  d.writeValue(*writer, flag, 5);
+  d.synchronize(*writer, testTimeout());
+  d.waitValue(*waiter, flag, 3);
+  d.record(*done, *waiter);
+  d.synchronize(*done, std::chrono::seconds(5));
 }
 
-// signaledCopy holds the copy until the flag is written, and a stream that
-// waits for its signal sees the whole copy: a small copy (one kernel, at the
-// limit of the kernel path too) and a large one (the copy engine path).
-TEST(CudaDevice, SignaledCopyWaitsForTheFlagAndSignalsAfterTheCopy) {
+}  // namespace
+
+// For kernel and memop semaphores alike (HIR_CUDA_SEMAPHORES).
+TEST(CudaDevice, WaitValueHoldsAStreamUntilAnotherStreamWrites) {
   HIR_REQUIRE_GPUS(1);
-  auto device = makeCudaDevice();
-  if (!device->supports(DeviceFeature::StreamSemaphore))
-    GTEST_SKIP() << "stream memory operations are not available";
-  const std::size_t sizes[] = {100, 64 << 10, 4 << 20};
-  Records records(*device, std::size(sizes));
+  for (const char* mode : kSemaphoreModes) {
+    SCOPED_TRACE(fmt::format("HIR_CUDA_SEMAPHORES={}", mode));
+    auto device = makeCudaDeviceWithEnv("HIR_CUDA_SEMAPHORES", mode);
+    if (!device->supports(DeviceFeature::StreamSemaphore))
+      GTEST_SKIP() << "stream memory operations are not available";
+    waitValueHoldsAStreamUntilAnotherStreamWrites(*device);
+  }
+}
+
+namespace {
+
+// SignaledCopyWaitsForTheFlagAndSignalsAfterTheCopy on `d`: no copy (a wait
+// and a signal alone), a small copy (one kernel, at the limit of the kernel
+// path too) and a large one (the copy engine path).
+void signaledCopyWaitsForTheFlagAndSignalsAfterTheCopy(Device& d) {
+  const std::size_t sizes[] = {0, 100, 64 << 10, 4 << 20};
+  Records records(d, std::size(sizes));
   for (std::size_t i = 0; i < std::size(sizes); ++i) {
     const std::size_t bytes = sizes[i];
     SCOPED_TRACE(fmt::format("{} bytes", bytes));
-    Buffer flags(*device, 8), src(*device, bytes), dst(*device, bytes);
+    const std::size_t room = std::max<std::size_t>(bytes, 16);
+    Buffer flags(d, 8), src(d, room), dst(d, room);
     auto* wait_flag = static_cast<uint32_t*>(flags.data());
     uint32_t* signal = wait_flag + 1;
-    auto copier = device->createStream(), writer = device->createStream(),
-         reader = device->createStream();
-    auto copied = device->createEvent(), read = device->createEvent();
-    device->fill(*copier, src.data(), DType::UInt8, bytes, 7, 1);
-    device->fill(*copier, dst.data(), DType::UInt8, bytes, 0, 0);
-    device->synchronize(*copier, testTimeout());
-    SemaphoreRelease release(*device, wait_flag);
+    auto copier = d.createStream(), writer = d.createStream(), reader = d.createStream();
+    auto copied = d.createEvent(), read = d.createEvent();
+    d.fill(*copier, src.data(), DType::UInt8, bytes, 7, 1);
+    d.fill(*copier, dst.data(), DType::UInt8, bytes, 0, 0);
+    d.fill(*copier, flags.data(), DType::Int32, 2, 0, 0);
+    d.synchronize(*copier, testTimeout());
+    SemaphoreRelease release(d, wait_flag);
 
-    device->signaledCopy(*copier, dst.data(), src.data(), bytes, wait_flag, 1, signal, 3);
-    device->record(*copied, *copier);
-    device->waitValue(*reader, signal, 3);
-    device->check(*reader, dst.data(), DType::UInt8, bytes, 7, 1, 0, records.get(i), 0);
-    device->record(*read, *reader);
+    d.signaledCopy(*copier, dst.data(), src.data(), bytes, wait_flag, 1, signal, 3);
+    d.record(*copied, *copier);
+    d.waitValue(*reader, signal, 3);
+    d.check(*reader, dst.data(), DType::UInt8, bytes, 7, 1, 0, records.get(i), 0);
+    d.record(*read, *reader);
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    EXPECT_FALSE(device->query(*copied)) << "the copy did not wait for the flag";
-    EXPECT_FALSE(device->query(*read)) << "the signal came before the flag";
+    EXPECT_FALSE(d.query(*copied)) << "the copy did not wait for the flag";
+    EXPECT_FALSE(d.query(*read)) << "the signal came before the flag";
 
-    device->writeValue(*writer, wait_flag, 1);
-    device->synchronize(*read, testTimeout());
+    d.writeValue(*writer, wait_flag, 1);
+    d.synchronize(*read, testTimeout());
     EXPECT_EQ(records[i].mismatches, 0u);
     EXPECT_EQ(records[i].checked, bytes);
+  }
+}
+
+}  // namespace
+
+// signaledCopy holds the copy until the flag is written, and a stream that
+// waits for its signal sees the whole copy; for kernel and memop semaphores
+// alike (HIR_CUDA_SEMAPHORES).
+TEST(CudaDevice, SignaledCopyWaitsForTheFlagAndSignalsAfterTheCopy) {
+  HIR_REQUIRE_GPUS(1);
+  for (const char* mode : kSemaphoreModes) {
+    SCOPED_TRACE(fmt::format("HIR_CUDA_SEMAPHORES={}", mode));
+    auto device = makeCudaDeviceWithEnv("HIR_CUDA_SEMAPHORES", mode);
+    if (!device->supports(DeviceFeature::StreamSemaphore))
+      GTEST_SKIP() << "stream memory operations are not available";
+    signaledCopyWaitsForTheFlagAndSignalsAfterTheCopy(*device);
   }
 }
 
@@ -1283,6 +1322,20 @@ TEST(CudaDevice, AnHirCudaPdlOtherThanZeroOrOneIsAUsageError) {
   ::unsetenv("HIR_CUDA_PDL");
   EXPECT_THAT(message, HasSubstr("HIR_CUDA_PDL is 'yes'; expected 1"));
   EXPECT_THAT(message, HasSubstr("or 0"));
+}
+
+// HIR_CUDA_SEMAPHORES takes memop (the default) or kernel; anything else
+// stops the device's creation with a usage error naming both.
+TEST(CudaDevice, AnHirCudaSemaphoresOtherThanKernelOrMemopIsAUsageError) {
+  HIR_REQUIRE_GPUS(1);
+  std::string message;
+  try {
+    makeCudaDeviceWithEnv("HIR_CUDA_SEMAPHORES", "spin");
+  } catch (const UsageError& e) {
+    message = e.what();
+  }
+  EXPECT_THAT(message, HasSubstr("HIR_CUDA_SEMAPHORES is 'spin'; expected memop"));
+  EXPECT_THAT(message, HasSubstr("or kernel"));
 }
 
 // Counted steps over a ring of slots (ipc's eager messages), in the kernel:
@@ -1406,56 +1459,69 @@ TEST(CudaDevice, IpcMemoryIsReadableAndWritableFromAnotherRank) {
   w.barrier();
 }
 
-// Rank 1 exports a flag; rank 0 imports it and writes a value into it; rank
-// 1's stream waits on that value.
-TEST(CudaDevice, StreamSemaphoresSignalAcrossRanks) {
-  HIR_REQUIRE_GPUS(2);
-  if (!firstTwoRanksShareANode()) GTEST_SKIP() << "ranks 0 and 1 are on different nodes";
-  auto device = makeCudaDevice();
-  // Same answer on every rank (same driver), so the skip is collective.
-  if (!device->supports(DeviceFeature::StreamSemaphore))
-    GTEST_SKIP() << "stream memory operations are not available";
+namespace {
+
+// StreamSemaphoresSignalAcrossRanks on `d`.
+void streamSemaphoresSignalAcrossRanks(Device& d) {
   Bootstrap& w = test::world();
   const int rank = w.rank();
   constexpr std::size_t kCount = 1024;
 
   std::unique_ptr<Buffer> flag_mem, out;
   std::unique_ptr<SemaphoreRelease> release;
-  std::unique_ptr<Event> done = device->createEvent();
-  auto stream = device->createStream();
+  std::unique_ptr<Event> done = d.createEvent();
+  auto stream = d.createStream();
   MemoryHandle handle;
   if (rank == 1) {
-    flag_mem = std::make_unique<Buffer>(*device, 4);
-    out = std::make_unique<Buffer>(*device, kCount * 4);
+    flag_mem = std::make_unique<Buffer>(d, 4);
+    out = std::make_unique<Buffer>(d, kCount * 4);
     auto* flag = static_cast<uint32_t*>(flag_mem->data());
-    release = std::make_unique<SemaphoreRelease>(*device, flag);
-    handle = device->exportMemory(flag_mem->data());
-    device->waitValue(*stream, flag, 2);
-    device->fill(*stream, out->data(), DType::Int32, kCount, 100, 1);
-    device->record(*done, *stream);
+    release = std::make_unique<SemaphoreRelease>(d, flag);
+    handle = d.exportMemory(flag_mem->data());
+    d.waitValue(*stream, flag, 2);
+    d.fill(*stream, out->data(), DType::Int32, kCount, 100, 1);
+    d.record(*done, *stream);
   }
   handle = broadcastHandle(handle, 1);
   if (rank == 1) {
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    EXPECT_FALSE(device->query(*done)) << "rank 1's stream ran before rank 0 signalled";
+    EXPECT_FALSE(d.query(*done)) << "rank 1's stream ran before rank 0 signalled";
   }
   w.barrier();
   if (rank == 0) {
-    auto* peer_flag = static_cast<uint32_t*>(device->importMemory(handle));
-    device->writeValue(*stream, peer_flag, 1);  // not enough yet
-    device->writeValue(*stream, peer_flag, 2);
-    device->synchronize(*stream, testTimeout());
-    device->closeImported(peer_flag);
+    auto* peer_flag = static_cast<uint32_t*>(d.importMemory(handle));
+    d.writeValue(*stream, peer_flag, 1);  // not enough yet
+    d.writeValue(*stream, peer_flag, 2);
+    d.synchronize(*stream, testTimeout());
+    d.closeImported(peer_flag);
   }
   if (rank == 1) {
     auto t0 = Clock::now();
-    device->synchronize(*done, testTimeout());
+    d.synchronize(*done, testTimeout());
     EXPECT_LT(msSince(t0), 10000.0);
     EXPECT_EQ(firstDifference(readBack(out->data(), out->bytes()),
                               hostPattern(DType::Int32, kCount, 100, 1), DType::Int32),
               -1);
   }
   w.barrier();
+}
+
+}  // namespace
+
+// Rank 1 exports a flag; rank 0 imports it and writes a value into it; rank
+// 1's stream waits on that value. For kernel and memop semaphores alike
+// (HIR_CUDA_SEMAPHORES).
+TEST(CudaDevice, StreamSemaphoresSignalAcrossRanks) {
+  HIR_REQUIRE_GPUS(2);
+  if (!firstTwoRanksShareANode()) GTEST_SKIP() << "ranks 0 and 1 are on different nodes";
+  for (const char* mode : kSemaphoreModes) {
+    SCOPED_TRACE(fmt::format("HIR_CUDA_SEMAPHORES={}", mode));
+    auto device = makeCudaDeviceWithEnv("HIR_CUDA_SEMAPHORES", mode);
+    // Same answer on every rank (same driver), so the skip is collective.
+    if (!device->supports(DeviceFeature::StreamSemaphore))
+      GTEST_SKIP() << "stream memory operations are not available";
+    streamSemaphoresSignalAcrossRanks(*device);
+  }
 }
 
 }  // namespace

@@ -162,6 +162,25 @@ bool programmaticLaunch() {
   return v == "1";
 }
 
+// HIR_CUDA_SEMAPHORES: how waitValue and writeValue run. "memop" (default):
+// the driver's stream memory operations (cuStreamWaitValue32 /
+// cuStreamWriteValue32), which hold no SM while they wait; "kernel": a
+// one-block kernel whose thread 0 polls the word, or releases the value, at
+// system scope (what the fused signaled copies and the counted steps do
+// already). On one H100 under MPS memops were faster (docs/ipc.md, "Kernel
+// semaphores"); 2 GPUs are yet to be compared.
+bool kernelSemaphores() {
+  const char* text = std::getenv("HIR_CUDA_SEMAPHORES");
+  if (text == nullptr || *text == '\0') return false;
+  const std::string_view v(text);
+  HIR_CHECK_AS(UsageError, v == "kernel" || v == "memop",
+               "HIR_CUDA_SEMAPHORES is '{}'; expected memop (the driver's stream memory "
+               "operations, the default) or kernel (one-block kernels poll and release the "
+               "semaphore words)",
+               text);
+  return v == "kernel";
+}
+
 // The sticky error of failed host functions, shared with the tasks in
 // flight so that a task finishing after the device is gone stays safe.
 struct StickyError {
@@ -233,6 +252,7 @@ class CudaDevice final : public Device {
     name_ = props.name;
     max_blocks_ = std::max(1, props.multiProcessorCount) * 8;
     kernel_copy_max_ = kernelCopyMax();
+    kernel_semaphores_ = kernelSemaphores();
     // Programmatic dependent launch exists from compute capability 9.0.
     setProgrammaticLaunch(programmaticLaunch() && props.major >= 9);
     HIR_CUDA_CHECK(ordinal_, preloadKernels());
@@ -729,6 +749,7 @@ class CudaDevice final : public Device {
 
   void writeValue(Stream& s, uint32_t* addr, uint32_t value) override {
     const DriverApi& api = semaphoreApi("writeValue", addr);
+    if (kernel_semaphores_) return semaphoreKernel(s, "writeValue", nullptr, 0, addr, value);
     activate(ordinal_);
     CudaStream& cs = cudaStream(s, "writeValue");
     CUresult r = api.streamWriteValue32(cs.native(), reinterpret_cast<CUdeviceptr>(addr), value,
@@ -739,13 +760,14 @@ class CudaDevice final : public Device {
                  static_cast<void*>(addr), ordinal_, api.describe(r));
   }
 
-  // Small copies: one kernel that waits, copies and signals (a stream wait
-  // and a stream write each add a dependent step before and after the copy
-  // kernel). Larger ones: the three steps, the copy on a copy engine.
+  // Small copies (and none, with kernel semaphores): one kernel that waits,
+  // copies and signals (a stream wait and a stream write each add a
+  // dependent step before and after the copy kernel). Larger ones: the three
+  // steps, the copy on a copy engine.
   void signaledCopy(Stream& s, void* dst, const void* src, std::size_t bytes,
                     const uint32_t* wait_addr, uint32_t at_least, uint32_t* signal_addr,
                     uint32_t value) override {
-    if (bytes == 0 || bytes > kernel_copy_max_)
+    if ((bytes == 0 && !kernel_semaphores_) || bytes > kernel_copy_max_)
       return Device::signaledCopy(s, dst, src, bytes, wait_addr, at_least, signal_addr, value);
     (void)semaphoreApi("signaledCopy", wait_addr);  // the same checks as waitValue
     (void)semaphoreApi("signaledCopy", signal_addr);
@@ -789,6 +811,7 @@ class CudaDevice final : public Device {
 
   void waitValue(Stream& s, const uint32_t* addr, uint32_t at_least) override {
     const DriverApi& api = semaphoreApi("waitValue", addr);
+    if (kernel_semaphores_) return semaphoreKernel(s, "waitValue", addr, at_least, nullptr, 0);
     activate(ordinal_);
     // GEQ compares (int32_t)(*addr - at_least) >= 0: increasing sequence
     // numbers work across 32-bit wrap-around.
@@ -861,6 +884,16 @@ class CudaDevice final : public Device {
   std::string name_;
   int max_blocks_ = 1;
   std::size_t kernel_copy_max_ = 0;  // copies up to this size run as a kernel
+  bool kernel_semaphores_ = false;   // HIR_CUDA_SEMAPHORES
+  // waitValue / writeValue as one kernel (kernelSemaphores()).
+  void semaphoreKernel(Stream& s, const char* call, const uint32_t* wait_addr, uint32_t at_least,
+                       uint32_t* signal_addr, uint32_t value) {
+    activate(ordinal_);
+    CudaStream& cs = cudaStream(s, call);
+    HIR_CUDA_CHECK(ordinal_, launchSignaledCopy(cs.native(), nullptr, nullptr, 0, wait_addr,
+                                                at_least, signal_addr, value));
+    cs.noteWork();
+  }
   bool fusable(const MessageStep& step) const {
     auto small = [&](const MessageStep::Copy& c) { return c.bytes <= kernel_copy_max_; };
     return std::all_of(step.pushes.begin(), step.pushes.begin() + step.push_count, small) &&

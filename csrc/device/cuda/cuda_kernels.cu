@@ -533,15 +533,20 @@ __device__ void blockCopyInBatches(void* dst, const void* src, std::size_t bytes
 // One block: thread 0 waits until *wait_addr >= at_least (wrap-around safe,
 // like CU_STREAM_WAIT_VALUE_GEQ), the block copies, then, after a barrier,
 // thread 0 fences at system scope and releases `value` into *signal_addr.
+// A null wait_addr or signal_addr skips that part (the kernel semaphores'
+// wait alone and signal alone).
 __global__ void signaledCopyKernel(void* dst, const void* src, std::size_t bytes, bool wide,
                                    const uint32_t* wait_addr, uint32_t at_least,
                                    uint32_t* signal_addr, uint32_t value) {
   followPrevious();
-  if (threadIdx.x == 0) waitAtLeast(wait_addr, at_least, loadAcquireSys(wait_addr), nullptr);
-  __syncthreads();
-  blockCopy(dst, src, bytes, wide);
-  __syncthreads();
-  if (threadIdx.x == 0) releaseBlockSys(signal_addr, value);
+  if (threadIdx.x == 0 && wait_addr != nullptr)
+    waitAtLeast(wait_addr, at_least, loadAcquireSys(wait_addr), nullptr);
+  if (bytes > 0) {
+    __syncthreads();
+    blockCopy(dst, src, bytes, wide);
+    __syncthreads();
+  }
+  if (threadIdx.x == 0 && signal_addr != nullptr) releaseBlockSys(signal_addr, value);
 }
 
 // One block: thread 0 reads v = *counter + offset and advances the

@@ -40,7 +40,10 @@ cudaError_t launchCopy(cudaStream_t stream, void* dst, const void* src, std::siz
 // copies dst[0, bytes) = src[0, bytes), then stores `value` into
 // *signal_addr with release semantics at system scope (the copy is visible
 // to whoever sees the value). For small ipc messages: one kernel instead of
-// a stream wait, a copy and a stream write.
+// a stream wait, a copy and a stream write. A null wait_addr or
+// signal_addr skips that part; with 0 bytes it is a kernel semaphore (a wait,
+// a signal, or both), the cuda device's waitValue and writeValue when
+// HIR_CUDA_SEMAPHORES is "kernel".
 cudaError_t launchSignaledCopy(cudaStream_t stream, void* dst, const void* src,
                                std::size_t bytes, const uint32_t* wait_addr, uint32_t at_least,
                                uint32_t* signal_addr, uint32_t value);
