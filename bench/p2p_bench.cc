@@ -8,6 +8,7 @@
 //
 //   mpirun -np 2 hir_p2p_bench [--device cuda|host] [--min 1K] [--max 1G]
 //       [--factor 4] [--reps 5] [--run-bytes 4G] [--csv PATH] [--base nccl|mpi|ipc]
+//       [--pingpong-max SIZE]
 // (`hir_p2p_bench --help` lists them; arguments are parsed by CLI11, before
 // MPI starts.)
 //
@@ -17,11 +18,15 @@
 //   runs once untimed with a fill before and a check after (the receivers
 //   check the last message's data); the timed runs do neither.
 // latency: ranks 0 and 1 ping-pong one 8-byte message; one-way latency =
-//   time / (2 x round trips).
-// eager: carries at most hir::ipcEagerMaxBytes() per message
-//   (HIR_IPC_EAGER_MAX, default 16 KiB), so it takes part in the latency row
-//   and in the bandwidth rows up to that size only; above it, it is neither
-//   built (the load would refuse it) nor run, and its cells print "-".
+//   time / (2 x round trips). pingpong (--pingpong-max): the same at each
+//   bandwidth size up to that one (10 to 200 round trips, --run-bytes / 2
+//   per run): what a message waited for by its peer before the next costs.
+// eager: carries at most hir::ipcEagerSendMaxBytes() per message
+//   (HIR_IPC_EAGER_SEND_MAX, default 16 MiB), so it takes part in the latency
+//   row and in the bandwidth rows up to that size only; above it, it is
+//   neither built (the load would refuse it) nor run, and its cells print
+//   "-". The base's column on ipc (--base ipc) is auto: eager up to that
+//   size too, put above.
 // raw: bandwidth = m device copies of `bytes` from rank 0's buffer into rank
 //   1's imported buffer on one stream, then synchronize, / m; latency = one
 //   8-byte copy + synchronize (averaged over the trips). Ranks 0 and 1 only.
@@ -61,6 +66,7 @@ struct Options {
   int64_t min = 1024, max = int64_t{1} << 30, factor = 4;
   int reps = 5;
   int64_t run_bytes = int64_t{4} << 30;  // bytes sent per bandwidth run
+  int64_t pingpong_max = 0;              // ping-pong rows up to this size (0: none)
   std::string csv;
   std::string base;  // the baseline's backend; empty: nccl on cuda, mpi on the host
 };
@@ -80,7 +86,7 @@ int parse(int argc, char** argv, Options& o) {
   app.get_formatter()->column_width(24);
   app.footer("Sizes take K, M, G suffixes (KiB, MiB, GiB). An option may be given once; values "
              "as\n`--opt value` or `--opt=value`.");
-  std::string device, min, max, factor, reps, run_bytes, csv, base;
+  std::string device, min, max, factor, reps, run_bytes, csv, base, pingpong_max;
   using hir::bench::singleOption;
   singleOption(app, "--device", device, "D", "cuda (default) or host");
   singleOption(app, "--min", min, "BYTES", "smallest message of the bandwidth rows (default 1K)");
@@ -89,6 +95,8 @@ int parse(int argc, char** argv, Options& o) {
   singleOption(app, "--reps", reps, "N", "repetitions; each time is their median (default 5)");
   singleOption(app, "--run-bytes", run_bytes, "BYTES", "bytes sent per bandwidth run (default 4G)");
   singleOption(app, "--csv", csv, "PATH", "also write the results to PATH (rank 0)");
+  singleOption(app, "--pingpong-max", pingpong_max, "BYTES",
+               "also a ping-pong row (one way) at each size up to this one (default 0: none)");
   singleOption(app, "--base", base, "B",
                "the baseline's backend: nccl (default on cuda), mpi (default on the host) or "
                "ipc (its auto protocol: for ranks sharing one GPU, where NCCL refuses to run)");
@@ -107,6 +115,7 @@ int parse(int argc, char** argv, Options& o) {
     if (given("--factor")) o.factor = parseInteger("--factor", factor, 2, 1024);
     if (given("--reps")) o.reps = static_cast<int>(parseInteger("--reps", reps, 1, 1000000));
     if (given("--run-bytes")) o.run_bytes = parseBytes("--run-bytes", run_bytes, 1);
+    if (given("--pingpong-max")) o.pingpong_max = parseBytes("--pingpong-max", pingpong_max, 0);
     if (given("--csv")) o.csv = csv;
     if (given("--base")) {
       if (base != "nccl" && base != "mpi" && base != "ipc")
@@ -161,7 +170,7 @@ std::string bandwidthProgram(const std::string& backend, const std::string& prot
 }
 
 std::string pingPongProgram(const std::string& backend, const std::string& protocol,
-                            int trips) {
+                            int trips, int64_t count = 2) {
   std::string proto = protocol.empty() ? "" : fmt::format(", \"protocol\": \"{}\"", protocol);
   std::string share =
       backend == "ipc"
@@ -171,7 +180,7 @@ std::string pingPongProgram(const std::string& backend, const std::string& proto
     "format": "hostir/1", "name": "p2p_pingpong", "min_world_size": 2,
     "params": {{"t": {trips}}},
     "body": [
-      {{"op": "allocate", "name": "buf", "dtype": "float32", "shape": [2]}},
+      {{"op": "allocate", "name": "buf", "dtype": "float32", "shape": [{count}]}},
       {{"op": "fill", "tensor": "buf", "value": "rank"}},
       {share}
       {{"op": "for", "index": "i", "start": 0, "stop": "t", "body": [
@@ -193,7 +202,8 @@ std::string pingPongProgram(const std::string& backend, const std::string& proto
         {{"op": "check", "tensor": "buf", "value": 0}}]}}
     ]}})",
                      fmt::arg("trips", trips), fmt::arg("share", share),
-                     fmt::arg("backend", backend), fmt::arg("proto", proto));
+                     fmt::arg("backend", backend), fmt::arg("proto", proto),
+                     fmt::arg("count", count));
 }
 
 // One evaluator variant. `name` is its short name in the table's columns;
@@ -382,7 +392,7 @@ int main(int argc, char** argv) {
                        : session.device().kind() == "cuda" ? "nccl"
                                                            : "mpi";
     // Read once: every rank has the same (the ipc backend's setup compares it).
-    const std::size_t eager_max = hir::ipcEagerMaxBytes();
+    const std::size_t eager_max = hir::ipcEagerSendMaxBytes();
     // variants[0] is the base; the index of each is its place in every row.
     std::vector<Variant> variants = {{base, base, "", base},
                                      {"ipc-put", "ipc", "put", "put"},
@@ -495,6 +505,18 @@ int main(int argc, char** argv) {
       for (double x : s) us.push_back(x * 1e6 / m);
       if (!raw.available()) us.back() = nan;
       row("bandwidth", bytes, us);
+      if (bytes <= o.pingpong_max) {
+        // One way: time / (2 x round trips); raw: one copy + synchronize.
+        const int n = static_cast<int>(std::clamp<int64_t>(o.run_bytes / (2 * bytes), 10, 200));
+        std::vector<double> p = timeVariants(
+            bytes,
+            [&](const Variant& v) { return pingPongProgram(v.backend, v.protocol, n, bytes / 4); },
+            [&] { raw.pingCopies(static_cast<std::size_t>(bytes), n); });
+        std::vector<double> way;
+        for (std::size_t k = 0; k < variants.size(); ++k) way.push_back(p[k] * 1e6 / (2.0 * n));
+        way.push_back(raw.available() ? p.back() * 1e6 / n : nan);
+        row("pingpong", bytes, way);
+      }
       if (root) std::fflush(stdout);
     }
     bool raw_ok = raw.available();
@@ -507,7 +529,7 @@ int main(int argc, char** argv) {
       std::printf("# variants: %s (the base), then ipc with protocols %s\n", base.c_str(),
                   names.c_str());
       if (eager_max > 0)
-        std::printf("# eager carries at most %zu bytes a message (HIR_IPC_EAGER_MAX): \"-\" "
+        std::printf("# eager carries at most %zu bytes a message (HIR_IPC_EAGER_SEND_MAX): \"-\" "
                     "above\n",
                     eager_max);
       else

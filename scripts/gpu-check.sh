@@ -356,27 +356,28 @@ if [ "$run_bench" = 1 ] && [ "$gpus" -ge 2 ]; then
     rc=$?
     if [ "$rc" = 0 ]; then record "p2p bench np=2 copy-engine" 1 0 0 ""; else
       record "p2p bench np=2 copy-engine" 0 1 0 "exit $rc"; fi
-    # Eager at every size up to 16 MiB (default: up to 16 KiB), which is
-    # what chooses HIR_IPC_EAGER_MAX's default (docs/ipc.md, "Eager").
-    log_header "$log" "hir_p2p_bench on 2 ranks, HIR_IPC_EAGER_MAX=16M (eager up to 16 MiB)"
-    eager_csv=$(mktemp)
-    HIR_IPC_EAGER_MAX=16777216 timeout 600 "${mpirun_cmd[@]}" -x HIR_IPC_EAGER_MAX -np 2 \
-      "$p2p" --device cuda --min 4K --max 16M --factor 4 --csv "$eager_csv" >>"$log" 2>&1
+    # Sends and recvs eager only up to 16 KiB, put above (the default until
+    # session 17: HIR_IPC_EAGER_SEND_MAX=0), beside the default run's eager up
+    # to 16 MiB: what chooses HIR_IPC_EAGER_SEND_MAX (docs/ipc.md, "Mid sizes").
+    log_header "$log" "hir_p2p_bench on 2 ranks, HIR_IPC_EAGER_SEND_MAX=0 (put above 16 KiB)"
+    put_csv=$(mktemp)
+    HIR_IPC_EAGER_SEND_MAX=0 timeout 600 "${mpirun_cmd[@]}" -x HIR_IPC_EAGER_SEND_MAX -np 2 \
+      "$p2p" --device cuda --min 4K --max 16M --factor 4 --csv "$put_csv" >>"$log" 2>&1
     rc=$?
-    if [ "$rc" = 0 ]; then record "p2p bench np=2 eager<=16M" 1 0 0 ""; else
-      record "p2p bench np=2 eager<=16M" 0 1 0 "exit $rc"; fi
+    if [ "$rc" = 0 ]; then record "p2p bench np=2 put>16K" 1 0 0 ""; else
+      record "p2p bench np=2 put>16K" 0 1 0 "exit $rc"; fi
     p2p_lines "$out/p2p.csv" "" \
-      'latency:8 bandwidth:16384 bandwidth:16777216 bandwidth:268435456 bandwidth:1073741824'
+      'latency:8 bandwidth:16384 bandwidth:1048576 bandwidth:16777216 bandwidth:268435456 bandwidth:1073741824'
     p2p_lines "$ce_csv" "  (copy engine only)" 'latency:8'
-    p2p_lines "$eager_csv" "  (HIR_IPC_EAGER_MAX=16M)" \
+    p2p_lines "$put_csv" "  (HIR_IPC_EAGER_SEND_MAX=0)" \
       'bandwidth:65536 bandwidth:1048576 bandwidth:16777216'
-    # Kept in p2p.csv as tests "bandwidth_eager16M" and "latency_eager16M"
-    # (its own 8 B latency run: NCCL's varies by 30% from run to run).
-    if [ -s "$eager_csv" ] && [ -s "$out/p2p.csv" ]; then
-      tail -n +2 "$eager_csv" |
-        sed 's/^\([0-9]*\),\(bandwidth\|latency\),/\1,\2_eager16M,/' >>"$out/p2p.csv"
+    # Kept in p2p.csv as tests "bandwidth_put16K" and "latency_put16K" (its
+    # own 8 B latency run: NCCL's varies by 30% from run to run).
+    if [ -s "$put_csv" ] && [ -s "$out/p2p.csv" ]; then
+      tail -n +2 "$put_csv" |
+        sed 's/^\([0-9]*\),\(bandwidth\|latency\),/\1,\2_put16K,/' >>"$out/p2p.csv"
     fi
-    rm -f "$eager_csv"
+    rm -f "$put_csv"
     # Kept in p2p.csv as test "latency_ce".
     if [ -s "$ce_csv" ] && [ -s "$out/p2p.csv" ]; then
       tail -n +2 "$ce_csv" | sed 's/^\([0-9]*\),latency,/\1,latency_ce,/' >>"$out/p2p.csv"

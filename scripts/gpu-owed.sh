@@ -14,9 +14,14 @@
 #             100,000 iterations takes 6 s on 2 H200s, mostly start-up: too
 #             short to tell a leak from the warm-up)                   (100 s)
 #   graph     graph-bench.sh --np 2 --k 1000 --nccl-tests: #12's table (150 s)
+#   mid       hir_p2p_bench 16 KiB - 256 MiB with ping-pong rows up to
+#             16 MiB, by default (sends eager up to 16 MiB) and with
+#             HIR_IPC_EAGER_SEND_MAX=0 (put above 16 KiB): #13's mid sizes,
+#             streamed and one at a time                              (300 s)
+#   sem       ipc-semaphores-ab.sh: memop against kernel semaphores  (200 s)
 #   check     gpu-check.sh --prebuilt: GPU tests at 1 and 2 ranks, examples,
-#             hir_p2p_bench (1 KiB - 1 GiB; eager up to 16 MiB: #13's mid
-#             sizes) and hir_comm_bench (the examples take 4 min)     (330 s)
+#             hir_p2p_bench (1 KiB - 1 GiB, and put above 16 KiB) and
+#             hir_comm_bench (the examples take 4 min)                (330 s)
 #   colls     ipc-collectives-bench.sh, every collective, 8 B - 1 GiB by
 #             8x: #13's table                                         (300 s)
 #   probe     ipc-latency-probe.sh, 8 B and 8 KiB, --graph: lines and PDL
@@ -37,14 +42,14 @@ set -u -o pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 out=${OUT:-$root/gpu-out}
 build=$root/build-carry budget=560
-all="faults soak graph check colls probe probe-mid"
+all="mid sem faults soak graph check colls probe probe-mid"
 steps=$all
 while [ $# -gt 0 ]; do
   case "$1" in
     --build) shift; build=${1:-} ;;
     --budget) shift; budget=${1:-} ;;
     --steps) shift; steps=${1:-} ;;
-    -h|--help) sed -n '2,34p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,39p' "$0"; exit 0 ;;
     *) echo "gpu-owed: unknown option $1" >&2; exit 2 ;;
   esac
   shift
@@ -72,12 +77,22 @@ nccl_tests=()
 
 estimate() {
   case $1 in
-    check) echo 330 ;; colls) echo 300 ;; graph) echo 150 ;; probe) echo 120 ;; *) echo 100 ;;
+    check) echo 330 ;; colls|mid) echo 300 ;; sem) echo 200 ;; graph) echo 150 ;;
+    probe) echo 120 ;; *) echo 100 ;;
   esac
 }
 run_step() {
   case $1 in
     check) bash "$root/scripts/gpu-check.sh" --prebuilt "$build" ;;
+    mid) for v in default put16K; do
+           echo "== hir_p2p_bench, $v"
+           set -- mpirun --allow-run-as-root --bind-to none -x NCCL_NVLS_ENABLE -np 2
+           [ "$v" = put16K ] && set -- env HIR_IPC_EAGER_SEND_MAX=0 "$@" -x HIR_IPC_EAGER_SEND_MAX
+           timeout 150 "$@" "$build/bin/hir_p2p_bench" --device cuda --min 16K --max 256M \
+             --factor 4 --reps 3 --run-bytes 2G --pingpong-max 16M --csv "$OUT/p2p-$v.csv" ||
+             return 1
+         done ;;
+    sem) bash "$root/scripts/ipc-semaphores-ab.sh" --build "$build" --rounds 1 --max 64M ;;
     graph) bash "$root/scripts/graph-bench.sh" --build "$build" --np 2 --k 1000 --reps 3 \
              "${nccl_tests[@]}" ;;
     probe) bash "$root/scripts/ipc-latency-probe.sh" --build "$build" --n "2 2048" --modes graph \

@@ -119,7 +119,7 @@ std::optional<std::pair<std::string, std::string>> mismatch(const Plan& plan,
     return std::pair(fmt::format("uses protocol '{}' but", toString(a.protocol)),
                      fmt::format("uses protocol '{}'; a send and its recv need the same protocol "
                                  "(auto is decided by size: on ipc, eager up to "
-                                 "HIR_IPC_EAGER_MAX bytes, put above)",
+                                 "HIR_IPC_EAGER_SEND_MAX bytes, put above)",
                                  toString(b.protocol)));
   return std::nullopt;
 }

@@ -48,6 +48,8 @@
 #include <map>
 #include <mutex>
 #include <set>
+#include <tuple>
+#include <utility>
 
 #include "backends/ipc_collectives.h"
 #include "backends/ipc_exchange.h"
@@ -414,10 +416,11 @@ Step IpcBackend::State::resolveEager(const PostArgs& a, Step s, uint32_t* peer_p
   const int me = rank, peer = a.peer;
   const bool send = a.type == CommType::Send;
   s.bytes = a.count * dtypeSize(a.dtype);
-  HIR_CHECK(s.bytes <= eager_max,
-            "ipc: {}: {} rank {}: an eager message of {} bytes, above HIR_IPC_EAGER_MAX = {} "
-            "bytes (set when this backend started)",
-            a.path, direction(a.type), peer, s.bytes, eager_max);
+  HIR_CHECK(s.bytes <= slot_bytes,
+            "ipc: {}: {} rank {}: an eager message of {} bytes, above the {}-byte eager slots "
+            "sized when this backend started (HIR_IPC_EAGER_MAX, HIR_IPC_EAGER_SEND_MAX and "
+            "the largest eager message of the program's trace)",
+            a.path, direction(a.type), peer, s.bytes, slot_bytes);
   s.copies = true;
   s.early = send;
   s.eager = true;
@@ -848,12 +851,31 @@ namespace {
 
 // Every rank has the same eager limits, or setup fails on every rank saying
 // which differ (an allgather of each rank's three).
-void agreeOnEagerSlots(Bootstrap& boot, std::size_t max, uint32_t slots, std::size_t lines) {
-  const uint64_t mine[3] = {max, slots, lines};
-  std::vector<uint64_t> all(3 * static_cast<std::size_t>(boot.world()));
+// The eager slots of a rank whose limits are `max` (HIR_IPC_EAGER_MAX),
+// `slots` (HIR_IPC_EAGER_SLOTS) and `send_max` (ipcEagerSendMaxBytes()),
+// for a program whose largest eager send is `largest` bytes (-1: unknown,
+// then as large as send_max allows): slots of the largest eager message
+// (at least `max`, a multiple of 16), and as many as `slots`, or fewer when
+// a row of them would pass kIpcSlotRowBudget (a power of two, at least 2).
+std::pair<std::size_t, uint32_t> eagerSlotsFor(std::size_t max, uint32_t slots,
+                                               std::size_t send_max, int64_t largest) {
+  const std::size_t need = largest < 0 ? send_max : static_cast<std::size_t>(largest);
+  const std::size_t bytes = std::max<std::size_t>((std::max(max, need) + 15) / 16 * 16, 16);
+  if (bytes <= max || static_cast<std::size_t>(slots) * bytes <= kIpcSlotRowBudget)
+    return {bytes, slots};
+  uint32_t fit = 2;
+  while (fit * 2 <= slots && static_cast<std::size_t>(fit) * 2 * bytes <= kIpcSlotRowBudget)
+    fit *= 2;
+  return {bytes, std::min(fit, slots)};
+}
+
+void agreeOnEagerSlots(Bootstrap& boot, std::size_t max, uint32_t slots, std::size_t lines,
+                       std::size_t slot_bytes, uint32_t ring) {
+  const uint64_t mine[5] = {max, slots, lines, slot_bytes, ring};
+  std::vector<uint64_t> all(5 * static_cast<std::size_t>(boot.world()));
   boot.allgather(mine, all.data(), sizeof mine);
   for (int r = 0; r < boot.world(); ++r) {
-    const uint64_t* theirs = all.data() + 3 * static_cast<std::size_t>(r);
+    const uint64_t* theirs = all.data() + 5 * static_cast<std::size_t>(r);
     HIR_CHECK_AS(UsageError, theirs[0] == max && theirs[1] == slots,
                  "ipc: HIR_IPC_EAGER_MAX and HIR_IPC_EAGER_SLOTS must be the same on every rank: "
                  "rank {} has {} and {}, rank {} has {} and {}",
@@ -863,6 +885,10 @@ void agreeOnEagerSlots(Bootstrap& boot, std::size_t max, uint32_t slots, std::si
                  "{}: HIR_IPC_INLINE_MAX (and, on GPUs, HIR_CUDA_KERNEL_COPY_MAX, which bounds "
                  "it) must be the same on every rank",
                  lines, boot.rank(), theirs[2], r);
+    HIR_CHECK_AS(UsageError, theirs[3] == slot_bytes && theirs[4] == ring,
+                 "ipc: rank {} has {} eager slots of {} bytes and rank {} has {} of {}: "
+                 "HIR_IPC_EAGER_SEND_MAX must be the same on every rank",
+                 boot.rank(), ring, slot_bytes, r, theirs[4], theirs[3]);
   }
 }
 
@@ -890,13 +916,22 @@ void IpcBackend::setup(const BackendContext& ctx) {
   // The eager slots: the same size and number on every rank, or the
   // messages would land in different places.
   st.eager_max = ipcEagerMaxBytes();
-  st.eager_slots = ipcEagerSlots();
-  st.slot_bytes = std::max<std::size_t>((st.eager_max + 15) / 16 * 16, 16);
+  const uint32_t asked_slots = ipcEagerSlots();
+  std::tie(st.slot_bytes, st.eager_slots) =
+      eagerSlotsFor(st.eager_max, asked_slots, ipcEagerSendMaxBytes(), ctx.largest_eager_send);
   // Lines take twice the message's bytes (rounded up to 4) in its slot.
   if (st.eager_max > 0 && d.supports(DeviceFeature::InlineFlags))
     st.inline_max = std::min({ipcInlineMaxBytes(), st.eager_max, st.slot_bytes / 2,
                               d.inlineFlagsMax()});
-  agreeOnEagerSlots(*ctx.bootstrap, st.eager_max, st.eager_slots, st.inline_max);
+  agreeOnEagerSlots(*ctx.bootstrap, st.eager_max, asked_slots, st.inline_max, st.slot_bytes,
+                    st.eager_slots);
+  HIR_LOG_DEBUG(Subsys::Ipc, "eager slots: {} per sender of {} bytes ({})", st.eager_slots,
+                st.slot_bytes,
+                ctx.largest_eager_send < 0
+                    ? std::string("the program's largest eager send is unknown: "
+                                  "HIR_IPC_EAGER_SEND_MAX's size")
+                    : fmt::format("the program's largest eager send: {} bytes",
+                                  ctx.largest_eager_send));
   const std::size_t counters = static_cast<std::size_t>(st.world) * kSignals * sizeof(uint32_t);
   st.slots_offset = (counters + kSlotAlign - 1) / kSlotAlign * kSlotAlign;
   st.page_bytes = st.slots_offset + (st.eager_max > 0 ? static_cast<std::size_t>(st.world) *
@@ -1115,8 +1150,9 @@ void IpcBackend::State::enqueueOnStream(std::span<const PostArgs> ops, Stream& o
     if (isPointToPoint(a.type))
       throw ProgramError(fmt::format(
           "ipc: {}: a group with a collective and more eager messages to one peer than its {} "
-          "slots (HIR_IPC_EAGER_SLOTS), and a {} ({}) that a wave of the group could leave "
-          "waiting; give the sends and recvs protocol 'put', or post the collective apart",
+          "slots (HIR_IPC_EAGER_SLOTS, or fewer when the program's largest eager send makes "
+          "them large: HIR_IPC_EAGER_SEND_MAX), and a {} ({}) that a wave of the group could "
+          "leave waiting; give the sends and recvs protocol 'put', or post the collective apart",
           collective->path, eager_slots, toString(a.type), a.path));
   // Every member cuts its group at the same ops: a collective's eager
   // sends are the same on every member (one per peer).
@@ -1278,6 +1314,8 @@ void IpcBackend::setCapturing(bool) {
 }
 
 int64_t IpcBackend::exchanges() const { return state_->exchanges; }
+std::size_t IpcBackend::eagerSlotBytes() const { return state_->slot_bytes; }
+uint32_t IpcBackend::eagerSlots() const { return state_->eager_slots; }
 
 void registerIpcBackend() {
   registerBackend({IpcBackend::caps(), [] { return std::make_unique<IpcBackend>(); }});

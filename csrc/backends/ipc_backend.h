@@ -83,6 +83,10 @@ class IpcBackend final : public Backend {
 
   // Exchanges through the bootstrap so far (for tests).
   int64_t exchanges() const;
+  // The eager slots setup() made: their bytes, and how many each sender has
+  // in a receiver's page (for tests).
+  std::size_t eagerSlotBytes() const;
+  uint32_t eagerSlots() const;
 
  private:
   struct State;

@@ -20,6 +20,17 @@ std::size_t ipcEagerMaxBytes() {
   return static_cast<std::size_t>(parseInteger("HIR_IPC_EAGER_MAX", v, 0, int64_t{1} << 24));
 }
 
+std::size_t ipcEagerSendMaxBytes() {
+  const std::size_t chunks = ipcEagerMaxBytes();
+  if (chunks == 0) return 0;
+  const char* v = std::getenv("HIR_IPC_EAGER_SEND_MAX");
+  const std::size_t sends =
+      v == nullptr || *v == '\0'
+          ? kIpcEagerSendMaxDefault
+          : static_cast<std::size_t>(parseInteger("HIR_IPC_EAGER_SEND_MAX", v, 0, int64_t{1} << 30));
+  return std::max(chunks, sends);
+}
+
 std::size_t ipcInlineMaxBytes() {
   const char* v = std::getenv("HIR_IPC_INLINE_MAX");
   if (v == nullptr || *v == '\0') return std::size_t{8} << 10;
@@ -35,11 +46,12 @@ uint32_t ipcEagerSlots() {
 }
 
 Protocol ipcResolveProtocol(Protocol asked, std::size_t bytes) {
-  const std::size_t max = ipcEagerMaxBytes();
+  const std::size_t max = ipcEagerSendMaxBytes();
   if (asked == Protocol::Auto) return max > 0 && bytes <= max ? Protocol::Eager : Protocol::Put;
   HIR_CHECK(asked != Protocol::Eager || bytes <= max,
-            "protocol 'eager' carries at most HIR_IPC_EAGER_MAX = {} bytes in one message, and "
-            "this one has {}; use 'put' or 'auto' (which picks put above that size)",
+            "protocol 'eager' carries at most {} bytes in one send or recv (the larger of "
+            "HIR_IPC_EAGER_SEND_MAX and HIR_IPC_EAGER_MAX; none when HIR_IPC_EAGER_MAX is 0), "
+            "and this one has {}; use 'put' or 'auto' (which picks put above that size)",
             max, bytes);
   return asked;
 }

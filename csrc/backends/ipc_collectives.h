@@ -45,13 +45,28 @@ inline constexpr int kIpcMaxCollectiveMembers = 64;
 std::size_t ipcOneShotMaxBytes();
 
 // The eager protocol's limits, which must be the same on every rank (the
-// backend's setup compares them): a send/recv of at most ipcEagerMaxBytes()
-// (HIR_IPC_EAGER_MAX, default 16 KiB; 0 turns eager off) may be eager, and
-// each ordered pair of ranks has ipcEagerSlots() slots of that size in the
-// receiver's signal page (HIR_IPC_EAGER_SLOTS, a power of two from 1 to
-// 1024, default 8). Read at each call, as ipcOneShotMaxBytes().
+// backend's setup compares them): a collective's chunk of at most
+// ipcEagerMaxBytes() (HIR_IPC_EAGER_MAX, default 16 KiB; 0 turns eager off,
+// for sends and recvs too) goes eager, and each ordered pair of ranks has
+// ipcEagerSlots() slots of at least that size in the receiver's signal page
+// (HIR_IPC_EAGER_SLOTS, a power of two from 1 to 1024, default 8). Read at
+// each call, as ipcOneShotMaxBytes().
 std::size_t ipcEagerMaxBytes();
 uint32_t ipcEagerSlots();
+// A send or recv goes eager (auto's choice) up to ipcEagerSendMaxBytes():
+// HIR_IPC_EAGER_SEND_MAX (default kIpcEagerSendMaxDefault, at most 1 GiB),
+// or ipcEagerMaxBytes() where that is larger; 0 when ipcEagerMaxBytes() is
+// 0 (eager off). A stream of mid-size messages then needs no round trip per
+// message (the slots are credits); the backend sizes its slots to the
+// program's largest eager message (BackendContext::largest_eager_send), so
+// a program without such messages pays no memory for them. Read at each
+// call, as ipcOneShotMaxBytes().
+inline constexpr std::size_t kIpcEagerSendMaxDefault = std::size_t{16} << 20;
+std::size_t ipcEagerSendMaxBytes();
+// Memory of one sender's row of slots that larger slots are fitted into:
+// slots of more than kIpcSlotRowBudget / ipcEagerSlots() bytes come fewer
+// per row (a power of two, at least 2).
+inline constexpr std::size_t kIpcSlotRowBudget = std::size_t{32} << 20;
 // Eager messages of 1 to ipcInlineMaxBytes() bytes (HIR_IPC_INLINE_MAX,
 // default 8 KiB; 0: none) travel in lines, with their flags inline
 // (device.h), where the device offers it; the backend caps it at half a
@@ -59,8 +74,8 @@ uint32_t ipcEagerSlots();
 // across ranks.
 std::size_t ipcInlineMaxBytes();
 
-// BackendCaps::resolve_protocol of ipc: auto is eager up to
-// ipcEagerMaxBytes(), put above; an eager message above it is refused.
+// BackendCaps::resolve_protocol of ipc (send and recv): auto is eager up to
+// ipcEagerSendMaxBytes(), put above; an eager message above it is refused.
 Protocol ipcResolveProtocol(Protocol asked, std::size_t bytes);
 
 // BackendCaps::collective_messages of ipc.

@@ -122,7 +122,7 @@ using CollectiveMessagesFn = std::string_view (*)(const CollectiveShape& shape,
 
 // The protocol a send/recv of `bytes` that asks for `asked` runs on a
 // backend with protocols: "auto" resolved by size (ipc: eager up to
-// HIR_IPC_EAGER_MAX, put above), any other as asked; throws ProgramError
+// HIR_IPC_EAGER_SEND_MAX, put above), any other as asked; throws ProgramError
 // when `asked` cannot carry that many bytes (ipc's eager). The same answer
 // on every rank for the same size: the cross-rank check, the load-time
 // trace and the posts (PostArgs::protocol) all take it from here.
@@ -139,6 +139,12 @@ struct BackendContext {
   // whose work carries values that change from run to run (ipc's message
   // numbers) keeps them on the device from the start.
   bool graph = false;
+  // The largest send or recv this backend carries with protocol eager in
+  // one run, in bytes, from the load-time trace of the program's messages
+  // (the same on every rank): 0 when it carries none; unknown (-1) when
+  // the trace covers only a prefix of the run, or was not made. ipc sizes
+  // its eager slots by it.
+  int64_t largest_eager_send = -1;
 };
 
 // A set of values of a small enum (bit i: the value whose underlying value

@@ -635,7 +635,7 @@ int cmdCheck(const Args& a) {
                                                      r.steps_per_rank)
                                        : std::string());
   // What the protocols of messages through peer-mapped memory came to
-  // (auto decides by size: on ipc, eager up to HIR_IPC_EAGER_MAX, put above).
+  // (auto decides by size: on ipc, eager up to HIR_IPC_EAGER_SEND_MAX, put above).
   std::map<std::pair<int, Protocol>, int64_t> protocols;
   for (const auto& [pair, messages] : r.trace.pairs)
     for (const P2pMessage& m : messages)

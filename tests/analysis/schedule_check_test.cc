@@ -283,7 +283,7 @@ TEST(ScheduleCheck, SendAndRecvOnDifferentBackendsOrProtocolsAreReported) {
   EXPECT_TRUE(hasIssue(issues, "/body/2",
                        {"uses protocol 'eager' but rank 1's recv #1 from rank 0 (/body/3) uses "
                         "protocol 'get'; a send and its recv need the same protocol (auto is "
-                        "decided by size: on ipc, eager up to HIR_IPC_EAGER_MAX bytes, put "
+                        "decided by size: on ipc, eager up to HIR_IPC_EAGER_SEND_MAX bytes, put "
                         "above)"}));
 }
 

@@ -16,6 +16,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <tuple>
@@ -23,7 +24,9 @@
 
 #include <hostir/backend.h>
 #include "backends/ipc_backend.h"
+#include "backends/ipc_collectives.h"
 #include "common/check.h"
+#include "common/log.h"
 #include "device/gpus.h"
 #include "device/host_device.h"
 #include <hostir/json.h>
@@ -530,6 +533,7 @@ TEST_P(IpcProtocol, MoreEagerMessagesInOnePostThanSlotsAllArrive) {
 
 TEST(IpcEager, AMessageAboveTheLimitIsRefusedAtLoadNamingTheNode) {
   ScopedEnv max("HIR_IPC_EAGER_MAX", "64");
+  ScopedEnv sends("HIR_IPC_EAGER_SEND_MAX", "0");  // the limit is then HIR_IPC_EAGER_MAX's
   try {
     runProgram(eagerBurst(1, true), 1);  // 5 int32: 20 bytes, fine
     const std::string big = program("big", "", R"(
@@ -544,13 +548,15 @@ TEST(IpcEager, AMessageAboveTheLimitIsRefusedAtLoadNamingTheNode) {
     FAIL() << "a 68-byte eager message was accepted under HIR_IPC_EAGER_MAX=64";
   } catch (const Error& e) {
     EXPECT_THAT(e.what(), HasSubstr("/body/2: on rank 0: protocol 'eager' carries at most "
-                                    "HIR_IPC_EAGER_MAX = 64 bytes in one message, and this one "
-                                    "has 68; use 'put' or 'auto'"));
+                                    "64 bytes in one send or recv (the larger of "
+                                    "HIR_IPC_EAGER_SEND_MAX and HIR_IPC_EAGER_MAX"));
+    EXPECT_THAT(e.what(), HasSubstr("and this one has 68; use 'put' or 'auto'"));
   }
 }
 
-// Auto picks eager up to the limit and put above it, alike on both ends;
-// with HIR_IPC_EAGER_MAX=0, never eager.
+// Auto picks eager for a send or recv up to the limit (the larger of
+// HIR_IPC_EAGER_SEND_MAX, 16 MiB by default, and HIR_IPC_EAGER_MAX) and put
+// above it, alike on both ends; with HIR_IPC_EAGER_MAX=0, never eager.
 TEST(IpcEager, AutoIsEagerUpToTheLimitAndPutAbove) {
   const std::string text = program("sizes", "", R"(
       {"op": "allocate", "name": "small", "dtype": "uint8", "shape": [4096]},
@@ -568,10 +574,24 @@ TEST(IpcEager, AutoIsEagerUpToTheLimitAndPutAbove) {
           out.push_back(b.protocolFor(Protocol::Auto, bytes));
     return out;
   };
-  ScopedEnv max("HIR_IPC_EAGER_MAX", "4096");
-  EXPECT_EQ(protocols(), (std::vector<Protocol>{Protocol::Eager, Protocol::Put}));
+  EXPECT_EQ(protocols(), (std::vector<Protocol>{Protocol::Eager, Protocol::Eager}));
+  {
+    ScopedEnv max("HIR_IPC_EAGER_MAX", "4096");
+    ScopedEnv sends("HIR_IPC_EAGER_SEND_MAX", "0");
+    EXPECT_EQ(protocols(), (std::vector<Protocol>{Protocol::Eager, Protocol::Put}));
+  }
+  {
+    ScopedEnv sends("HIR_IPC_EAGER_SEND_MAX", "4096");
+    EXPECT_EQ(protocols(), (std::vector<Protocol>{Protocol::Eager, Protocol::Eager}))
+        << "HIR_IPC_EAGER_MAX (16 KiB) is the larger";
+    ScopedEnv max("HIR_IPC_EAGER_MAX", "1024");
+    EXPECT_EQ(protocols(), (std::vector<Protocol>{Protocol::Eager, Protocol::Put}));
+  }
+  EXPECT_EQ(ipcResolveProtocol(Protocol::Auto, kIpcEagerSendMaxDefault), Protocol::Eager);
+  EXPECT_EQ(ipcResolveProtocol(Protocol::Auto, kIpcEagerSendMaxDefault + 1), Protocol::Put);
   ScopedEnv off("HIR_IPC_EAGER_MAX", "0");
   EXPECT_EQ(protocols(), (std::vector<Protocol>{Protocol::Put, Protocol::Put}));
+  EXPECT_EQ(ipcResolveProtocol(Protocol::Auto, 8), Protocol::Put);
 }
 
 // Eager maps no buffer, only the pages: a caller's buffer may be sent and
@@ -597,6 +617,130 @@ TEST(IpcEager, CallerBuffersMoveBecauseNoBufferIsMapped) {
   EXPECT_TRUE(ev.report().ok()) << ev.report().format();
   const int w = test::world().world(), from = (test::world().rank() - 1 + w) % w;
   for (int k = 0; k < 8; ++k) EXPECT_EQ(in[static_cast<std::size_t>(k)], from * 10 + k) << k;
+}
+
+// A stream of mid-size sends (64 KiB and 1 MiB, auto: eager below
+// HIR_IPC_EAGER_SEND_MAX) into one receive buffer, each waited on before the
+// next, as hir_p2p_bench's bandwidth rows do: every message lands whole
+// (seeded by rank, iteration and message, the buffer poisoned before each),
+// through slots the evaluator sized for the program's largest eager send
+// (smaller slots would refuse the message at its post).
+TEST(IpcEager, MidSizeSendsStreamThroughSlotsSizedForTheProgram) {
+  const std::string body = R"(
+      {"op": "allocate", "name": "a", "dtype": "int32", "shape": [16384]},
+      {"op": "allocate", "name": "b", "dtype": "int32", "shape": [16384]},
+      {"op": "allocate", "name": "c", "dtype": "int32", "shape": [262144]},
+      {"op": "allocate", "name": "d", "dtype": "int32", "shape": [262144]},
+      {"op": "for", "index": "i", "start": 0, "stop": 3, "body": [
+        {"op": "for", "index": "j", "start": 0, "stop": 12, "body": [
+          {"op": "fill", "tensor": "a", "value": "rank * 1000000 + i * 10000 + j * 100", "step": 1},
+          {"op": "fill", "tensor": "c", "value": "rank * 1000000 + i * 10000 + j * 100 + 7", "step": 3},
+          {"op": "fill", "tensor": "b", "value": -1},
+          {"op": "fill", "tensor": "d", "value": -1},
+          {"op": "communication", "name": "s1", "type": "send", "tensor": "a",
+           "peer": "(rank + 1) % world", "backend": "ipc"},
+          {"op": "communication", "name": "r1", "type": "recv", "tensor": "b",
+           "peer": "(rank - 1 + world) % world", "backend": "ipc"},
+          {"op": "wait", "communication": "s1"}, {"op": "wait", "communication": "r1"},
+          {"op": "communication", "name": "s2", "type": "send", "tensor": "c",
+           "peer": "(rank + 1) % world", "backend": "ipc"},
+          {"op": "communication", "name": "r2", "type": "recv", "tensor": "d",
+           "peer": "(rank - 1 + world) % world", "backend": "ipc"},
+          {"op": "wait", "communication": "s2"}, {"op": "wait", "communication": "r2"},
+          {"op": "check", "tensor": "b",
+           "value": "(rank - 1 + world) % world * 1000000 + i * 10000 + j * 100", "step": 1},
+          {"op": "check", "tensor": "d",
+           "value": "(rank - 1 + world) % world * 1000000 + i * 10000 + j * 100 + 7", "step": 3}
+        ]}
+      ]})";
+  const std::string text = program("mid_stream", "", body);
+  Plan plan = lower(parseProgram(text), LowerOptions{1, "host", backendCatalog()});
+  for (const PlanBackend& b : plan.backends)
+    if (b.name == "ipc") {
+      EXPECT_EQ(b.protocolFor(Protocol::Auto, 65536), Protocol::Eager);
+      EXPECT_EQ(b.protocolFor(Protocol::Auto, 1 << 20), Protocol::Eager);
+    }
+  std::mutex mu;
+  std::string log;
+  setLogSink([&](std::string_view line) {
+    std::lock_guard lock(mu);
+    log += std::string(line) + "\n";
+  });
+  configureLog("debug", "ipc");
+  RunReport r = runProgram(text, 2);
+  setLogSink(nullptr);
+  reloadLogConfigFromEnvironment();
+  EXPECT_TRUE(r.ok()) << r.format();
+  EXPECT_EQ(r.checks_run, 2u * 36u * 2u);
+  EXPECT_THAT(log, HasSubstr("eager slots: 8 per sender of 1048576 bytes (the program's largest "
+                             "eager send: 1048576 bytes)"));
+}
+
+namespace {
+
+// An ipc backend on `device`, set up for a program whose largest eager send
+// is `largest` bytes (-1: unknown). Collective.
+std::unique_ptr<IpcBackend> ipcFor(HostDevice& device, int64_t largest) {
+  auto backend = std::make_unique<IpcBackend>();
+  BackendContext ctx;
+  ctx.device = &device;
+  ctx.bootstrap = &test::world();
+  ctx.teams = {{}};
+  for (int r = 0; r < test::world().world(); ++r) ctx.teams[0].push_back(r);
+  ctx.timeout = testTimeout();
+  ctx.largest_eager_send = largest;
+  backend->setup(ctx);
+  return backend;
+}
+
+}  // namespace
+
+// The eager slots fit the program: HIR_IPC_EAGER_MAX's 16 KiB when its sends
+// are no larger, as large as its largest eager send (a multiple of 16
+// bytes) otherwise, and fewer of them once a sender's row of 8 would pass
+// 32 MiB (at least 2, a power of two); a program whose trace is unknown
+// gets slots of HIR_IPC_EAGER_SEND_MAX.
+TEST(IpcEager, SlotsAreAsLargeAsTheProgramsLargestEagerSend) {
+  HostDevice device(testTimeout());
+  const struct {
+    int64_t largest;
+    std::size_t bytes;
+    uint32_t slots;
+  } cases[] = {{0, 16384, 8},
+               {16384, 16384, 8},
+               {100001, 100016, 8},
+               {std::int64_t{4} << 20, std::size_t{4} << 20, 8},
+               {(std::int64_t{4} << 20) + 16, (std::size_t{4} << 20) + 16, 4},
+               {std::int64_t{16} << 20, std::size_t{16} << 20, 2},
+               {-1, kIpcEagerSendMaxDefault, 2}};
+  for (const auto& c : cases) {
+    SCOPED_TRACE(fmt::format("largest eager send {}", c.largest));
+    auto b = ipcFor(device, c.largest);
+    EXPECT_EQ(b->eagerSlotBytes(), c.bytes);
+    EXPECT_EQ(b->eagerSlots(), c.slots);
+  }
+  {
+    ScopedEnv one("HIR_IPC_EAGER_SLOTS", "1");
+    EXPECT_EQ(ipcFor(device, std::int64_t{16} << 20)->eagerSlots(), 1u);
+  }
+  ScopedEnv sends("HIR_IPC_EAGER_SEND_MAX", "65536");
+  EXPECT_EQ(ipcFor(device, -1)->eagerSlotBytes(), 65536u);
+}
+
+// Slots sized differently across ranks (the trace unknown and
+// HIR_IPC_EAGER_SEND_MAX unlike) fail the setup on every rank, naming the
+// variable.
+TEST(IpcEager, SlotSizesThatDifferAcrossRanksFailOnEveryRank) {
+  HIR_REQUIRE_WORLD_AT_LEAST(2);
+  HostDevice device(testTimeout());
+  ScopedEnv sends("HIR_IPC_EAGER_SEND_MAX", test::world().rank() == 1 ? "65536" : "131072");
+  try {
+    ipcFor(device, -1);
+    ADD_FAILURE() << "ranks with different HIR_IPC_EAGER_SEND_MAX set up";
+  } catch (const Error& e) {
+    EXPECT_THAT(e.what(), HasSubstr("HIR_IPC_EAGER_SEND_MAX must be the same on every rank"));
+  }
+  test::world().barrier();
 }
 
 // The slots, and which messages go in lines, must be alike everywhere: a
@@ -991,6 +1135,7 @@ struct Harness {
     ctx.teams = {{}};
     for (int r = 0; r < test::world().world(); ++r) ctx.teams[0].push_back(r);
     ctx.timeout = testTimeout();
+    ctx.largest_eager_send = 0;  // its messages are small: slots of HIR_IPC_EAGER_MAX
     backend->setup(ctx);
   }
   ~Harness() { backend.reset(); }

@@ -623,8 +623,8 @@ TEST(HirCli, GraphModeRefusesWhatCannotBeCaptured) {
 // `hir check --device cuda` says whether a run can be captured, and names
 // the node that stops it (only in a build with the nccl backend).
 // What auto decided for messages through peer-mapped memory: the example's
-// 8-byte and 4 KiB messages are eager (auto, and eager asked for), its
-// 64 KiB one put (4 iterations x 2 ranks x (22 + 1)); collectives' 32 KiB
+// 8-byte, 4 KiB and 64 KiB messages are eager (auto, and eager asked for),
+// its 16 MiB + 4 B one put (4 iterations x 2 ranks x (23 + 1)); collectives' 32 KiB
 // chunks are put and get, 1 KiB ones eager (put and get with eager off,
 // where the in-place allreduce is two-shot: more messages); a program
 // without ipc prints no such line.
@@ -632,7 +632,7 @@ TEST(HirCli, CheckCountsThePeerMappedMessagesOfARunByProtocol) {
   CommandResult eager = hir({"check", example("eager_messages_ipc.json"), "--world", "2"});
   ASSERT_EQ(eager.exit_code, 0) << eager.out << eager.err;
   EXPECT_NE(eager.out.find("hir: messages through peer-mapped memory per run over all ranks: "
-                           "ipc: 8 put, 176 eager\n"),
+                           "ipc: 8 put, 184 eager\n"),
             std::string::npos)
       << eager.out;
   CommandResult collectives = hir({"check", example("collectives_ipc.json"), "--world", "4"});
