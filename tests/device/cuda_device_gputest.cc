@@ -72,9 +72,19 @@ std::unique_ptr<Device> makeCudaDeviceWithCopyMax(const char* copy_max) {
   return makeCudaDeviceWithEnv("HIR_CUDA_KERNEL_COPY_MAX", copy_max);
 }
 
-// Both ways the cuda device runs waitValue and writeValue
-// (HIR_CUDA_SEMAPHORES): the semaphore tests hold for each.
-constexpr const char* kSemaphoreModes[] = {"kernel", "memop"};
+// Runs `check(device)` on a cuda device made in each way it may run
+// waitValue and writeValue (HIR_CUDA_SEMAPHORES): the semaphore tests hold
+// for both. Skips the test where stream memory operations are missing.
+template <class Check>
+void inEachSemaphoreMode(Check&& check) {
+  for (const char* mode : {"memop", "kernel"}) {
+    SCOPED_TRACE(fmt::format("HIR_CUDA_SEMAPHORES={}", mode));
+    std::unique_ptr<Device> device = makeCudaDeviceWithEnv("HIR_CUDA_SEMAPHORES", mode);
+    if (!device->supports(DeviceFeature::StreamSemaphore))
+      GTEST_SKIP() << "stream memory operations are not available";
+    check(*device);
+  }
+}
 
 // Device memory that frees itself.
 class Buffer {
@@ -1202,13 +1212,7 @@ void waitValueHoldsAStreamUntilAnotherStreamWrites(Device& d) {
 // For kernel and memop semaphores alike (HIR_CUDA_SEMAPHORES).
 TEST(CudaDevice, WaitValueHoldsAStreamUntilAnotherStreamWrites) {
   HIR_REQUIRE_GPUS(1);
-  for (const char* mode : kSemaphoreModes) {
-    SCOPED_TRACE(fmt::format("HIR_CUDA_SEMAPHORES={}", mode));
-    auto device = makeCudaDeviceWithEnv("HIR_CUDA_SEMAPHORES", mode);
-    if (!device->supports(DeviceFeature::StreamSemaphore))
-      GTEST_SKIP() << "stream memory operations are not available";
-    waitValueHoldsAStreamUntilAnotherStreamWrites(*device);
-  }
+  inEachSemaphoreMode(waitValueHoldsAStreamUntilAnotherStreamWrites);
 }
 
 namespace {
@@ -1257,13 +1261,7 @@ void signaledCopyWaitsForTheFlagAndSignalsAfterTheCopy(Device& d) {
 // alike (HIR_CUDA_SEMAPHORES).
 TEST(CudaDevice, SignaledCopyWaitsForTheFlagAndSignalsAfterTheCopy) {
   HIR_REQUIRE_GPUS(1);
-  for (const char* mode : kSemaphoreModes) {
-    SCOPED_TRACE(fmt::format("HIR_CUDA_SEMAPHORES={}", mode));
-    auto device = makeCudaDeviceWithEnv("HIR_CUDA_SEMAPHORES", mode);
-    if (!device->supports(DeviceFeature::StreamSemaphore))
-      GTEST_SKIP() << "stream memory operations are not available";
-    signaledCopyWaitsForTheFlagAndSignalsAfterTheCopy(*device);
-  }
+  inEachSemaphoreMode(signaledCopyWaitsForTheFlagAndSignalsAfterTheCopy);
 }
 
 // One-block kernels are launched as programmatic dependents (HIR_CUDA_PDL,
@@ -1514,14 +1512,8 @@ void streamSemaphoresSignalAcrossRanks(Device& d) {
 TEST(CudaDevice, StreamSemaphoresSignalAcrossRanks) {
   HIR_REQUIRE_GPUS(2);
   if (!firstTwoRanksShareANode()) GTEST_SKIP() << "ranks 0 and 1 are on different nodes";
-  for (const char* mode : kSemaphoreModes) {
-    SCOPED_TRACE(fmt::format("HIR_CUDA_SEMAPHORES={}", mode));
-    auto device = makeCudaDeviceWithEnv("HIR_CUDA_SEMAPHORES", mode);
-    // Same answer on every rank (same driver), so the skip is collective.
-    if (!device->supports(DeviceFeature::StreamSemaphore))
-      GTEST_SKIP() << "stream memory operations are not available";
-    streamSemaphoresSignalAcrossRanks(*device);
-  }
+  // The skip is collective: every rank has the same driver.
+  inEachSemaphoreMode(streamSemaphoresSignalAcrossRanks);
 }
 
 }  // namespace
