@@ -676,6 +676,38 @@ TEST(IpcEager, MidSizeSendsStreamThroughSlotsSizedForTheProgram) {
                              "eager send: 1048576 bytes)"));
 }
 
+// A program too long for the check to see whole (its trace is of a prefix)
+// may send larger eager messages later than the check saw: its slots are
+// sized for HIR_IPC_EAGER_SEND_MAX, 2 of 16 MiB per sender. One rank only:
+// the check walks 4,000,000 steps of every rank on each.
+TEST(IpcEager, ATraceOfAPrefixSizesTheSlotsForTheLimit) {
+  if (test::world().world() != 1) GTEST_SKIP() << "one rank: the check's walk is long";
+  const std::string body = R"(
+      {"op": "allocate", "name": "a", "dtype": "int32", "shape": [4]},
+      {"op": "allocate", "name": "b", "dtype": "int32", "shape": [4]},
+      {"op": "for", "index": "i", "start": 0, "stop": 10000000, "body": [
+        {"op": "communication", "name": "s", "type": "send", "tensor": "a", "peer": 0,
+         "backend": "ipc"},
+        {"op": "communication", "name": "r", "type": "recv", "tensor": "b", "peer": 0,
+         "backend": "ipc"},
+        {"op": "wait", "communication": "s"}, {"op": "wait", "communication": "r"}]})";
+  std::mutex mu;
+  std::string log;
+  setLogSink([&](std::string_view line) {
+    std::lock_guard lock(mu);
+    log += std::string(line) + "\n";
+  });
+  configureLog("debug", "ipc");
+  {
+    Session session(test::world(), SessionOptions{"host"});
+    Evaluator ev(session, parseProgram(program("long", "", body)), options());
+  }
+  setLogSink(nullptr);
+  reloadLogConfigFromEnvironment();
+  EXPECT_THAT(log, HasSubstr("eager slots: 2 per sender of 16777216 bytes (the program's largest "
+                             "eager send is unknown"));
+}
+
 namespace {
 
 // An ipc backend on `device`, set up for a program whose largest eager send
