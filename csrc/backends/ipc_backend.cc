@@ -849,8 +849,6 @@ BackendCaps IpcBackend::caps() {
 
 namespace {
 
-// Every rank has the same eager limits, or setup fails on every rank saying
-// which differ (an allgather of each rank's three).
 // The eager slots of a rank whose limits are `max` (HIR_IPC_EAGER_MAX),
 // `slots` (HIR_IPC_EAGER_SLOTS) and `send_max` (ipcEagerSendMaxBytes()),
 // for a program whose largest eager send is `largest` bytes (-1: unknown,
@@ -869,26 +867,37 @@ std::pair<std::size_t, uint32_t> eagerSlotsFor(std::size_t max, uint32_t slots,
   return {bytes, std::min(fit, slots)};
 }
 
-void agreeOnEagerSlots(Bootstrap& boot, std::size_t max, uint32_t slots, std::size_t lines,
-                       std::size_t slot_bytes, uint32_t ring) {
-  const uint64_t mine[5] = {max, slots, lines, slot_bytes, ring};
-  std::vector<uint64_t> all(5 * static_cast<std::size_t>(boot.world()));
-  boot.allgather(mine, all.data(), sizeof mine);
+// What every rank must have alike for its eager messages to land where its
+// peers look: the limits (from the environment) and the slots made of them.
+struct EagerLayout {
+  uint64_t max, send_max, slots, lines, slot_bytes, ring;
+};
+
+// Every rank has the same eager layout, or setup fails on every rank saying
+// which rank differs and in what (an allgather of each rank's layout).
+void agreeOnEagerSlots(Bootstrap& boot, const EagerLayout& mine) {
+  std::vector<EagerLayout> all(static_cast<std::size_t>(boot.world()));
+  boot.allgather(&mine, all.data(), sizeof mine);
   for (int r = 0; r < boot.world(); ++r) {
-    const uint64_t* theirs = all.data() + 5 * static_cast<std::size_t>(r);
-    HIR_CHECK_AS(UsageError, theirs[0] == max && theirs[1] == slots,
+    const EagerLayout& theirs = all[static_cast<std::size_t>(r)];
+    HIR_CHECK_AS(UsageError, theirs.max == mine.max && theirs.slots == mine.slots,
                  "ipc: HIR_IPC_EAGER_MAX and HIR_IPC_EAGER_SLOTS must be the same on every rank: "
                  "rank {} has {} and {}, rank {} has {} and {}",
-                 boot.rank(), max, slots, r, theirs[0], theirs[1]);
-    HIR_CHECK_AS(UsageError, theirs[2] == lines,
+                 boot.rank(), mine.max, mine.slots, r, theirs.max, theirs.slots);
+    HIR_CHECK_AS(UsageError, theirs.send_max == mine.send_max,
+                 "ipc: HIR_IPC_EAGER_SEND_MAX must be the same on every rank: rank {} sends "
+                 "eagerly up to {} bytes, rank {} up to {}",
+                 boot.rank(), mine.send_max, r, theirs.send_max);
+    HIR_CHECK_AS(UsageError, theirs.lines == mine.lines,
                  "ipc: eager messages in lines go up to {} bytes on rank {} and up to {} on rank "
                  "{}: HIR_IPC_INLINE_MAX (and, on GPUs, HIR_CUDA_KERNEL_COPY_MAX, which bounds "
                  "it) must be the same on every rank",
-                 lines, boot.rank(), theirs[2], r);
-    HIR_CHECK_AS(UsageError, theirs[3] == slot_bytes && theirs[4] == ring,
-                 "ipc: rank {} has {} eager slots of {} bytes and rank {} has {} of {}: "
-                 "HIR_IPC_EAGER_SEND_MAX must be the same on every rank",
-                 boot.rank(), ring, slot_bytes, r, theirs[4], theirs[3]);
+                 mine.lines, boot.rank(), theirs.lines, r);
+    HIR_CHECK_AS(ProgramError, theirs.slot_bytes == mine.slot_bytes && theirs.ring == mine.ring,
+                 "ipc: rank {} made {} eager slots of {} bytes and rank {} made {} of {}, sized "
+                 "for the largest eager send of the program each loaded: every rank must load "
+                 "the same program",
+                 boot.rank(), mine.ring, mine.slot_bytes, r, theirs.ring, theirs.slot_bytes);
   }
 }
 
@@ -917,14 +926,15 @@ void IpcBackend::setup(const BackendContext& ctx) {
   // messages would land in different places.
   st.eager_max = ipcEagerMaxBytes();
   const uint32_t asked_slots = ipcEagerSlots();
+  const std::size_t send_max = ipcEagerSendMaxBytes();
   std::tie(st.slot_bytes, st.eager_slots) =
-      eagerSlotsFor(st.eager_max, asked_slots, ipcEagerSendMaxBytes(), ctx.largest_eager_send);
+      eagerSlotsFor(st.eager_max, asked_slots, send_max, ctx.largest_eager_send);
   // Lines take twice the message's bytes (rounded up to 4) in its slot.
   if (st.eager_max > 0 && d.supports(DeviceFeature::InlineFlags))
     st.inline_max = std::min({ipcInlineMaxBytes(), st.eager_max, st.slot_bytes / 2,
                               d.inlineFlagsMax()});
-  agreeOnEagerSlots(*ctx.bootstrap, st.eager_max, asked_slots, st.inline_max, st.slot_bytes,
-                    st.eager_slots);
+  agreeOnEagerSlots(*ctx.bootstrap, EagerLayout{st.eager_max, send_max, asked_slots,
+                                                st.inline_max, st.slot_bytes, st.eager_slots});
   HIR_LOG_DEBUG(Subsys::Ipc, "eager slots: {} per sender of {} bytes ({})", st.eager_slots,
                 st.slot_bytes,
                 ctx.largest_eager_send < 0

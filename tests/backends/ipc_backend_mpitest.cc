@@ -759,18 +759,29 @@ TEST(IpcEager, SlotsAreAsLargeAsTheProgramsLargestEagerSend) {
   EXPECT_EQ(ipcFor(device, -1)->eagerSlotBytes(), 65536u);
 }
 
-// Slots sized differently across ranks (the trace unknown and
-// HIR_IPC_EAGER_SEND_MAX unlike) fail the setup on every rank, naming the
-// variable.
-TEST(IpcEager, SlotSizesThatDifferAcrossRanksFailOnEveryRank) {
+// Ranks whose HIR_IPC_EAGER_SEND_MAX differ would decide auto differently
+// for some sizes, and ranks that loaded programs of different largest eager
+// sends would size their slots differently: either fails the setup on
+// every rank, saying which.
+TEST(IpcEager, SendLimitsOrSlotsThatDifferAcrossRanksFailOnEveryRank) {
   HIR_REQUIRE_WORLD_AT_LEAST(2);
   HostDevice device(testTimeout());
-  ScopedEnv sends("HIR_IPC_EAGER_SEND_MAX", test::world().rank() == 1 ? "65536" : "131072");
+  const bool one = test::world().rank() == 1;
+  {
+    ScopedEnv sends("HIR_IPC_EAGER_SEND_MAX", one ? "65536" : "131072");
+    try {
+      ipcFor(device, 0);
+      ADD_FAILURE() << "ranks with different HIR_IPC_EAGER_SEND_MAX set up";
+    } catch (const UsageError& e) {
+      EXPECT_THAT(e.what(), HasSubstr("HIR_IPC_EAGER_SEND_MAX must be the same on every rank"));
+    }
+  }
   try {
-    ipcFor(device, -1);
-    ADD_FAILURE() << "ranks with different HIR_IPC_EAGER_SEND_MAX set up";
-  } catch (const Error& e) {
-    EXPECT_THAT(e.what(), HasSubstr("HIR_IPC_EAGER_SEND_MAX must be the same on every rank"));
+    ipcFor(device, one ? 65536 : 0);
+    ADD_FAILURE() << "ranks with slots of different sizes set up";
+  } catch (const ProgramError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("eager slots of"));
+    EXPECT_THAT(e.what(), HasSubstr("every rank must load the same program"));
   }
   test::world().barrier();
 }
