@@ -48,8 +48,6 @@
 #include <map>
 #include <mutex>
 #include <set>
-#include <tuple>
-#include <utility>
 
 #include "backends/ipc_collectives.h"
 #include "backends/ipc_exchange.h"
@@ -849,24 +847,6 @@ BackendCaps IpcBackend::caps() {
 
 namespace {
 
-// The eager slots of a rank whose limits are `max` (HIR_IPC_EAGER_MAX),
-// `slots` (HIR_IPC_EAGER_SLOTS) and `send_max` (ipcEagerSendMaxBytes()),
-// for a program whose largest eager send is `largest` bytes (-1: unknown,
-// then as large as send_max allows): slots of the largest eager message
-// (at least `max`, a multiple of 16), and as many as `slots`, or fewer when
-// a row of them would pass kIpcSlotRowBudget (a power of two, at least 2).
-std::pair<std::size_t, uint32_t> eagerSlotsFor(std::size_t max, uint32_t slots,
-                                               std::size_t send_max, int64_t largest) {
-  const std::size_t need = largest < 0 ? send_max : static_cast<std::size_t>(largest);
-  const std::size_t bytes = std::max<std::size_t>((std::max(max, need) + 15) / 16 * 16, 16);
-  if (bytes <= max || static_cast<std::size_t>(slots) * bytes <= kIpcSlotRowBudget)
-    return {bytes, slots};
-  uint32_t fit = 2;
-  while (fit * 2 <= slots && static_cast<std::size_t>(fit) * 2 * bytes <= kIpcSlotRowBudget)
-    fit *= 2;
-  return {bytes, std::min(fit, slots)};
-}
-
 // What every rank must have alike for its eager messages to land where its
 // peers look: the limits (from the environment) and the slots made of them.
 struct EagerLayout {
@@ -927,8 +907,9 @@ void IpcBackend::setup(const BackendContext& ctx) {
   st.eager_max = ipcEagerMaxBytes();
   const uint32_t asked_slots = ipcEagerSlots();
   const std::size_t send_max = ipcEagerSendMaxBytes();
-  std::tie(st.slot_bytes, st.eager_slots) =
-      eagerSlotsFor(st.eager_max, asked_slots, send_max, ctx.largest_eager_send);
+  const IpcEagerSlots slots = ipcEagerSlotsFor(ctx.largest_eager_send);
+  st.slot_bytes = std::max<std::size_t>(slots.bytes, 16);
+  st.eager_slots = std::max<uint32_t>(slots.count, 1);
   // Lines take twice the message's bytes (rounded up to 4) in its slot.
   if (st.eager_max > 0 && d.supports(DeviceFeature::InlineFlags))
     st.inline_max = std::min({ipcInlineMaxBytes(), st.eager_max, st.slot_bytes / 2,

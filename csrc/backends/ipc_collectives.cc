@@ -31,6 +31,20 @@ std::size_t ipcEagerSendMaxBytes() {
   return std::max(chunks, sends);
 }
 
+IpcEagerSlots ipcEagerSlotsFor(int64_t largest) {
+  const std::size_t max = ipcEagerMaxBytes();
+  if (max == 0) return {};
+  const uint32_t slots = ipcEagerSlots();
+  const std::size_t need = largest < 0 ? ipcEagerSendMaxBytes() : static_cast<std::size_t>(largest);
+  const std::size_t bytes = (std::max(max, need) + 15) / 16 * 16;
+  if (bytes <= max || static_cast<std::size_t>(slots) * bytes <= kIpcSlotRowBudget)
+    return {bytes, slots};
+  uint32_t fit = 2;
+  while (fit * 2 <= slots && static_cast<std::size_t>(fit) * 2 * bytes <= kIpcSlotRowBudget)
+    fit *= 2;
+  return {bytes, std::min(fit, slots)};
+}
+
 std::size_t ipcInlineMaxBytes() {
   const char* v = std::getenv("HIR_IPC_INLINE_MAX");
   if (v == nullptr || *v == '\0') return std::size_t{8} << 10;

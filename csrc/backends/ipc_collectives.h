@@ -24,6 +24,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <string_view>
 #include <vector>
 
@@ -67,6 +68,18 @@ std::size_t ipcEagerSendMaxBytes();
 // slots of more than kIpcSlotRowBudget / ipcEagerSlots() bytes come fewer
 // per row (a power of two, at least 2).
 inline constexpr std::size_t kIpcSlotRowBudget = std::size_t{32} << 20;
+// The eager slots of each sender's row in a receiver's signal page, for a
+// program whose largest eager send is `largest` bytes
+// (BackendContext::largest_eager_send; -1: unknown, then sized for
+// ipcEagerSendMaxBytes()): as large as that send, at least
+// ipcEagerMaxBytes() (a multiple of 16), and ipcEagerSlots() of them, or
+// fewer where a row would pass kIpcSlotRowBudget. None (0 and 0) when eager
+// is off. A page holds world rows.
+struct IpcEagerSlots {
+  std::size_t bytes = 0;
+  uint32_t count = 0;
+};
+IpcEagerSlots ipcEagerSlotsFor(int64_t largest);
 // Eager messages of 1 to ipcInlineMaxBytes() bytes (HIR_IPC_INLINE_MAX,
 // default 8 KiB; 0: none) travel in lines, with their flags inline
 // (device.h), where the device offers it; the backend caps it at half a

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <map>
 #include <utility>
 #include <vector>
@@ -36,5 +37,18 @@ struct P2pTrace {
   bool truncated = false;  // the dry run stopped early: only a prefix is known
   std::map<std::pair<int, int>, std::vector<P2pMessage>> pairs;
 };
+
+// The largest message of `trace` that backend slot `backend` carries with
+// protocol eager, in bytes (0: none), or -1 when the trace is of a prefix
+// of the run only: BackendContext::largest_eager_send.
+inline int64_t largestEagerSend(const P2pTrace& trace, int backend) {
+  if (trace.truncated) return -1;
+  std::size_t largest = 0;
+  for (const auto& [pair, messages] : trace.pairs)
+    for (const P2pMessage& m : messages)
+      if (m.backend == backend && m.protocol == Protocol::Eager && m.bytes > largest)
+        largest = m.bytes;
+  return static_cast<int64_t>(largest);
+}
 
 }  // namespace hir

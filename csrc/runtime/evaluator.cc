@@ -80,19 +80,6 @@ CompiledProgram compileFor(Session& session, const Program& program,
   return out;
 }
 
-// BackendContext::largest_eager_send of backend slot `backend`: the
-// largest message of the trace that it carries eagerly, or -1 when the
-// trace is of a prefix of the run only.
-int64_t largestEagerSend(const CompiledProgram& compiled, int backend) {
-  if (compiled.trace.truncated) return -1;
-  std::size_t largest = 0;
-  for (const auto& [pair, messages] : compiled.trace.pairs)
-    for (const P2pMessage& m : messages)
-      if (m.backend == backend && m.protocol == Protocol::Eager)
-        largest = std::max(largest, m.bytes);
-  return static_cast<int64_t>(largest);
-}
-
 }  // namespace
 
 struct Evaluator::Impl {
@@ -189,7 +176,8 @@ struct Evaluator::Impl {
       for (const PlanBackend& b : plan.backends) {
         const BackendInfo* info = findBackend(b.name);
         HIR_INTERNAL_ASSERT(info, "lowering bound unknown backend '{}'", b.name);
-        ctx.largest_eager_send = largestEagerSend(compiled, static_cast<int>(backends.size()));
+        ctx.largest_eager_send =
+            largestEagerSend(compiled.trace, static_cast<int>(backends.size()));
         backends.push_back(info->create());
         backends.back()->setup(ctx);
         watchdog.tick(-1);

@@ -33,6 +33,7 @@
 #include <hostir/session.h>
 #include <hostir/version.h>
 
+#include "backends/ipc_collectives.h"
 #include "common/check.h"
 #include "common/parse_int.h"
 #include "compile/compile.h"
@@ -654,6 +655,18 @@ int cmdCheck(const Args& a) {
     std::cout << fmt::format("hir: messages through peer-mapped memory{}: {}\n",
                              r.truncated ? " in the part checked" : " per run over all ranks",
                              list);
+  }
+  // The memory of ipc's eager slots on each rank, sized for the program's
+  // largest eager send (or for the limit, when the check saw a prefix only).
+  for (std::size_t b = 0; b < r.plan.backends.size(); ++b) {
+    if (r.plan.backends[b].name != "ipc") continue;
+    const IpcEagerSlots slots = ipcEagerSlotsFor(largestEagerSend(r.trace, static_cast<int>(b)));
+    if (slots.count == 0) continue;
+    std::cout << fmt::format(
+        "hir: ipc's eager slots: {} of {} per sender, {} per rank at world {}{}\n", slots.count,
+        formatBytes(static_cast<int64_t>(slots.bytes)),
+        formatBytes(static_cast<int64_t>(slots.bytes * slots.count) * *a.world), *a.world,
+        r.truncated ? " (sized for HIR_IPC_EAGER_SEND_MAX: the check saw part of a run)" : "");
   }
   // Graph capture (cuda only) needs what this check proves: say whether it holds.
   if (device != "cuda") return kExitOk;

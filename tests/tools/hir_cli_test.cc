@@ -635,6 +635,11 @@ TEST(HirCli, CheckCountsThePeerMappedMessagesOfARunByProtocol) {
                            "ipc: 8 put, 184 eager\n"),
             std::string::npos)
       << eager.out;
+  // Its largest eager send is 64 KiB: 8 slots of 64 KiB per sender.
+  EXPECT_NE(eager.out.find("hir: ipc's eager slots: 8 of 64 KiB per sender, 1 MiB per rank at "
+                           "world 2\n"),
+            std::string::npos)
+      << eager.out;
   CommandResult collectives = hir({"check", example("collectives_ipc.json"), "--world", "4"});
   ASSERT_EQ(collectives.exit_code, 0) << collectives.out << collectives.err;
   EXPECT_NE(collectives.out.find("ipc: 81 put, 72 get\n"), std::string::npos) << collectives.out;
@@ -645,6 +650,7 @@ TEST(HirCli, CheckCountsThePeerMappedMessagesOfARunByProtocol) {
   EXPECT_NE(eager_off.out.find("ipc: 156 put, 336 get\n"), std::string::npos) << eager_off.out;
   CommandResult none = hir({"check", example("ring_exchange.json"), "--world", "2"});
   EXPECT_EQ(none.out.find("peer-mapped"), std::string::npos) << none.out;
+  EXPECT_EQ(none.out.find("eager slots"), std::string::npos) << none.out;
 }
 
 TEST(HirCli, CheckForCudaSaysWhetherARunCanBeCaptured) {
