@@ -619,6 +619,29 @@ TEST(IpcEager, CallerBuffersMoveBecauseNoBufferIsMapped) {
   for (int k = 0; k < 8; ++k) EXPECT_EQ(in[static_cast<std::size_t>(k)], from * 10 + k) << k;
 }
 
+// The ipc subsystem's debug log lines while `fn` runs (the setup's "eager
+// slots: ..." among them); the environment's log settings afterwards.
+template <class Fn>
+std::string ipcDebugLog(Fn&& fn) {
+  std::mutex mu;
+  std::string log;
+  setLogSink([&](std::string_view line) {
+    std::lock_guard lock(mu);
+    log += std::string(line) + "\n";
+  });
+  configureLog("debug", "ipc");
+  try {
+    fn();
+  } catch (...) {
+    setLogSink(nullptr);
+    reloadLogConfigFromEnvironment();
+    throw;
+  }
+  setLogSink(nullptr);
+  reloadLogConfigFromEnvironment();
+  return log;
+}
+
 // A stream of mid-size sends (64 KiB and 1 MiB, auto: eager below
 // HIR_IPC_EAGER_SEND_MAX) into one receive buffer, each waited on before the
 // next, as hir_p2p_bench's bandwidth rows do: every message lands whole
@@ -660,16 +683,8 @@ TEST(IpcEager, MidSizeSendsStreamThroughSlotsSizedForTheProgram) {
       EXPECT_EQ(b.protocolFor(Protocol::Auto, 65536), Protocol::Eager);
       EXPECT_EQ(b.protocolFor(Protocol::Auto, 1 << 20), Protocol::Eager);
     }
-  std::mutex mu;
-  std::string log;
-  setLogSink([&](std::string_view line) {
-    std::lock_guard lock(mu);
-    log += std::string(line) + "\n";
-  });
-  configureLog("debug", "ipc");
-  RunReport r = runProgram(text, 2);
-  setLogSink(nullptr);
-  reloadLogConfigFromEnvironment();
+  RunReport r;
+  const std::string log = ipcDebugLog([&] { r = runProgram(text, 2); });
   EXPECT_TRUE(r.ok()) << r.format();
   EXPECT_EQ(r.checks_run, 2u * 36u * 2u);
   EXPECT_THAT(log, HasSubstr("eager slots: 8 per sender of 1048576 bytes (the program's largest "
@@ -691,19 +706,10 @@ TEST(IpcEager, ATraceOfAPrefixSizesTheSlotsForTheLimit) {
         {"op": "communication", "name": "r", "type": "recv", "tensor": "b", "peer": 0,
          "backend": "ipc"},
         {"op": "wait", "communication": "s"}, {"op": "wait", "communication": "r"}]})";
-  std::mutex mu;
-  std::string log;
-  setLogSink([&](std::string_view line) {
-    std::lock_guard lock(mu);
-    log += std::string(line) + "\n";
-  });
-  configureLog("debug", "ipc");
-  {
+  const std::string log = ipcDebugLog([&] {
     Session session(test::world(), SessionOptions{"host"});
     Evaluator ev(session, parseProgram(program("long", "", body)), options());
-  }
-  setLogSink(nullptr);
-  reloadLogConfigFromEnvironment();
+  });
   EXPECT_THAT(log, HasSubstr("eager slots: 2 per sender of 16777216 bytes (the program's largest "
                              "eager send is unknown"));
 }
