@@ -9,16 +9,16 @@
 #
 # The steps, in this order (--steps picks some; the estimate is what the
 # budget counts; each runs under `timeout` of the budget left):
-#   faults    gpu-faults.sh --timeout 10: #14 item 8                  (100 s)
-#   soak      gpu-soak.sh --iters 100000 --runs 8: #14 item 8 (one run of
-#             100,000 iterations takes 6 s on 2 H200s, mostly start-up: too
-#             short to tell a leak from the warm-up)                   (100 s)
-#   graph     graph-bench.sh --np 2 --k 1000 --nccl-tests: #12's table (150 s)
 #   mid       hir_p2p_bench 16 KiB - 256 MiB with ping-pong rows up to
 #             16 MiB, by default (sends eager up to 16 MiB) and with
 #             HIR_IPC_EAGER_SEND_MAX=0 (put above 16 KiB): #13's mid sizes,
 #             streamed and one at a time                              (300 s)
 #   sem       ipc-semaphores-ab.sh: memop against kernel semaphores  (200 s)
+#   faults    gpu-faults.sh --timeout 10: #14 item 8                  (100 s)
+#   soak      gpu-soak.sh --iters 100000 --runs 8: #14 item 8 (one run of
+#             100,000 iterations takes 6 s on 2 H200s, mostly start-up: too
+#             short to tell a leak from the warm-up)                   (100 s)
+#   graph     graph-bench.sh --np 2 --k 1000 --nccl-tests: #12's table (150 s)
 #   check     gpu-check.sh --prebuilt: GPU tests at 1 and 2 ranks, examples,
 #             hir_p2p_bench (1 KiB - 1 GiB, and put above 16 KiB) and
 #             hir_comm_bench (the examples take 4 min)                (330 s)
