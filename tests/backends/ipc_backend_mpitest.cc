@@ -594,6 +594,21 @@ TEST(IpcEager, AutoIsEagerUpToTheLimitAndPutAbove) {
   EXPECT_EQ(ipcResolveProtocol(Protocol::Auto, 8), Protocol::Put);
 }
 
+// HIR_IPC_EAGER_SEND_MAX takes a number of bytes up to 1 GiB; anything else
+// is a usage error (exit 2 from hir) naming the variable and the value.
+TEST(IpcEager, ABadEagerSendMaxIsAUsageErrorNamingIt) {
+  for (const char* bad : {"16M", "-1", "1073741825"}) {
+    ScopedEnv sends("HIR_IPC_EAGER_SEND_MAX", bad);
+    try {
+      ipcResolveProtocol(Protocol::Auto, 64);
+      ADD_FAILURE() << "HIR_IPC_EAGER_SEND_MAX=" << bad << " was accepted";
+    } catch (const UsageError& e) {
+      EXPECT_THAT(e.what(), HasSubstr("HIR_IPC_EAGER_SEND_MAX")) << bad;
+      EXPECT_THAT(e.what(), HasSubstr(bad));
+    }
+  }
+}
+
 // Eager maps no buffer, only the pages: a caller's buffer may be sent and
 // received (put would refuse to export it).
 TEST(IpcEager, CallerBuffersMoveBecauseNoBufferIsMapped) {
