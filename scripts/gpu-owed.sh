@@ -22,8 +22,11 @@
 #   check     gpu-check.sh --prebuilt: GPU tests at 1 and 2 ranks, examples,
 #             hir_p2p_bench (1 KiB - 1 GiB, and put above 16 KiB) and
 #             hir_comm_bench (the examples take 4 min)                (330 s)
-#   colls     ipc-collectives-bench.sh, every collective, 8 B - 1 GiB by
-#             8x: #13's table                                         (300 s)
+#   colls     ipc-collectives-bench.sh: allreduce, allgather and
+#             reduce_scatter, 8 B - 1 GiB by 8x, 50 collectives per run,
+#             and ipc with chunks up to 4 MiB eager (--eager-max 4M): #13's
+#             table                                                   (300 s)
+#   colls2    the same for broadcast and alltoall                     (200 s)
 #   probe     ipc-latency-probe.sh, 8 B and 8 KiB, --graph: lines and PDL
 #             over NVLink (default, HIR_IPC_INLINE_MAX=0 and 4096,
 #             HIR_CUDA_PDL=0)                                          (120 s)
@@ -42,14 +45,14 @@ set -u -o pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 out=${OUT:-$root/gpu-out}
 build=$root/build-carry budget=560
-all="mid sem faults soak graph check colls probe probe-mid"
+all="mid sem faults soak graph check colls colls2 probe probe-mid"
 steps=$all
 while [ $# -gt 0 ]; do
   case "$1" in
     --build) shift; build=${1:-} ;;
     --budget) shift; budget=${1:-} ;;
     --steps) shift; steps=${1:-} ;;
-    -h|--help) sed -n '2,39p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,42p' "$0"; exit 0 ;;
     *) echo "gpu-owed: unknown option $1" >&2; exit 2 ;;
   esac
   shift
@@ -77,7 +80,7 @@ nccl_tests=()
 
 estimate() {
   case $1 in
-    check) echo 330 ;; colls|mid) echo 300 ;; sem) echo 200 ;; graph) echo 150 ;;
+    check) echo 330 ;; colls|mid) echo 300 ;; sem|colls2) echo 200 ;; graph) echo 150 ;;
     probe) echo 120 ;; *) echo 100 ;;
   esac
 }
@@ -100,9 +103,12 @@ run_step() {
     probe-mid) bash "$root/scripts/ipc-latency-probe.sh" --build "$build" \
                  --n "4096 8192 16384" --modes graph --reps 2 \
                  --variants "default HIR_IPC_EAGER_MAX=65536" ;;
-    colls) bash "$root/scripts/ipc-collectives-bench.sh" --build "$build" --np 2 \
-             -b 8 -e 1G -f 8 -n 10 -w 3 --graph-max 32K \
-             --eager-sweep-max 32K ;;
+    colls|colls2)
+      local ops=allreduce,allgather,reduce_scatter
+      [ "$1" = colls2 ] && ops=broadcast,alltoall
+      bash "$root/scripts/ipc-collectives-bench.sh" --build "$build" --np 2 --ops "$ops" \
+        -b 8 -e 1G -f 8 -n 10 -w 3 --graph-max 32K --eager-sweep-max 32K --eager-max 4M \
+        --reps-per-run 50 ;;
     faults) bash "$root/scripts/gpu-faults.sh" "$build" --timeout 10 ;;
     soak) bash "$root/scripts/gpu-soak.sh" "$build" --iters 100000 --runs 8 ;;
   esac

@@ -7,17 +7,26 @@
 # ipc runs twice up to --eager-sweep-max: as it is (auto: chunks up to
 # HIR_IPC_EAGER_MAX go eager) and with eager off (HIR_IPC_EAGER_MAX=0:
 # put and get), the "ipc put" column, which is what chooses the limit.
+# --eager-max SIZE runs ipc a third time, every size, with
+# HIR_IPC_EAGER_MAX=SIZE (chunks up to SIZE eager): the "ipc eager" column,
+# which says what raising the limit would gain (swept up to --np x SIZE:
+# above, no chunk is that small). --reps-per-run N sets the programs'
+# "reps" (default 20), the collectives of one run: a run's fill and check
+# weigh less in each collective's time with more.
 #
 #   bash scripts/ipc-collectives-bench.sh [--build DIR] [--np N] [-b SIZE] [-e SIZE]
 #        [-f N] [-n N] [-w N] [--graph-max SIZE] [--eager-sweep-max SIZE]
-#        [--ops a,b,...] [--device host] [--plots]
+#        [--eager-max SIZE] [--reps-per-run N] [--ops a,b,...] [--device host] [--mps]
+#        [--plots]
 #
 # Defaults: build-gpu, as many ranks as GPUs (at least 2), 8 B to 1 GiB by
 # 4x, 20 timed and 5 warm-up runs per size, graphs and ipc put up to 64 KiB
 # (--eager-sweep-max 0: no ipc put sweep). On a
 # machine of one GPU it runs 2 ranks sharing it (HIR_SHARE_GPUS=1), ipc only
 # (NCCL refuses a shared GPU): a smoke test of the script, whose times say
-# nothing about two GPUs. Writes ${OUT:-ipc-bench-out}/ipc-collectives.txt
+# nothing about two GPUs; --mps runs them under an MPS daemon
+# (scripts/mps-env.sh), so that they share the SMs instead of taking turns
+# in time slices, and the times compare ipc's protocols. Writes ${OUT:-ipc-bench-out}/ipc-collectives.txt
 # (the table) and ipc-collectives.csv (every row of every sweep); needs
 # NCCL_NVLS_ENABLE=0 (exported here). --device host (a check of the script
 # itself, on a machine without GPUs) compares with mpi instead, eager only.
@@ -27,7 +36,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 
 build=build-gpu np="" b=8 e=1G f=4 n=20 w=5 graph_max=64K eager_sweep_max=64K device=cuda
-ops=allreduce,allgather,reduce_scatter,broadcast,alltoall plots=0
+ops=allreduce,allgather,reduce_scatter,broadcast,alltoall plots=0 eager_max="" mps=0 reps=
 while [ $# -gt 0 ]; do
   case "$1" in
     --build) shift; build=$1 ;;
@@ -39,10 +48,13 @@ while [ $# -gt 0 ]; do
     -w) shift; w=$1 ;;
     --graph-max) shift; graph_max=$1 ;;
     --eager-sweep-max) shift; eager_sweep_max=$1 ;;
+    --eager-max) shift; eager_max=$1 ;;
+    --mps) mps=1 ;;
+    --reps-per-run) shift; reps=$1 ;;
     --ops) shift; ops=$1 ;;
     --device) shift; device=$1 ;;
     --plots) plots=1 ;;
-    -h|--help) sed -n '2,24p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,34p' "$0"; exit 0 ;;
     *) echo "ipc-collectives-bench: unknown argument '$1'" >&2; exit 2 ;;
   esac
   shift
@@ -64,21 +76,47 @@ if [ "$device" = cuda ] && [ "$gpus" -lt "$np" ]; then
   [ "$eager_sweep_max" = 0 ] && backends=ipc
   echo "ipc-collectives-bench: $gpus GPU(s) for $np ranks: ranks share GPUs, ipc only" >&2
 fi
+# The smaller of two sizes such as 64K and 1G (hir sweep's suffixes), and a
+# size in bytes (what the HIR_IPC_* variables take).
+sizes() {
+  python3 -c '
+import sys
+def b(v):
+    m = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+    return int(v[:-1]) * m[v[-1]] if v[-1] in m else int(v)
+print(min(sys.argv[2:], key=b) if sys.argv[1] == "min" else b(sys.argv[2]))' "$@"
+}
+smaller() { sizes min "$1" "$2"; }
+if [ -n "$eager_max" ]; then
+  eager_max=$(sizes bytes "$eager_max") ||
+    { echo "ipc-collectives-bench: --eager-max takes a size such as 4M" >&2; exit 2; }
+  backends="$backends ipc_eager"
+fi
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
+if [ "$mps" = 1 ]; then
+  [ "$device" = cuda ] && [ "$gpus" -ge 1 ] ||
+    { echo "ipc-collectives-bench: --mps needs a GPU" >&2; exit 2; }
+  # shellcheck source=mps-env.sh
+  . scripts/mps-env.sh
+  mps_start "$tmp" || exit 2
+  trap 'mps_stop; rm -rf "$tmp"' EXIT
+fi
 csv="$out/ipc-collectives.csv"
 : >"$csv"
 status=0
 
 # sweep OP BACKEND MODE(eager|graph) MAXSIZE
-# (BACKEND ipc_put: ipc with eager off)
+# (BACKEND ipc_put: ipc with eager off; ipc_eager: HIR_IPC_EAGER_MAX=--eager-max)
 sweep() {
   local op=$1 backend=$2 mode=$3 max=$4 prog="$tmp/${1}_$2.json" rows="$tmp/$1_$2_$3.csv"
   local env=()
   [ "$backend" = ipc_put ] && env=(HIR_IPC_EAGER_MAX=0)
-  sed "s/\"backend\": \"ipc\"/\"backend\": \"${backend%_put}\"/" "bench/ipc/${op}_loop.json" >"$prog"
+  [ "$backend" = ipc_eager ] && env=(HIR_IPC_EAGER_MAX="$eager_max")
+  sed "s/\"backend\": \"ipc\"/\"backend\": \"${backend%_*}\"/" "bench/ipc/${op}_loop.json" >"$prog"
   local extra=()
   [ "$mode" = graph ] && extra=(--graph)
+  [ -n "$reps" ] && extra+=(--param "reps=$reps")
   if ! env "${env[@]}" "$hir" sweep "$prog" --param-size n -b "$b" -e "$max" -f "$f" -n "$n" -w "$w" \
       --np "$np" --device "$device" --no-progress --csv "$rows" "${extra[@]}" \
       >"$tmp/$1_$2_$3.log" 2>&1; then
@@ -91,15 +129,6 @@ sweep() {
   tail -n +2 "$rows" | sed "s/^/$op,$backend,$mode,/" >>"$csv"
 }
 
-# The smaller of two sizes such as 64K and 1G (hir sweep's suffixes).
-smaller() {
-  python3 -c '
-import sys
-def b(v):
-    m = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
-    return int(v[:-1]) * m[v[-1]] if v[-1] in m else int(v)
-print(min(sys.argv[1:], key=b))' "$1" "$2"
-}
 
 IFS=, read -r -a op_list <<<"$ops"
 for op in "${op_list[@]}"; do
@@ -108,14 +137,15 @@ for op in "${op_list[@]}"; do
       max=$e
       [ "$mode" = graph ] && max=$graph_max
       [ "$backend" = ipc_put ] && max=$(smaller "$max" "$eager_sweep_max")
+      [ "$backend" = ipc_eager ] && max=$(smaller "$max" "$((eager_max * np))")
       sweep "$op" "$backend" "$mode" "$max"
     done
   done
 done
 
-python3 - "$csv" "$np" "$gpus" "$baseline" >"$out/ipc-collectives.txt" <<'PY'
+python3 - "$csv" "$np" "$gpus" "$baseline" "$eager_max" >"$out/ipc-collectives.txt" <<'PY'
 import csv, sys
-path, np, gpus, base = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4]
+path, np, gpus, base, eager_max = sys.argv[1:6]
 rows = {}
 for r in csv.reader(open(path)):
     op, backend, mode, size, count, dtype, redop, root, t, algbw, busbw, wrong = r[:12]
@@ -123,21 +153,25 @@ for r in csv.reader(open(path)):
 print(f"# ipc collectives against {base} through hir sweep: {np} ranks, {gpus} GPU(s)")
 print("# time: us per collective (mean over ranks); ratio < 1: ipc faster; busbw GB/s")
 print()
-print("# ipc: as it runs (chunks up to HIR_IPC_EAGER_MAX eager); ipc put: eager off")
+print("# ipc: as it runs (chunks up to HIR_IPC_EAGER_MAX eager); ipc put: eager off"
+      + (f"; ipc eager: HIR_IPC_EAGER_MAX={eager_max}" if eager_max else ""))
 print()
-print(f"| op | mode | size (B) | {base} us | ipc us | ipc put us | ipc/{base} time | {base} busbw "
+ex, exl = (" ipc eager us |", " ---: |") if eager_max else ("", "")
+print(f"| op | mode | size (B) | {base} us | ipc us | ipc put us |{ex} ipc/{base} time | {base} busbw "
       "| ipc busbw | #wrong |")
-print("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+print(f"| --- | --- | ---: | ---: | ---: | ---: |{exl} ---: | ---: | ---: | ---: |")
 keys = sorted({k[:3] for k in rows})
 for op, mode, size in keys:
     n = rows.get((op, mode, size, base))
     i = rows.get((op, mode, size, "ipc"))
     p = rows.get((op, mode, size, "ipc_put"))
+    g = rows.get((op, mode, size, "ipc_eager"))
     fmt = lambda v, p=2: "-" if v is None else f"{v:.{p}f}"
     ratio = fmt(i[0] / n[0], 3) if n and i and n[0] > 0 else "-"
-    wrong = sum(r[2] for r in (n, i, p) if r)
+    wrong = sum(r[2] for r in (n, i, p, g) if r)
+    eg = f" {fmt(g and g[0])} |" if eager_max else ""
     print(f"| {op} | {mode} | {size} | {fmt(n and n[0])} | {fmt(i and i[0])} | "
-          f"{fmt(p and p[0])} | {ratio} | {fmt(n and n[1])} | {fmt(i and i[1])} | {wrong} |")
+          f"{fmt(p and p[0])} |{eg} {ratio} | {fmt(n and n[1])} | {fmt(i and i[1])} | {wrong} |")
 PY
 cat "$out/ipc-collectives.txt"
 [ "$plots" = 1 ] && { bash scripts/plot-ipc-collectives.sh "$csv" "$out" "$np" || status=1; }
