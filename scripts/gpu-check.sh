@@ -8,11 +8,15 @@
 #
 #   bash scripts/gpu-check.sh [--host-tests] [--no-tests] [--no-examples]
 #                             [--no-bench] [--bench-args "ARGS"] [--jobs N]
-#                             [--prebuilt DIR] [--mps]
+#                             [--prebuilt DIR] [--mps] [--shared-np "2 4"]
 #
 # --mps: on a machine of one GPU, the 2 ranks that share it run under an
 # MPS daemon (scripts/mps-env.sh) instead of in time slices: the shared
 # ipc tests then take seconds, not minutes.
+# --shared-np "N ...": the world sizes of those shared runs (default 2);
+# "2 4" also runs the ipc tests and examples at 4 ranks, which is how a
+# machine of one GPU runs ipc's 4-rank paths (rings of 3 peers, two-shot
+# chunks of 4) on the cuda device.
 #
 # --prebuilt DIR: no configure and build; run the binaries that
 # scripts/gpu-pack.sh packed into DIR on the development machine (the
@@ -34,7 +38,7 @@ out=${OUT:-$root/gpu-out}
 build=${BUILD_DIR:-$root/build-gpu}
 jobs=$(nproc 2>/dev/null || echo 8)
 host_tests=0 run_tests=1 run_examples=1 run_bench=1
-bench_args="" prebuilt="" mps=0
+bench_args="" prebuilt="" mps=0 shared_np=2
 while [ $# -gt 0 ]; do
   case "$1" in
     --host-tests) host_tests=1 ;;
@@ -45,12 +49,18 @@ while [ $# -gt 0 ]; do
     --jobs) shift; jobs=${1:-$jobs} ;;
     --prebuilt) shift; prebuilt=${1:-} ;;
     --mps) mps=1 ;;
-    -h|--help) sed -n '2,27p' "$0"; exit 0 ;;
+    --shared-np) shift; shared_np=${1:-} ;;
+    -h|--help) sed -n '2,31p' "$0"; exit 0 ;;
     *) echo "gpu-check: unknown option $1" >&2; exit 2 ;;
   esac
   shift
 done
 
+for sn in $shared_np; do
+  case $sn in
+    ''|*[!0-9]*|0|1) echo "gpu-check: --shared-np expects world sizes of 2 or more, got '$sn'" >&2; exit 2 ;;
+  esac
+done
 export NCCL_NVLS_ENABLE=0
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 export OMPI_MCA_rmaps_base_oversubscribe=1
@@ -242,7 +252,7 @@ if [ "$run_examples" = 1 ]; then
   fi
 fi
 
-# ------------------------------------------- 2 ranks sharing the one GPU
+# --------------------------- ranks sharing the one GPU (--shared-np)
 # On a machine of one GPU, the 2-rank paths that do not need NCCL (which
 # refuses two ranks on one GPU) still run: the ipc tests and the ipc
 # examples, with HIR_SHARE_GPUS=1, both ranks on GPU 0. Correctness only:
@@ -261,58 +271,60 @@ if [ "$gpus" = 1 ]; then
       record "MPS daemon" 0 1 0 "did not start: the shared runs go in time slices"
     fi
   fi
-  if [ "$run_tests" = 1 ] && [ -x "$mpi_tests" ]; then
-    log_header "$log" "hostir_mpi_tests Ipc* on the cuda device, 2 ranks sharing GPU 0"
-    piece=$(HIR_SHARE_GPUS=1 HIR_TEST_DEVICE=cuda timeout 900 "${mpirun_cmd[@]}" \
-      -x HIR_TEST_DEVICE -x HIR_SHARE_GPUS -np 2 "$mpi_tests" --gtest_color=no \
-      '--gtest_filter=Ipc*:-IpcFakeNodes*' 2>&1)
-    rc=$?
-    printf '%s\n' "$piece" >>"$log"
-    read -r p f s <<<"$(gtest_counts "$piece")"
-    if [ "$rc" != 0 ] && [ "$f" = 0 ]; then f=1; fi
-    record "ipc (cuda) np=2 shared" "$p" "$f" "$s" "exit $rc"
-  fi
-  if [ "$run_tests" = 1 ] && [ -x "$gpu_tests" ]; then
-    log_header "$log" "hostir_gpu_tests *Ipc* on 2 ranks sharing GPU 0"
-    piece=$(HIR_SHARE_GPUS=1 timeout 900 "${mpirun_cmd[@]}" -x HIR_SHARE_GPUS -np 2 \
-      "$gpu_tests" --gtest_color=no '--gtest_filter=*Ipc*' 2>&1)
-    rc=$?
-    printf '%s\n' "$piece" >>"$log"
-    read -r p f s <<<"$(gtest_counts "$piece")"
-    if [ "$rc" != 0 ] && [ "$f" = 0 ]; then f=1; fi
-    record "gpu tests *Ipc* np=2 shared" "$p" "$f" "$s" "exit $rc"
-  fi
-  hir="$build/bin/hir"
-  if [ "$run_examples" = 1 ] && [ -x "$hir" ]; then
-    log="$out/examples.log"
-    for mode in eager graph; do
-      p=0 f=0 s=0 failures="" skipped=""
-      for ex in "$root"/ir_examples/*_ipc.json; do
-        [ -e "$ex" ] || continue
-        name=$(basename "$ex" .json)
-        want=0 flags=()
-        if [ "$mode" = graph ]; then
-          flags=(--graph --iters 5)
-          "$hir" check "$ex" --world 2 --device cuda >"$out/check.tmp" 2>&1
-          grep -q 'graph capture (--graph): possible' "$out/check.tmp" || want=2
-          rm -f "$out/check.tmp"
-        fi
-        log_header "$log" "$name on 2 ranks sharing GPU 0${flags:+, ${flags[*]}}"
-        piece=$(HIR_SHARE_GPUS=1 timeout 600 "$hir" run "$ex" --np 2 --device cuda \
-          "${flags[@]}" 2>&1)
-        rc=$?
-        printf '%s\n' "$piece" >>"$log"
-        echo "exit status: $rc (expected $want)" >>"$log"
-        if grep -q "Duplicate GPU detected" <<<"$piece"; then
-          s=$((s + 1)) skipped+=" $name"  # it has nccl communications too
-        elif [ "$rc" = "$want" ]; then p=$((p + 1)); else f=$((f + 1)); failures+=" $name"; fi
+  for sn in $shared_np; do
+    if [ "$run_tests" = 1 ] && [ -x "$mpi_tests" ]; then
+      log_header "$log" "hostir_mpi_tests Ipc* on the cuda device, $sn ranks sharing GPU 0"
+      piece=$(HIR_SHARE_GPUS=1 HIR_TEST_DEVICE=cuda timeout 900 "${mpirun_cmd[@]}" \
+        -x HIR_TEST_DEVICE -x HIR_SHARE_GPUS -np "$sn" "$mpi_tests" --gtest_color=no \
+        '--gtest_filter=Ipc*:-IpcFakeNodes*' 2>&1)
+      rc=$?
+      printf '%s\n' "$piece" >>"$log"
+      read -r p f s <<<"$(gtest_counts "$piece")"
+      if [ "$rc" != 0 ] && [ "$f" = 0 ]; then f=1; fi
+      record "ipc (cuda) np=$sn shared" "$p" "$f" "$s" "exit $rc"
+    fi
+    if [ "$run_tests" = 1 ] && [ -x "$gpu_tests" ]; then
+      log_header "$log" "hostir_gpu_tests *Ipc* on $sn ranks sharing GPU 0"
+      piece=$(HIR_SHARE_GPUS=1 timeout 900 "${mpirun_cmd[@]}" -x HIR_SHARE_GPUS -np "$sn" \
+        "$gpu_tests" --gtest_color=no '--gtest_filter=*Ipc*' 2>&1)
+      rc=$?
+      printf '%s\n' "$piece" >>"$log"
+      read -r p f s <<<"$(gtest_counts "$piece")"
+      if [ "$rc" != 0 ] && [ "$f" = 0 ]; then f=1; fi
+      record "gpu tests *Ipc* np=$sn shared" "$p" "$f" "$s" "exit $rc"
+    fi
+    hir="$build/bin/hir"
+    if [ "$run_examples" = 1 ] && [ -x "$hir" ]; then
+      log="$out/examples.log"
+      for mode in eager graph; do
+        p=0 f=0 s=0 failures="" skipped=""
+        for ex in "$root"/ir_examples/*_ipc.json; do
+          [ -e "$ex" ] || continue
+          name=$(basename "$ex" .json)
+          want=0 flags=()
+          if [ "$mode" = graph ]; then
+            flags=(--graph --iters 5)
+            "$hir" check "$ex" --world "$sn" --device cuda >"$out/check.tmp" 2>&1
+            grep -q 'graph capture (--graph): possible' "$out/check.tmp" || want=2
+            rm -f "$out/check.tmp"
+          fi
+          log_header "$log" "$name on $sn ranks sharing GPU 0${flags:+, ${flags[*]}}"
+          piece=$(HIR_SHARE_GPUS=1 timeout 600 "$hir" run "$ex" --np "$sn" --device cuda \
+            "${flags[@]}" 2>&1)
+          rc=$?
+          printf '%s\n' "$piece" >>"$log"
+          echo "exit status: $rc (expected $want)" >>"$log"
+          if grep -q "Duplicate GPU detected" <<<"$piece"; then
+            s=$((s + 1)) skipped+=" $name"  # it has nccl communications too
+          elif [ "$rc" = "$want" ]; then p=$((p + 1)); else f=$((f + 1)); failures+=" $name"; fi
+        done
+        label="ipc examples np=$sn shared"
+        [ "$mode" = graph ] && label="ipc graph examples np=$sn sh"
+        record "$label" "$p" "$f" "$s" \
+          "${failures:+failed:$failures; }${skipped:+with nccl, skipped:$skipped}"
       done
-      label="ipc examples np=2 shared"
-      [ "$mode" = graph ] && label="ipc graph examples np=2 sh"
-      record "$label" "$p" "$f" "$s" \
-        "${failures:+failed:$failures; }${skipped:+with nccl, skipped:$skipped}"
-    done
-  fi
+    fi
+  done
 fi
 
 # ------------------------------------------- point-to-point: ipc vs nccl

@@ -292,6 +292,40 @@ TEST(CudaDevice, CheckNeverAcceptsNaN) {
   EXPECT_TRUE(std::isnan(rec[0].got[0]));
 }
 
+// A buffer of more elements than the grid has threads (each thread checks
+// several): `checked` is added once for the whole check and the mismatches
+// once per block that found some, so both must still come out exact, for
+// mismatches in a few blocks, in every block, and in none.
+TEST(CudaDevice, CheckCountsEveryElementAndMismatchOfABufferLargerThanItsGrid) {
+  HIR_REQUIRE_GPUS(1);
+  auto device = makeCudaDevice();
+  Stream& s = device->defaultStream();
+  constexpr std::size_t kCount = (std::size_t{5} << 20) + 3;
+  constexpr std::size_t kTail = 1001;  // the last elements hold another value
+  Buffer buf(*device, kCount * sizeof(int32_t));
+  auto* p = static_cast<int32_t*>(buf.data());
+  device->fill(s, p, DType::Int32, kCount - kTail, 5, 0);
+  device->fill(s, p + (kCount - kTail), DType::Int32, kTail, 6, 0);
+  Records rec(*device, 3);
+  device->check(s, p, DType::Int32, kCount, 5, 0, 0.0, rec.get(0), 1);  // the tail is wrong
+  device->check(s, p, DType::Int32, kCount, 7, 0, 0.0, rec.get(1), 1);  // all of it
+  device->check(s, p, DType::Int32, kCount - kTail, 5, 0, 0.0, rec.get(2), 1);  // none
+  device->check(s, p, DType::Int32, kCount - kTail, 5, 0, 0.0, rec.get(2), 2);  // twice
+  device->synchronize(s, testTimeout());
+  EXPECT_EQ(rec[0].mismatches, kTail);
+  EXPECT_EQ(rec[0].checked, kCount);
+  ASSERT_EQ(rec[0].reported, CheckRecord::kMaxReported);
+  for (int j = 0; j < rec[0].reported; ++j) {
+    EXPECT_GE(rec[0].index[j], static_cast<int64_t>(kCount - kTail));
+    EXPECT_EQ(rec[0].got[j], 6.0);
+  }
+  EXPECT_EQ(rec[1].mismatches, kCount);
+  EXPECT_EQ(rec[1].checked, kCount);
+  EXPECT_EQ(rec[2].mismatches, 0u);
+  EXPECT_EQ(rec[2].checked, 2 * (kCount - kTail));
+  EXPECT_EQ(rec[2].first_execution, -1);
+}
+
 TEST(CudaDevice, CopyMovesTheBytes) {
   HIR_REQUIRE_GPUS(1);
   auto device = makeCudaDevice();
