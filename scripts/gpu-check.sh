@@ -272,6 +272,13 @@ if [ "$gpus" = 1 ]; then
     fi
   fi
   for sn in $shared_np; do
+    log="$out/tests.log"
+    # Under MPS, 4 clients of 32 connections each failed to start on an H100
+    # ("out of memory" at the first launch); 8 each ran the ipc suites.
+    if [ "$mps" = 1 ]; then
+      export CUDA_DEVICE_MAX_CONNECTIONS=32
+      [ "$sn" -gt 2 ] && export CUDA_DEVICE_MAX_CONNECTIONS=8
+    fi
     if [ "$run_tests" = 1 ] && [ -x "$mpi_tests" ]; then
       log_header "$log" "hostir_mpi_tests Ipc* on the cuda device, $sn ranks sharing GPU 0"
       piece=$(HIR_SHARE_GPUS=1 HIR_TEST_DEVICE=cuda timeout 900 "${mpirun_cmd[@]}" \

@@ -9,7 +9,10 @@
 # a client's streams share a few hardware queues, and a stream blocked on a
 # semaphore wait held up another one that would have released it: an ipc
 # protocol test deadlocked), then starts the daemon; it returns 1, saying
-# why, when it cannot. mps_stop asks the daemon to quit.
+# why, when it cannot. mps_stop asks the daemon to quit. More than 2 clients
+# need fewer connections each: on an H100, 4 clients of 32 failed at their
+# first launch with "out of memory", and 4 of 8 ran the ipc suites
+# (gpu-check.sh --shared-np sets 8 above 2 ranks).
 mps_start() {
   command -v nvidia-cuda-mps-control >/dev/null ||
     { echo "mps-env: no nvidia-cuda-mps-control on this machine" >&2; return 1; }
