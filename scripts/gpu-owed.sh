@@ -13,7 +13,7 @@
 #             16 MiB, by default (sends eager up to 16 MiB) and with
 #             HIR_IPC_EAGER_SEND_MAX=0 (put above 16 KiB): #13's mid sizes,
 #             streamed and one at a time                              (300 s)
-#   sem       ipc-semaphores-ab.sh: memop against kernel semaphores  (200 s)
+#   sem       ipc-ab.sh: memop against kernel semaphores           (200 s)
 #   faults    gpu-faults.sh --timeout 10: #14 item 8                  (100 s)
 #   soak      gpu-soak.sh --iters 100000 --runs 8: #14 item 8 (one run of
 #             100,000 iterations takes 6 s on 2 H200s, mostly start-up: too
@@ -95,7 +95,9 @@ run_step() {
              --factor 4 --reps 3 --run-bytes 2G --pingpong-max 16M --csv "$OUT/p2p-$v.csv" ||
              return 1
          done ;;
-    sem) bash "$root/scripts/ipc-semaphores-ab.sh" --build "$build" --rounds 1 --max 64M ;;
+    sem) bash "$root/scripts/ipc-ab.sh" --build "$build" --rounds 1 --max 64M \
+           --variants "HIR_CUDA_SEMAPHORES=memop HIR_CUDA_SEMAPHORES=kernel" \
+           --probe-with HIR_IPC_EAGER_MAX=0 ;;
     graph) bash "$root/scripts/graph-bench.sh" --build "$build" --np 2 --k 1000 --reps 3 \
              "${nccl_tests[@]}" ;;
     probe) bash "$root/scripts/ipc-latency-probe.sh" --build "$build" --n "2 2048" --modes graph \

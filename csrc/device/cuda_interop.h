@@ -50,6 +50,11 @@ class CudaStream final : public Stream {
     if (work_) work_->fetch_add(1, std::memory_order_relaxed);
   }
 
+  // A word of device memory that the cuda device's grid signaled copies on
+  // this stream count their blocks in (launchGridSignaledCopy), given on
+  // the first such copy and never to another stream; null until then.
+  uint32_t* grid_arrivals = nullptr;
+
  private:
   cudaStream_t native_;
   int ordinal_;

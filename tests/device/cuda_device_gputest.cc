@@ -1253,9 +1253,12 @@ namespace {
 
 // SignaledCopyWaitsForTheFlagAndSignalsAfterTheCopy on `d`: no copy (a wait
 // and a signal alone), a small copy (one kernel, at the limit of the kernel
-// path too) and a large one (the copy engine path).
+// path too), mid-size ones (one grid kernel, by 16-byte vectors and by
+// bytes, up to the limit of that path) and a large one (the copy engine
+// path).
 void signaledCopyWaitsForTheFlagAndSignalsAfterTheCopy(Device& d) {
-  const std::size_t sizes[] = {0, 100, 64 << 10, 4 << 20};
+  const std::size_t sizes[] = {0, 100, 64 << 10, (64 << 10) + 16, (1 << 20) + 3, 4 << 20,
+                               (4 << 20) + 16};
   Records records(d, std::size(sizes));
   for (std::size_t i = 0; i < std::size(sizes); ++i) {
     const std::size_t bytes = sizes[i];
@@ -1296,6 +1299,95 @@ void signaledCopyWaitsForTheFlagAndSignalsAfterTheCopy(Device& d) {
 TEST(CudaDevice, SignaledCopyWaitsForTheFlagAndSignalsAfterTheCopy) {
   HIR_REQUIRE_GPUS(1);
   inEachSemaphoreMode(signaledCopyWaitsForTheFlagAndSignalsAfterTheCopy);
+}
+
+// Grid signaled copies (above HIR_CUDA_KERNEL_COPY_MAX, up to
+// HIR_CUDA_GRID_COPY_MAX) count their blocks in one word per stream, which
+// each copy leaves at 0 for the next: five in a row on each of two streams
+// at once, each waiting for its own number, all land, and each stream's
+// signal ends at the last number. A word left unreset would hold the next
+// copy's signal back (the synchronize below would time out).
+// (HIR_CUDA_GRID_COPY_WAIT: the wait a stream wait, or in each block.)
+void gridSignaledCopiesInARowOnTwoStreamsEachSignalInTurn(Device& d) {
+  constexpr std::size_t kBytes = (1 << 20) + 48;  // 33 blocks' worth: the grid's cap
+  constexpr int kCopies = 5, kStreams = 2;
+  Buffer flags(d, 16);
+  auto* wait_flag = static_cast<uint32_t*>(flags.data());
+  uint32_t* signals = wait_flag + 1;  // one per stream
+  std::vector<std::unique_ptr<Buffer>> src, dst;
+  Records records(d, kCopies * kStreams);
+  auto setup = d.createStream();
+  for (int i = 0; i < kCopies * kStreams; ++i) {
+    src.push_back(std::make_unique<Buffer>(d, kBytes));
+    dst.push_back(std::make_unique<Buffer>(d, kBytes));
+    d.fill(*setup, src.back()->data(), DType::UInt8, kBytes, 3 + i, 1);
+    d.fill(*setup, dst.back()->data(), DType::UInt8, kBytes, 0, 0);
+  }
+  d.fill(*setup, flags.data(), DType::Int32, 4, 0, 0);
+  d.synchronize(*setup, testTimeout());
+  SemaphoreRelease release(d, wait_flag);
+  std::vector<std::unique_ptr<Stream>> copiers;
+  auto copied = d.createEvent();
+  for (int k = 0; k < kStreams; ++k) {
+    copiers.push_back(d.createStream());
+    for (int c = 0; c < kCopies; ++c) {
+      const int i = k * kCopies + c;
+      d.signaledCopy(*copiers[k], dst[i]->data(), src[i]->data(), kBytes, wait_flag,
+                     static_cast<uint32_t>(c + 1), signals + k, static_cast<uint32_t>(c + 1));
+    }
+  }
+  d.record(*copied, *copiers[0]);
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  EXPECT_FALSE(d.query(*copied)) << "the copies did not wait for the flag";
+  auto writer = d.createStream(), reader = d.createStream();
+  for (int c = 1; c <= kCopies; ++c) d.writeValue(*writer, wait_flag, static_cast<uint32_t>(c));
+  for (int k = 0; k < kStreams; ++k) {
+    d.waitValue(*reader, signals + k, kCopies);
+    for (int c = 0; c < kCopies; ++c) {
+      const int i = k * kCopies + c;
+      d.check(*reader, dst[i]->data(), DType::UInt8, kBytes, 3 + i, 1, 0, records.get(i), 0);
+    }
+  }
+  d.synchronize(*reader, testTimeout());
+  const std::vector<std::byte> words = readBack(signals, kStreams * sizeof(uint32_t));
+  for (int k = 0; k < kStreams; ++k) {
+    uint32_t got = 0;
+    std::memcpy(&got, words.data() + k * sizeof(uint32_t), sizeof(got));
+    EXPECT_EQ(got, static_cast<uint32_t>(kCopies)) << "stream " << k;
+  }
+  for (int i = 0; i < kCopies * kStreams; ++i) {
+    EXPECT_EQ(records[i].mismatches, 0u) << "copy " << i;
+    EXPECT_EQ(records[i].checked, kBytes) << "copy " << i;
+  }
+}
+
+TEST(CudaDevice, GridSignaledCopiesInARowOnTwoStreamsEachSignalInTurn) {
+  HIR_REQUIRE_GPUS(1);
+  for (const char* wait : {"stream", "kernel"}) {
+    SCOPED_TRACE(fmt::format("HIR_CUDA_GRID_COPY_WAIT={}", wait));
+    std::unique_ptr<Device> d = makeCudaDeviceWithEnv("HIR_CUDA_GRID_COPY_WAIT", wait);
+    if (!d->supports(DeviceFeature::StreamSemaphore))
+      GTEST_SKIP() << "stream memory operations are not available";
+    gridSignaledCopiesInARowOnTwoStreamsEachSignalInTurn(*d);
+  }
+}
+
+// HIR_CUDA_GRID_COPY_MAX is a number of bytes and HIR_CUDA_GRID_COPY_WAIT
+// stream or kernel; anything else is a usage error that names the variable.
+TEST(CudaDevice, ABadGridCopySettingIsAUsageErrorNamingIt) {
+  HIR_REQUIRE_GPUS(1);
+  const std::pair<const char*, const char*> bad[] = {{"HIR_CUDA_GRID_COPY_MAX", "4M"},
+                                                     {"HIR_CUDA_GRID_COPY_MAX", "-1"},
+                                                     {"HIR_CUDA_GRID_COPY_WAIT", "memop"},
+                                                     {"HIR_CUDA_GRID_COPY_WAIT", "Kernel"}};
+  for (const auto& [name, value] : bad) {
+    try {
+      makeCudaDeviceWithEnv(name, value);
+      ADD_FAILURE() << name << "=" << value << " was accepted";
+    } catch (const UsageError& e) {
+      EXPECT_THAT(e.what(), testing::HasSubstr(fmt::format("{} is '{}'", name, value)));
+    }
+  }
 }
 
 // One-block kernels are launched as programmatic dependents (HIR_CUDA_PDL,

@@ -149,6 +149,44 @@ std::size_t kernelCopyMax() {
   return static_cast<std::size_t>(v);
 }
 
+// Copies above HIR_CUDA_KERNEL_COPY_MAX and up to this many bytes, between a
+// wait and a signal (signaledCopy), run as one kernel of a grid of blocks
+// instead of a stream wait, a copy engine's copy and a stream write.
+// HIR_CUDA_GRID_COPY_MAX overrides it (bytes; 0: never). Each block copies
+// about kGridCopyBlockBytes, and a grid has at most kGridCopyMaxBlocks.
+constexpr std::size_t kDefaultGridCopyMax = std::size_t{4} << 20;
+constexpr std::size_t kGridCopyBlockBytes = 32 * 1024;
+constexpr int kGridCopyMaxBlocks = 32;
+
+// HIR_CUDA_GRID_COPY_WAIT: "stream" (default): a grid signaled copy's wait
+// is a stream wait before the kernel, so that no block is resident while it
+// waits (a grid of waiting blocks on each of many lanes could fill the GPU
+// and starve the kernels they wait for); "kernel": each block waits in the
+// kernel (one step fewer).
+bool gridCopyWaitsInKernel() {
+  const char* text = std::getenv("HIR_CUDA_GRID_COPY_WAIT");
+  if (text == nullptr || *text == '\0') return false;
+  const std::string_view v(text);
+  HIR_CHECK_AS(UsageError, v == "stream" || v == "kernel",
+               "HIR_CUDA_GRID_COPY_WAIT is '{}'; expected stream (a stream wait before the grid "
+               "copy's kernel, the default) or kernel (its blocks wait)",
+               text);
+  return v == "kernel";
+}
+
+std::size_t gridCopyMax() {
+  const char* text = std::getenv("HIR_CUDA_GRID_COPY_MAX");
+  if (text == nullptr || *text == '\0') return kDefaultGridCopyMax;
+  char* end = nullptr;
+  errno = 0;
+  const unsigned long long v = std::strtoull(text, &end, 10);
+  HIR_CHECK_AS(UsageError, errno == 0 && end != text && *end == '\0' && text[0] != '-',
+               "HIR_CUDA_GRID_COPY_MAX is '{}'; expected a number of bytes (0: never copy "
+               "between a wait and a signal with a grid kernel)",
+               text);
+  return static_cast<std::size_t>(v);
+}
+
 // HIR_CUDA_PDL: 1 (default) launches one-block kernels as programmatic
 // dependents of the kernel before them (setProgrammaticLaunch), 0 plainly.
 bool programmaticLaunch() {
@@ -252,6 +290,8 @@ class CudaDevice final : public Device {
     name_ = props.name;
     max_blocks_ = std::max(1, props.multiProcessorCount) * 8;
     kernel_copy_max_ = kernelCopyMax();
+    grid_copy_max_ = gridCopyMax();
+    grid_wait_in_kernel_ = gridCopyWaitsInKernel();
     kernel_semaphores_ = kernelSemaphores();
     // Programmatic dependent launch exists from compute capability 9.0.
     setProgrammaticLaunch(programmaticLaunch() && props.major >= 9);
@@ -276,6 +316,7 @@ class CudaDevice final : public Device {
     if (drained) {
       for (auto& [p, bytes] : allocations_) (void)cudaFree(p);
       for (auto& [base, block] : check_blocks_) (void)cudaFreeHost(reinterpret_cast<void*>(base));
+      for (void* slab : arrival_slabs_) (void)cudaFree(slab);
       for (auto& [p, refs] : imports_)
         for (int i = 0; i < refs; ++i) (void)cudaIpcCloseMemHandle(p);
     } else if (!allocations_.empty() || !check_blocks_.empty() || !imports_.empty()) {
@@ -762,11 +803,17 @@ class CudaDevice final : public Device {
 
   // Small copies (and none, with kernel semaphores): one kernel that waits,
   // copies and signals (a stream wait and a stream write each add a
-  // dependent step before and after the copy kernel). Larger ones: the three
-  // steps, the copy on a copy engine.
+  // dependent step before and after the copy kernel). Larger ones up to
+  // HIR_CUDA_GRID_COPY_MAX: the same as one kernel of a grid
+  // (gridSignaledCopy). Larger still: the three steps, the copy on a copy
+  // engine.
   void signaledCopy(Stream& s, void* dst, const void* src, std::size_t bytes,
                     const uint32_t* wait_addr, uint32_t at_least, uint32_t* signal_addr,
                     uint32_t value) override {
+    if (bytes > kernel_copy_max_ && bytes <= grid_copy_max_ && wait_addr != nullptr &&
+        signal_addr != nullptr && gridSignaledCopy(s, dst, src, bytes, wait_addr, at_least,
+                                                   signal_addr, value))
+      return;
     if ((bytes == 0 && !kernel_semaphores_) || bytes > kernel_copy_max_)
       return Device::signaledCopy(s, dst, src, bytes, wait_addr, at_least, signal_addr, value);
     (void)semaphoreApi("signaledCopy", wait_addr);  // the same checks as waitValue
@@ -884,6 +931,58 @@ class CudaDevice final : public Device {
   std::string name_;
   int max_blocks_ = 1;
   std::size_t kernel_copy_max_ = 0;  // copies up to this size run as a kernel
+  std::size_t grid_copy_max_ = 0;    // signaled copies up to this size: a grid kernel
+  bool grid_wait_in_kernel_ = false;  // HIR_CUDA_GRID_COPY_WAIT=kernel
+
+  // signaledCopy as one grid kernel (launchGridSignaledCopy), on a stream
+  // that is not being captured (a replay's kernels would share the stream's
+  // arrivals word with the stream's own work); false: not done, do it
+  // otherwise.
+  bool gridSignaledCopy(Stream& s, void* dst, const void* src, std::size_t bytes,
+                        const uint32_t* wait_addr, uint32_t at_least, uint32_t* signal_addr,
+                        uint32_t value) {
+    (void)semaphoreApi("signaledCopy", wait_addr);  // the same checks as waitValue
+    (void)semaphoreApi("signaledCopy", signal_addr);
+    activate(ordinal_);
+    CudaStream& cs = cudaStream(s, "signaledCopy");
+    cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+    HIR_CUDA_CHECK(ordinal_, cudaStreamIsCapturing(cs.native(), &capture));
+    if (capture != cudaStreamCaptureStatusNone) return false;
+    const auto blocks = static_cast<int>(std::clamp<std::size_t>(
+        (bytes + kGridCopyBlockBytes - 1) / kGridCopyBlockBytes, 2, kGridCopyMaxBlocks));
+    uint32_t* arrivals = arrivalsOf(cs);
+    if (!grid_wait_in_kernel_) {
+      waitValue(s, wait_addr, at_least);
+      wait_addr = nullptr;
+    }
+    HIR_CUDA_CHECK(ordinal_, launchGridSignaledCopy(cs.native(), dst, src, bytes, wait_addr,
+                                                    at_least, signal_addr, value, arrivals,
+                                                    blocks));
+    cs.noteWork();
+    return true;
+  }
+
+  // The stream's arrivals word: a word of a slab of device memory, zeroed on
+  // the stream before its first use, never given to another stream (slabs
+  // live until the device goes).
+  uint32_t* arrivalsOf(CudaStream& cs) {
+    if (cs.grid_arrivals != nullptr) return cs.grid_arrivals;
+    constexpr std::size_t kSlabWords = 4096;
+    std::lock_guard<std::mutex> lock(arrivals_mutex_);
+    if (arrival_slabs_.empty() || arrival_next_ == kSlabWords) {
+      void* slab = nullptr;
+      HIR_CUDA_CHECK(ordinal_, cudaMalloc(&slab, kSlabWords * sizeof(uint32_t)));
+      arrival_slabs_.push_back(slab);
+      arrival_next_ = 0;
+    }
+    uint32_t* word = static_cast<uint32_t*>(arrival_slabs_.back()) + arrival_next_++;
+    HIR_CUDA_CHECK(ordinal_, cudaMemsetAsync(word, 0, sizeof(uint32_t), cs.native()));
+    cs.grid_arrivals = word;
+    return word;
+  }
+  std::mutex arrivals_mutex_;
+  std::vector<void*> arrival_slabs_;
+  std::size_t arrival_next_ = 0;
   bool kernel_semaphores_ = false;   // HIR_CUDA_SEMAPHORES
   // waitValue / writeValue as one kernel (kernelSemaphores()).
   void semaphoreKernel(Stream& s, const char* call, const uint32_t* wait_addr, uint32_t at_least,

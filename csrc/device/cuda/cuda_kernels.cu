@@ -543,6 +543,53 @@ __global__ void signaledCopyKernel(void* dst, const void* src, std::size_t bytes
   if (threadIdx.x == 0 && signal_addr != nullptr) releaseBlockSys(signal_addr, value);
 }
 
+// gridCopy with kCopyBatch vectors per thread loaded before any is stored
+// (over NVLink a load is a round trip; a batch is one).
+__device__ void gridCopyInBatches(void* dst, const void* src, std::size_t bytes, bool wide) {
+  if (!wide) return gridCopy(dst, src, bytes, wide);
+  const std::size_t vectors = bytes / 16, step = static_cast<std::size_t>(gridDim.x) * blockDim.x;
+  auto* d = static_cast<uint4*>(dst);
+  const auto* s = static_cast<const uint4*>(src);
+  for (std::size_t base = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x;
+       base < vectors; base += step * kCopyBatch) {
+    uint4 x[kCopyBatch];
+#pragma unroll
+    for (int b = 0; b < kCopyBatch; ++b)
+      if (base + b * step < vectors) x[b] = s[base + b * step];
+#pragma unroll
+    for (int b = 0; b < kCopyBatch; ++b)
+      if (base + b * step < vectors) d[base + b * step] = x[b];
+  }
+}
+
+// signaledCopyKernel over a grid (launchGridSignaledCopy): thread 0 of each
+// block waits until *wait_addr >= at_least (none when wait_addr is null),
+// the grid copies, each block's
+// thread 0 fences its block's stores at system scope (after a barrier, as
+// releaseBlockSys) and counts the block in *arrivals; the last block to
+// arrive (every other block's fence came before its count) resets
+// *arrivals to 0 for the next launch on the stream and releases `value`
+// into *signal_addr. One launch where a copy engine needs three steps (a
+// stream wait, the copy, a stream write).
+__global__ void gridSignaledCopyKernel(void* dst, const void* src, std::size_t bytes, bool wide,
+                                       const uint32_t* wait_addr, uint32_t at_least,
+                                       uint32_t* signal_addr, uint32_t value,
+                                       uint32_t* arrivals) {
+  followPrevious();
+  if (wait_addr != nullptr) {
+    if (threadIdx.x == 0) waitAtLeast(wait_addr, at_least, loadAcquireSys(wait_addr), nullptr);
+    __syncthreads();
+  }
+  gridCopyInBatches(dst, src, bytes, wide);
+  __syncthreads();
+  if (threadIdx.x != 0) return;
+  __threadfence_system();
+  if (atomicAdd(arrivals, 1u) + 1 != gridDim.x) return;
+  __threadfence();  // the other blocks' counts (and fences) before what follows
+  *arrivals = 0;
+  releaseBlockSys(signal_addr, value);
+}
+
 // One block: thread 0 reads v = *counter + offset and advances the
 // counter, then waits until *wait_addr >= v - wait_back or *release != 0;
 // the block copies (from and to slot v % slots of their rings when slots >
@@ -646,6 +693,19 @@ cudaError_t launchSignaledCopy(cudaStream_t stream, void* dst, const void* src,
                   &wait_addr, &at_least,                &signal_addr, &value};
   return launchKernel(reinterpret_cast<const void*>(&signaledCopyKernel), dim3(1),
                       dim3(threads), args, stream);
+}
+
+cudaError_t launchGridSignaledCopy(cudaStream_t stream, void* dst, const void* src,
+                                   std::size_t bytes, const uint32_t* wait_addr,
+                                   uint32_t at_least, uint32_t* signal_addr, uint32_t value,
+                                   uint32_t* arrivals, int blocks) {
+  const bool wide = (reinterpret_cast<uintptr_t>(dst) | reinterpret_cast<uintptr_t>(src) |
+                     bytes) % 16 == 0;
+  void* args[] = {&dst,          const_cast<void**>(&src), &bytes, const_cast<bool*>(&wide),
+                  &wait_addr,    &at_least,                &signal_addr, &value,
+                  &arrivals};
+  return launchKernel(reinterpret_cast<const void*>(&gridSignaledCopyKernel),
+                      dim3(std::max(blocks, 2)), dim3(kGridCopyThreads), args, stream);
 }
 
 cudaError_t launchCopy(cudaStream_t stream, void* dst, const void* src, std::size_t bytes,
@@ -1518,6 +1578,7 @@ cudaError_t preloadKernels() {
   }
   note(launchCopy(nullptr, p, p, 16, 1));
   note(launchSignaledCopy(nullptr, p, p, 16, word, 0, word, 0));
+  note(launchGridSignaledCopy(nullptr, p, p, 16, word, 0, word, 0, word, 2));
   note(launchCountedStep(nullptr, CountedStep{.counter = word}, 0, false, false));
   note(launchSlotCopy(nullptr, CountedStep{.counter = word, .bytes = 16, .slots = 1}, 1));
   note(launchSpin(nullptr, 0));

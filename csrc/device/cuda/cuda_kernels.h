@@ -48,6 +48,20 @@ cudaError_t launchSignaledCopy(cudaStream_t stream, void* dst, const void* src,
                                std::size_t bytes, const uint32_t* wait_addr, uint32_t at_least,
                                uint32_t* signal_addr, uint32_t value);
 
+// launchSignaledCopy for a larger copy, by a grid of `blocks` blocks (at
+// least 2) of kGridCopyThreads: every block waits for *wait_addr >=
+// at_least, copies its share, and the last block to finish releases
+// `value` into *signal_addr after every block's stores. `arrivals` is a
+// word of device memory, 0 before the launch and 0 again after it, that
+// no kernel of another stream uses at the same time (one per stream). A
+// null wait_addr: no wait (the caller waited before, on the stream);
+// signal_addr must not be null.
+inline constexpr int kGridCopyThreads = 512;
+cudaError_t launchGridSignaledCopy(cudaStream_t stream, void* dst, const void* src,
+                                   std::size_t bytes, const uint32_t* wait_addr,
+                                   uint32_t at_least, uint32_t* signal_addr, uint32_t value,
+                                   uint32_t* arrivals, int blocks);
+
 // Device::countedStep's parts in one block (see CountedStep): v = *counter
 // + offset, *counter += advance, wait for *wait_addr >= v - step.wait_back
 // (ended early by *release != 0), copy dst[0, bytes) = src[0, bytes) (none
