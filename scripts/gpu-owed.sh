@@ -14,6 +14,11 @@
 #             HIR_IPC_EAGER_SEND_MAX=0 (put above 16 KiB): #13's mid sizes,
 #             streamed and one at a time                              (300 s)
 #   sem       ipc-ab.sh: memop against kernel semaphores           (200 s)
+#   grid      mid-size copies by one grid kernel (the default up to 1 MiB)
+#             against the copy engine (HIR_CUDA_GRID_COPY_MAX=0) and
+#             32-block grids up to 4 MiB: ipc-ab.sh 64 KiB - 16 MiB with
+#             ping-pong rows, and allgather, broadcast and alltoall
+#             64 KiB - 4 MiB, 200 per run, each way                   (250 s)
 #   faults    gpu-faults.sh --timeout 10: #14 item 8                  (100 s)
 #   soak      gpu-soak.sh --iters 100000 --runs 8: #14 item 8 (one run of
 #             100,000 iterations takes 6 s on 2 H200s, mostly start-up: too
@@ -45,14 +50,14 @@ set -u -o pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 out=${OUT:-$root/gpu-out}
 build=$root/build-carry budget=560
-all="mid sem faults soak graph check colls colls2 probe probe-mid"
+all="mid sem grid faults soak graph check colls colls2 probe probe-mid"
 steps=$all
 while [ $# -gt 0 ]; do
   case "$1" in
     --build) shift; build=${1:-} ;;
     --budget) shift; budget=${1:-} ;;
     --steps) shift; steps=${1:-} ;;
-    -h|--help) sed -n '2,42p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,47p' "$0"; exit 0 ;;
     *) echo "gpu-owed: unknown option $1" >&2; exit 2 ;;
   esac
   shift
@@ -80,7 +85,7 @@ nccl_tests=()
 
 estimate() {
   case $1 in
-    check) echo 330 ;; colls|mid) echo 300 ;; sem|colls2) echo 200 ;; graph) echo 150 ;;
+    check) echo 330 ;; colls|mid) echo 300 ;; grid) echo 250 ;; sem|colls2) echo 200 ;; graph) echo 150 ;;
     probe) echo 120 ;; *) echo 100 ;;
   esac
 }
@@ -98,6 +103,17 @@ run_step() {
     sem) bash "$root/scripts/ipc-ab.sh" --build "$build" --rounds 1 --max 64M \
            --variants "HIR_CUDA_SEMAPHORES=memop HIR_CUDA_SEMAPHORES=kernel" \
            --probe-with HIR_IPC_EAGER_MAX=0 ;;
+    grid) bash "$root/scripts/ipc-ab.sh" --build "$build" --rounds 1 --min 64K --max 16M \
+            --pingpong-max 16M --probe-ops none --variants \
+            "default HIR_CUDA_GRID_COPY_MAX=0 HIR_CUDA_GRID_COPY_MAX=4194304,HIR_CUDA_GRID_COPY_BLOCKS=32"
+          for v in default HIR_CUDA_GRID_COPY_MAX=0; do
+            echo "== ipc-collectives-bench, $v"
+            mkdir -p "$OUT/colls-$v"
+            env $([ "$v" = default ] || echo "$v") OUT="$OUT/colls-$v" \
+              bash "$root/scripts/ipc-collectives-bench.sh" --build "$build" --np 2 \
+              --ops allgather,broadcast,alltoall -b 64K -e 4M -f 4 -n 10 -w 3 --graph-max 0 \
+              --eager-sweep-max 0 --reps-per-run 200 | tail -n 14
+          done ;;
     graph) bash "$root/scripts/graph-bench.sh" --build "$build" --np 2 --k 1000 --reps 3 \
              "${nccl_tests[@]}" ;;
     probe) bash "$root/scripts/ipc-latency-probe.sh" --build "$build" --n "2 2048" --modes graph \

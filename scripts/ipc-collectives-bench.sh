@@ -21,7 +21,7 @@
 #
 # Defaults: build-gpu, as many ranks as GPUs (at least 2), 8 B to 1 GiB by
 # 4x, 20 timed and 5 warm-up runs per size, graphs and ipc put up to 64 KiB
-# (--eager-sweep-max 0: no ipc put sweep). On a
+# (--eager-sweep-max 0: no ipc put sweep; --graph-max 0: no graphs). On a
 # machine of one GPU it runs 2 ranks sharing it (HIR_SHARE_GPUS=1), ipc only
 # (NCCL refuses a shared GPU): a smoke test of the script, whose times say
 # nothing about two GPUs; --mps runs them under an MPS daemon
@@ -138,6 +138,7 @@ for op in "${op_list[@]}"; do
       [ "$mode" = graph ] && max=$graph_max
       [ "$backend" = ipc_put ] && max=$(smaller "$max" "$eager_sweep_max")
       [ "$backend" = ipc_eager ] && max=$(smaller "$max" "$((eager_max * np))")
+      [ "$(sizes bytes "$max")" -ge "$(sizes bytes "$b")" ] || continue  # none in range
       sweep "$op" "$backend" "$mode" "$max"
     done
   done
