@@ -6,9 +6,11 @@
 // addresses), the evaluator (which gives each its peer's end) and the
 // backend (which runs them). docs/ipc.md, "Collectives", tells the story.
 //
-// - allgather, broadcast, alltoall ("copies"): put messages, the sender's
-//   copy engine writes its chunk straight into each receiver's output; the
-//   member's own chunk is a local copy. No SM does any of it.
+// - allgather, broadcast, alltoall ("copies"): put messages, the sender
+//   writes its chunk straight into each receiver's output (the device
+//   chooses how: on cuda a kernel up to HIR_CUDA_GRID_COPY_MAX, the copy
+//   engine above, where no SM does any of it); the member's own chunk is a
+//   local copy.
 // - reduce_scatter ("one-shot"): get messages, every member reads its chunk
 //   of each peer's input and reduces them, its own included, in team order,
 //   with one kernel (Device::reduce) into its output.
