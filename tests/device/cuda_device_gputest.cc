@@ -1515,16 +1515,30 @@ void countedStepsWithSlots(Device& dev) {
   for (std::size_t k = 0; k <= kSteps; ++k) EXPECT_EQ(records[k].mismatches, 0u) << "record " << k;
 }
 
-// Both paths: one kernel per step, and, with HIR_CUDA_KERNEL_COPY_MAX=0, a
-// wait kernel, a grid-wide slot copy and a signal kernel.
+// Every path: one kernel of one block per step; with
+// HIR_CUDA_KERNEL_COPY_MAX=0, one grid kernel per step (its blocks each
+// wait, its last block advances and signals); with HIR_CUDA_GRID_COPY_MAX=0
+// too, a wait kernel, a grid-wide slot copy and a signal kernel.
 TEST(CudaDevice, CountedStepsWithSlotsCopySlotVModSlotsAfterWaitingForVMinusBack) {
   HIR_REQUIRE_GPUS(1);
-  for (const char* copy_max : {"", "0"}) {
-    SCOPED_TRACE(fmt::format("HIR_CUDA_KERNEL_COPY_MAX='{}'", copy_max));
-    auto device = makeCudaDeviceWithCopyMax(copy_max);
-    if (!device->supports(DeviceFeature::CountedSemaphore))
-      GTEST_SKIP() << "counted semaphores are not available";
-    countedStepsWithSlots(*device);
+  for (const char* grid_max : {"", "0"}) {
+    for (const char* copy_max : {"", "0"}) {
+      if (*grid_max != '\0' && *copy_max == '\0') continue;  // the one-block path again
+      SCOPED_TRACE(fmt::format("HIR_CUDA_KERNEL_COPY_MAX='{}' HIR_CUDA_GRID_COPY_MAX='{}'",
+                               copy_max, grid_max));
+      ::setenv("HIR_CUDA_GRID_COPY_MAX", grid_max, 1);
+      std::unique_ptr<Device> device;
+      try {
+        device = makeCudaDeviceWithCopyMax(copy_max);
+      } catch (...) {
+        ::unsetenv("HIR_CUDA_GRID_COPY_MAX");
+        throw;
+      }
+      ::unsetenv("HIR_CUDA_GRID_COPY_MAX");
+      if (!device->supports(DeviceFeature::CountedSemaphore))
+        GTEST_SKIP() << "counted semaphores are not available";
+      countedStepsWithSlots(*device);
+    }
   }
 }
 

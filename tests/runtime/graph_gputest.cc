@@ -362,12 +362,14 @@ TEST(GraphMode, BindingAnotherBufferAfterTheCaptureIsSeenByTheNextRun) {
 // ipc in graph mode: its message numbers are counted on the device, so
 // every replay pairs its messages anew. The caller's input goes round the
 // ring (get, a kernel copy) into the caller's output; in a loop, a group of
-// put messages of 4 MiB (copy engine between counting kernels), posted
-// joined, each poisoned before and checked after. Eager and graph runs on
+// put messages of 4 MiB (copy engine between counting kernels) and one of
+// eager messages of 256 KiB + 64 B (one grid kernel each, through the
+// slots), posted joined, each poisoned before and checked after. Eager and graph runs on
 // fresh inputs every run, and another input buffer bound after run 4. At world 1 every message is to the rank itself;
 // gpu-check also runs it on 2 ranks sharing a GPU (HIR_SHARE_GPUS=1).
 const char* kIpcRing = R"JSON({
-  "format": "hostir/1", "name": "graph_ipc_ring", "params": {"n": 1024, "m": 1048576, "iters": 3},
+  "format": "hostir/1", "name": "graph_ipc_ring",
+  "params": {"n": 1024, "m": 1048576, "k": 65552, "iters": 3},
   "inputs": ["in"], "outputs": ["out"],
   "body": [
     {"op": "allocate", "name": "in", "dtype": "float32", "shape": ["n"]},
@@ -376,6 +378,8 @@ const char* kIpcRing = R"JSON({
     {"op": "allocate", "name": "y", "dtype": "float32", "shape": ["n"]},
     {"op": "allocate", "name": "a", "dtype": "int32", "shape": ["m"]},
     {"op": "allocate", "name": "b", "dtype": "int32", "shape": ["m"]},
+    {"op": "allocate", "name": "c", "dtype": "int32", "shape": ["k"]},
+    {"op": "allocate", "name": "d", "dtype": "int32", "shape": ["k"]},
     {"op": "copy", "src": "in", "dst": "x"},
     {"op": "fill", "tensor": "y", "value": -1},
     {"op": "communication", "name": "s", "type": "send", "tensor": "x",
@@ -395,7 +399,17 @@ const char* kIpcRing = R"JSON({
          "peer": "(rank - 1 + world) % world", "backend": "ipc", "protocol": "put"}]},
       {"op": "wait", "communication": "g"},
       {"op": "check", "tensor": "b", "value": "(rank - 1 + world) % world * 100000 + i * 1000",
-       "step": 1}]}]})JSON";
+       "step": 1},
+      {"op": "fill", "tensor": "c", "value": "rank * 7000 + i * 10", "step": 3},
+      {"op": "fill", "tensor": "d", "value": -1},
+      {"op": "group", "name": "e", "body": [
+        {"op": "communication", "name": "sc", "type": "send", "tensor": "c",
+         "peer": "(rank + 1) % world", "backend": "ipc", "protocol": "eager"},
+        {"op": "communication", "name": "rd", "type": "recv", "tensor": "d",
+         "peer": "(rank - 1 + world) % world", "backend": "ipc", "protocol": "eager"}]},
+      {"op": "wait", "communication": "e"},
+      {"op": "check", "tensor": "d", "value": "(rank - 1 + world) % world * 7000 + i * 10",
+       "step": 3}]}]})JSON";
 
 TEST(GraphModeIpc, ReplaysOfARingPairEveryMessageAnewOnFreshInputs) {
   HIR_REQUIRE_GPUS(1);
@@ -426,7 +440,7 @@ TEST(GraphModeIpc, ReplaysOfARingPairEveryMessageAnewOnFreshInputs) {
     ev.synchronize();
     const RunReport r = ev.report();
     EXPECT_TRUE(r.ok()) << (graph ? "graph: " : "eager: ") << r.format();
-    EXPECT_EQ(r.checks_run, static_cast<uint64_t>(kRuns * kLoop));
+    EXPECT_EQ(r.checks_run, static_cast<uint64_t>(kRuns * kLoop * 2));
     EXPECT_EQ(ev.graphStats().captured, graph);
     EXPECT_EQ(ev.graphStats().launches, graph ? static_cast<uint64_t>(kRuns - 1) : 0u);
   }

@@ -323,7 +323,6 @@ class CudaDevice final : public Device {
     if (drained) {
       for (auto& [p, bytes] : allocations_) (void)cudaFree(p);
       for (auto& [base, block] : check_blocks_) (void)cudaFreeHost(reinterpret_cast<void*>(base));
-      for (void* slab : arrival_slabs_) (void)cudaFree(slab);
       for (auto& [p, refs] : imports_)
         for (int i = 0; i < refs; ++i) (void)cudaIpcCloseMemHandle(p);
     } else if (!allocations_.empty() || !check_blocks_.empty() || !imports_.empty()) {
@@ -592,6 +591,12 @@ class CudaDevice final : public Device {
     throwIfSticky();
     activate(ordinal_);
     CudaStream& cs = cudaStream(s, "beginCapture");
+    if (grid_copy_max_ > kernel_copy_max_) {
+      // Grid copies under capture take a word each, and nothing can be
+      // allocated once the capture began.
+      std::lock_guard<std::mutex> lock(arrivals_mutex_);
+      if (arrival_left_ < kArrivalSlabWords / 2) addArrivalSlab();
+    }
     HIR_CUDA_CHECK(ordinal_, cudaStreamBeginCapture(cs.native(), cudaStreamCaptureModeThreadLocal));
     capturing_ = true;
     captured_tasks_.clear();
@@ -834,16 +839,22 @@ class CudaDevice final : public Device {
 
   // Kernels, so that a graph's replays count on (a stream memory
   // operation's value is fixed when it is enqueued). Copies larger than
-  // HIR_CUDA_KERNEL_COPY_MAX go to a copy engine between two kernels; the
-  // last kernel advances the counter.
+  // HIR_CUDA_KERNEL_COPY_MAX: up to HIR_CUDA_GRID_COPY_MAX one grid kernel
+  // (its blocks wait, whatever HIR_CUDA_GRID_COPY_WAIT says: the number is
+  // known only on the device), above to a copy engine between two kernels;
+  // the last kernel advances the counter.
   void countedStep(Stream& s, const CountedStep& st) override {
     HIR_INTERNAL_ASSERT(st.counter != nullptr, "countedStep without a counter");
     HIR_INTERNAL_ASSERT((st.slots & (st.slots - 1)) == 0,
                         "countedStep: {} slots is not a power of two", st.slots);
     activate(ordinal_);
     CudaStream& cs = cudaStream(s, "countedStep");
+    uint32_t* arrivals = nullptr;
     if (st.bytes <= kernel_copy_max_) {
       HIR_CUDA_CHECK(ordinal_, launchCountedStep(cs.native(), st, st.advance, true, true));
+    } else if (st.bytes <= grid_copy_max_ && (arrivals = arrivalsFor(cs)) != nullptr) {
+      HIR_CUDA_CHECK(ordinal_,
+                     launchGridCountedStep(cs.native(), st, arrivals, gridBlocks(st.bytes)));
     } else {
       const bool signals = st.signal_addr != nullptr;
       CountedStep none = st;
@@ -942,10 +953,15 @@ class CudaDevice final : public Device {
   bool grid_wait_in_kernel_ = true;  // HIR_CUDA_GRID_COPY_WAIT
   int grid_copy_blocks_ = 2;          // HIR_CUDA_GRID_COPY_BLOCKS
 
-  // signaledCopy as one grid kernel (launchGridSignaledCopy), on a stream
-  // that is not being captured (a replay's kernels would share the stream's
-  // arrivals word with the stream's own work); false: not done, do it
-  // otherwise.
+  // Blocks of a grid copy of `bytes`.
+  int gridBlocks(std::size_t bytes) const {
+    return static_cast<int>(std::clamp<std::size_t>(
+        (bytes + kGridCopyBlockBytes - 1) / kGridCopyBlockBytes, 2,
+        static_cast<std::size_t>(grid_copy_blocks_)));
+  }
+
+  // signaledCopy as one grid kernel (launchGridSignaledCopy); false: not
+  // done (no arrivals word to be had under capture), do it otherwise.
   bool gridSignaledCopy(Stream& s, void* dst, const void* src, std::size_t bytes,
                         const uint32_t* wait_addr, uint32_t at_least, uint32_t* signal_addr,
                         uint32_t value) {
@@ -953,45 +969,51 @@ class CudaDevice final : public Device {
     (void)semaphoreApi("signaledCopy", signal_addr);
     activate(ordinal_);
     CudaStream& cs = cudaStream(s, "signaledCopy");
-    cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
-    HIR_CUDA_CHECK(ordinal_, cudaStreamIsCapturing(cs.native(), &capture));
-    if (capture != cudaStreamCaptureStatusNone) return false;
-    const auto blocks = static_cast<int>(std::clamp<std::size_t>(
-        (bytes + kGridCopyBlockBytes - 1) / kGridCopyBlockBytes, 2,
-        static_cast<std::size_t>(grid_copy_blocks_)));
-    uint32_t* arrivals = arrivalsOf(cs);
+    uint32_t* arrivals = arrivalsFor(cs);
+    if (arrivals == nullptr) return false;
     if (!grid_wait_in_kernel_) {
       waitValue(s, wait_addr, at_least);
       wait_addr = nullptr;
     }
     HIR_CUDA_CHECK(ordinal_, launchGridSignaledCopy(cs.native(), dst, src, bytes, wait_addr,
                                                     at_least, signal_addr, value, arrivals,
-                                                    blocks));
+                                                    gridBlocks(bytes)));
     cs.noteWork();
     return true;
   }
 
-  // The stream's arrivals word: a word of a slab of device memory, zeroed on
-  // the stream before its first use, never given to another stream (slabs
-  // live until the device goes).
-  uint32_t* arrivalsOf(CudaStream& cs) {
-    if (cs.grid_arrivals != nullptr) return cs.grid_arrivals;
-    constexpr std::size_t kSlabWords = 4096;
+  // The word a grid copy on `cs` counts its blocks in. Outside a capture,
+  // the stream's own (its kernels run one after another); under capture, a
+  // word of its own for the captured kernel (a graph's replays never run
+  // at the same time as each other, but may as the stream's later work),
+  // or null when the words put aside by beginCapture ran out. Words are
+  // never given twice: slabs of zeroed device memory that live until the
+  // device goes.
+  uint32_t* arrivalsFor(CudaStream& cs) {
+    cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+    HIR_CUDA_CHECK(ordinal_, cudaStreamIsCapturing(cs.native(), &capture));
+    const bool captured = capture != cudaStreamCaptureStatusNone;
+    if (!captured && cs.grid_arrivals != nullptr) return cs.grid_arrivals;
     std::lock_guard<std::mutex> lock(arrivals_mutex_);
-    if (arrival_slabs_.empty() || arrival_next_ == kSlabWords) {
-      void* slab = nullptr;
-      HIR_CUDA_CHECK(ordinal_, cudaMalloc(&slab, kSlabWords * sizeof(uint32_t)));
-      arrival_slabs_.push_back(slab);
-      arrival_next_ = 0;
+    if (arrival_left_ == 0) {
+      if (captured) return nullptr;  // no allocation during a capture
+      addArrivalSlab();
     }
-    uint32_t* word = static_cast<uint32_t*>(arrival_slabs_.back()) + arrival_next_++;
-    HIR_CUDA_CHECK(ordinal_, cudaMemsetAsync(word, 0, sizeof(uint32_t), cs.native()));
-    cs.grid_arrivals = word;
+    uint32_t* word = arrival_next_++;
+    --arrival_left_;
+    if (!captured) cs.grid_arrivals = word;
     return word;
   }
+  static constexpr std::size_t kArrivalSlabWords = 4096;
+  // A new slab of zeroed words (allocate() zeroes and tracks it). Caller
+  // holds arrivals_mutex_.
+  void addArrivalSlab() {
+    arrival_next_ = static_cast<uint32_t*>(allocate(kArrivalSlabWords * sizeof(uint32_t)));
+    arrival_left_ = kArrivalSlabWords;
+  }
   std::mutex arrivals_mutex_;
-  std::vector<void*> arrival_slabs_;
-  std::size_t arrival_next_ = 0;
+  uint32_t* arrival_next_ = nullptr;
+  std::size_t arrival_left_ = 0;
   bool kernel_semaphores_ = false;   // HIR_CUDA_SEMAPHORES
   // waitValue / writeValue as one kernel (kernelSemaphores()).
   void semaphoreKernel(Stream& s, const char* call, const uint32_t* wait_addr, uint32_t at_least,

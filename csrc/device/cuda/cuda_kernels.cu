@@ -628,6 +628,35 @@ __global__ void countedStepKernel(CountedArgs a) {
   if (threadIdx.x == 0) releaseBlockSys(a.signal_addr, value);
 }
 
+// countedStepKernel over a grid (launchGridCountedStep): thread 0 of each
+// block reads v = *counter + offset and waits as countedStepKernel's does;
+// the grid copies (from and to slot v % slots); each block fences at system
+// scope and counts itself in *arrivals, and the last block resets it,
+// advances the counter (every block read it before its count) and releases
+// v into *signal_addr.
+__global__ void gridCountedStepKernel(CountedArgs a, uint32_t* arrivals) {
+  followPrevious();
+  __shared__ uint32_t value;
+  if (threadIdx.x == 0) {
+    const uint32_t base = *static_cast<const volatile uint32_t*>(a.counter);
+    const uint32_t seen = a.wait_addr != nullptr ? loadAcquireSys(a.wait_addr) : 0u;
+    const uint32_t v = base + a.offset;
+    if (a.wait_addr != nullptr) waitAtLeast(a.wait_addr, v - a.wait_back, seen, a.release);
+    value = v;
+  }
+  __syncthreads();
+  const std::size_t slot = a.slots > 0 ? value & (a.slots - 1) : 0;
+  gridCopyInBatches(a.dst + slot * a.dst_stride, a.src + slot * a.src_stride, a.bytes, a.wide);
+  __syncthreads();
+  if (threadIdx.x != 0) return;
+  __threadfence_system();
+  if (atomicAdd(arrivals, 1u) + 1 != gridDim.x) return;
+  __threadfence();  // the other blocks' counts (and their reads of the counter) before
+  *arrivals = 0;
+  if (a.advance != 0) *a.counter = value - a.offset + a.advance;
+  if (a.signal_addr != nullptr) releaseBlockSys(a.signal_addr, value);
+}
+
 // The copy of a counted step over slots, by the whole grid: every thread
 // reads v = *counter + offset (the step's wait and signal are kernels of
 // their own, before and after, and the last advances the counter).
@@ -670,6 +699,14 @@ cudaError_t launchSlotCopy(cudaStream_t stream, const CountedStep& step, int max
   void* args[] = {&a};
   return launchKernel(reinterpret_cast<const void*>(&slotCopyKernel),
                       dim3(blocksFor(items, max_blocks)), dim3(kBlockThreads), args, stream);
+}
+
+cudaError_t launchGridCountedStep(cudaStream_t stream, const CountedStep& step,
+                                  uint32_t* arrivals, int blocks) {
+  CountedArgs a = countedArgs(step, step.advance, true, true);
+  void* args[] = {&a, &arrivals};
+  return launchKernel(reinterpret_cast<const void*>(&gridCountedStepKernel),
+                      dim3(std::max(blocks, 2)), dim3(kGridCopyThreads), args, stream);
 }
 
 cudaError_t launchCountedStep(cudaStream_t stream, const CountedStep& step, uint32_t advance,
@@ -1579,6 +1616,7 @@ cudaError_t preloadKernels() {
   note(launchCopy(nullptr, p, p, 16, 1));
   note(launchSignaledCopy(nullptr, p, p, 16, word, 0, word, 0));
   note(launchGridSignaledCopy(nullptr, p, p, 16, word, 0, word, 0, word, 2));
+  note(launchGridCountedStep(nullptr, CountedStep{.counter = word, .bytes = 16}, word, 2));
   note(launchCountedStep(nullptr, CountedStep{.counter = word}, 0, false, false));
   note(launchSlotCopy(nullptr, CountedStep{.counter = word, .bytes = 16, .slots = 1}, 1));
   note(launchSpin(nullptr, 0));

@@ -73,6 +73,14 @@ cudaError_t launchGridSignaledCopy(cudaStream_t stream, void* dst, const void* s
 cudaError_t launchCountedStep(cudaStream_t stream, const CountedStep& step, uint32_t advance,
                               bool wait, bool copy_and_signal);
 
+// A whole counted step (its wait, copy, signal and advance) by a grid of
+// `blocks` blocks (at least 2) of kGridCopyThreads: each block reads the
+// counter and waits, copies its share, and the last block to finish
+// advances the counter and signals, after every block's stores. `arrivals`
+// as launchGridSignaledCopy's.
+cudaError_t launchGridCountedStep(cudaStream_t stream, const CountedStep& step,
+                                  uint32_t* arrivals, int blocks);
+
 // The copy part of a counted step over slots (step.slots > 0), with up to
 // `max_blocks` blocks: dst and src moved to slot (*counter + offset) % slots
 // when it runs. No wait, no signal, no advance.
