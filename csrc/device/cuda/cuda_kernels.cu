@@ -508,12 +508,13 @@ constexpr int kCopyBatch = 4;
 // source per batch (16 KiB at 256 threads), not per 16 bytes per thread.
 // (The fused signaled and counted copies keep blockCopy: they run up to
 // 1024 threads, one step up to 16 KiB, and measured no better batched.)
-__device__ void blockCopyInBatches(void* dst, const void* src, std::size_t bytes, bool wide) {
-  const std::size_t vectors = bytes / 16, step = blockDim.x;
-  if (!wide || vectors <= step) return blockCopy(dst, src, bytes, wide);
+// The calling thread's vectors of dst = src (`vectors` of 16 bytes): first,
+// first + step, ..., kCopyBatch of them loaded before any is stored.
+__device__ void copyVectorsInBatches(void* dst, const void* src, std::size_t vectors,
+                                     std::size_t first, std::size_t step) {
   auto* d = static_cast<uint4*>(dst);
   const auto* s = static_cast<const uint4*>(src);
-  for (std::size_t base = threadIdx.x; base < vectors; base += step * kCopyBatch) {
+  for (std::size_t base = first; base < vectors; base += step * kCopyBatch) {
     uint4 x[kCopyBatch];
 #pragma unroll
     for (int b = 0; b < kCopyBatch; ++b)
@@ -522,6 +523,11 @@ __device__ void blockCopyInBatches(void* dst, const void* src, std::size_t bytes
     for (int b = 0; b < kCopyBatch; ++b)
       if (base + b * step < vectors) d[base + b * step] = x[b];
   }
+}
+
+__device__ void blockCopyInBatches(void* dst, const void* src, std::size_t bytes, bool wide) {
+  if (!wide || bytes / 16 <= blockDim.x) return blockCopy(dst, src, bytes, wide);
+  copyVectorsInBatches(dst, src, bytes / 16, threadIdx.x, blockDim.x);
 }
 
 // One block: thread 0 waits until *wait_addr >= at_least (wrap-around safe,
@@ -547,29 +553,28 @@ __global__ void signaledCopyKernel(void* dst, const void* src, std::size_t bytes
 // (over NVLink a load is a round trip; a batch is one).
 __device__ void gridCopyInBatches(void* dst, const void* src, std::size_t bytes, bool wide) {
   if (!wide) return gridCopy(dst, src, bytes, wide);
-  const std::size_t vectors = bytes / 16, step = static_cast<std::size_t>(gridDim.x) * blockDim.x;
-  auto* d = static_cast<uint4*>(dst);
-  const auto* s = static_cast<const uint4*>(src);
-  for (std::size_t base = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x;
-       base < vectors; base += step * kCopyBatch) {
-    uint4 x[kCopyBatch];
-#pragma unroll
-    for (int b = 0; b < kCopyBatch; ++b)
-      if (base + b * step < vectors) x[b] = s[base + b * step];
-#pragma unroll
-    for (int b = 0; b < kCopyBatch; ++b)
-      if (base + b * step < vectors) d[base + b * step] = x[b];
-  }
+  copyVectorsInBatches(dst, src, bytes / 16,
+                       blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x,
+                       static_cast<std::size_t>(gridDim.x) * blockDim.x);
+}
+
+// Thread 0 of each block of a grid copy, after a barrier that follows the
+// block's stores: fences them at system scope (as releaseBlockSys) and
+// counts the block in *arrivals. True for the last block to arrive, whose
+// thread 0 has then seen every other block's count (and, through its
+// fence, its stores) and has reset *arrivals to 0 for the next launch.
+__device__ bool lastBlockToArrive(uint32_t* arrivals) {
+  __threadfence_system();
+  if (atomicAdd(arrivals, 1u) + 1 != gridDim.x) return false;
+  __threadfence();
+  *arrivals = 0;
+  return true;
 }
 
 // signaledCopyKernel over a grid (launchGridSignaledCopy): thread 0 of each
 // block waits until *wait_addr >= at_least (none when wait_addr is null),
-// the grid copies, each block's
-// thread 0 fences its block's stores at system scope (after a barrier, as
-// releaseBlockSys) and counts the block in *arrivals; the last block to
-// arrive (every other block's fence came before its count) resets
-// *arrivals to 0 for the next launch on the stream and releases `value`
-// into *signal_addr. One launch where a copy engine needs three steps (a
+// the grid copies, and the last block to arrive (lastBlockToArrive) releases
+// `value` into *signal_addr. One launch where a copy engine needs three steps (a
 // stream wait, the copy, a stream write).
 __global__ void gridSignaledCopyKernel(void* dst, const void* src, std::size_t bytes, bool wide,
                                        const uint32_t* wait_addr, uint32_t at_least,
@@ -582,12 +587,7 @@ __global__ void gridSignaledCopyKernel(void* dst, const void* src, std::size_t b
   }
   gridCopyInBatches(dst, src, bytes, wide);
   __syncthreads();
-  if (threadIdx.x != 0) return;
-  __threadfence_system();
-  if (atomicAdd(arrivals, 1u) + 1 != gridDim.x) return;
-  __threadfence();  // the other blocks' counts (and fences) before what follows
-  *arrivals = 0;
-  releaseBlockSys(signal_addr, value);
+  if (threadIdx.x == 0 && lastBlockToArrive(arrivals)) releaseBlockSys(signal_addr, value);
 }
 
 // One block: thread 0 reads v = *counter + offset and advances the
@@ -648,11 +648,8 @@ __global__ void gridCountedStepKernel(CountedArgs a, uint32_t* arrivals) {
   const std::size_t slot = a.slots > 0 ? value & (a.slots - 1) : 0;
   gridCopyInBatches(a.dst + slot * a.dst_stride, a.src + slot * a.src_stride, a.bytes, a.wide);
   __syncthreads();
-  if (threadIdx.x != 0) return;
-  __threadfence_system();
-  if (atomicAdd(arrivals, 1u) + 1 != gridDim.x) return;
-  __threadfence();  // the other blocks' counts (and their reads of the counter) before
-  *arrivals = 0;
+  if (threadIdx.x != 0 || !lastBlockToArrive(arrivals)) return;
+  // Every block read the counter before it arrived.
   if (a.advance != 0) *a.counter = value - a.offset + a.advance;
   if (a.signal_addr != nullptr) releaseBlockSys(a.signal_addr, value);
 }
