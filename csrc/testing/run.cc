@@ -4,12 +4,17 @@
 // its outcome to all (one allgather of the lengths, one of the outcomes),
 // rank 0 prints the summary (harness.h) and every rank returns 1 when any
 // rank failed. A watchdog bounds the final wait, so that a rank stuck in a
-// test cannot keep the others waiting forever.
+// test cannot keep the others waiting forever. At the end of every test
+// the ranks also agree, on a communicator of their own, that they all ended
+// the same test: a rank that left a test early (a failure before one of
+// its collectives) or ran another test ends the job then, saying so,
+// instead of meeting the other ranks' collectives in the wrong test.
 #include <algorithm>
 #include <condition_variable>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <exception>
 #include <memory>
 #include <mutex>
@@ -31,6 +36,9 @@ namespace {
 // finalize MPI, so that mpirun sees a rank end without MPI_Finalize and ends
 // the job, instead of the other ranks waiting for it in the final exchange.
 Bootstrap* g_world = nullptr;
+// The harness's own communicator (LockstepListener), kept apart from the
+// tests' world.
+Bootstrap* g_lockstep = nullptr;
 
 // Prints the failures of a rank other than 0: "[rank R] file:line: Failure",
 // the message, and "[rank R] FAILED Suite.Test" at the end of a failed test.
@@ -93,24 +101,22 @@ harness::RankOutcome localOutcome(int rank, int run_result) {
   return outcome;
 }
 
-// Ends the job when the final exchange is not over within `timeout`: a rank
-// still inside a test (stuck, or waiting for a rank that gave up on it)
-// would otherwise keep this one waiting forever.
-class EndWatchdog {
+// Ends the job, saying `what` (after "[hir] rank R: "), unless it is
+// destroyed within `timeout`: a rank still inside a test (stuck, or waiting
+// for a rank that gave up on it) would otherwise keep this one waiting
+// forever.
+class Watchdog {
  public:
-  EndWatchdog(Bootstrap& world, std::chrono::seconds timeout)
-      : thread_([this, &world, timeout] {
+  Watchdog(Bootstrap& world, std::chrono::seconds timeout, std::string what)
+      : what_(std::move(what)), thread_([this, &world, timeout] {
           std::unique_lock<std::mutex> lock(mutex_);
           if (cv_.wait_for(lock, timeout, [this] { return done_; })) return;
-          std::fprintf(stderr,
-                       "[hir] rank %d: not every rank finished its tests within %lld s of this one "
-                       "(HIR_TEST_END_TIMEOUT_S); ending the job\n",
-                       world.rank(), static_cast<long long>(timeout.count()));
+          std::fprintf(stderr, "[hir] rank %d: %s; ending the job\n", world.rank(), what_.c_str());
           std::fflush(stderr);
           world.abort(1);
         }) {}
 
-  ~EndWatchdog() {
+  ~Watchdog() {
     {
       std::lock_guard<std::mutex> lock(mutex_);
       done_ = true;
@@ -120,10 +126,61 @@ class EndWatchdog {
   }
 
  private:
+  std::string what_;
   std::mutex mutex_;
   std::condition_variable cv_;
   bool done_ = false;
   std::thread thread_;  // last: starts once the members above exist
+};
+
+// At the end of every test, every rank sends which test it ended (its
+// number and name) to all, on `lockstep` (a communicator apart from the
+// tests' world, so that it never meets a test's collective), within the
+// timeout; a rank that ended another test ends the job.
+class LockstepListener : public testing::EmptyTestEventListener {
+ public:
+  LockstepListener(Bootstrap& lockstep, std::chrono::seconds timeout)
+      : lockstep_(lockstep), timeout_(timeout) {}
+
+  void OnTestEnd(const testing::TestInfo& info) override {
+    const std::string name = std::string(info.test_suite_name()) + "." + info.name();
+    Ended mine{};
+    mine.number = ++ended_;
+    std::strncpy(mine.name, name.c_str(), sizeof(mine.name) - 1);
+    std::vector<Ended> all(static_cast<std::size_t>(lockstep_.world()));
+    {
+      Watchdog watchdog(
+          lockstep_, timeout_,
+          "ended " + name + ", and not every rank ended it within " +
+              std::to_string(timeout_.count()) +
+              " s of this one (HIR_TEST_END_TIMEOUT_S): a rank is still inside it, stuck, or "
+              "waiting in a collective of it that this rank left (a failure before it?)");
+      lockstep_.allgather(&mine, all.data(), sizeof(Ended));
+    }
+    for (std::size_t r = 0; r < all.size(); ++r) {
+      const Ended& e = all[r];
+      if (e.number == mine.number && std::strncmp(e.name, mine.name, sizeof(mine.name)) == 0)
+        continue;
+      std::fprintf(stderr,
+                   "[hir] rank %d: ended test #%llu, %s, while rank %zu ended test #%llu, %.*s: "
+                   "the ranks do not run the same tests (a --gtest_filter, a sharding or a "
+                   "GTEST_ environment variable that differs across ranks?); ending the job\n",
+                   lockstep_.rank(), static_cast<unsigned long long>(mine.number), mine.name, r,
+                   static_cast<unsigned long long>(e.number), static_cast<int>(sizeof(e.name)),
+                   e.name);
+      std::fflush(stderr);
+      lockstep_.abort(1);
+    }
+  }
+
+ private:
+  struct Ended {
+    uint64_t number;
+    char name[248];
+  };
+  Bootstrap& lockstep_;
+  std::chrono::seconds timeout_;
+  uint64_t ended_ = 0;
 };
 
 // Every rank's outcome, in rank order (collective).
@@ -189,6 +246,7 @@ int runAllTests(int* argc, char*** argv) {
   try {
     end_timeout = harness::endTimeout(std::getenv("HIR_TEST_END_TIMEOUT_S"));
     g_world = createMpiBootstrap(argc, argv).release();
+    g_lockstep = createMpiBootstrap(argc, argv).release();
   } catch (const Error& e) {
     std::fprintf(stderr, "[hir] cannot start the tests: %s\n", e.what());
     return e.exitCode();
@@ -199,15 +257,25 @@ int runAllTests(int* argc, char*** argv) {
   const int rank = g_world->rank();
   perRankOutputs(rank, *argc, *argv);
   testing::InitGoogleTest(argc, *argv);
-  if (rank != 0) {
-    testing::TestEventListeners& listeners = testing::UnitTest::GetInstance()->listeners();
-    delete listeners.Release(listeners.default_result_printer());
+  testing::TestEventListeners& listeners = testing::UnitTest::GetInstance()->listeners();
+  // GoogleTest calls OnTestEnd in the reverse order of the listeners: the
+  // lockstep goes first in the list, so that a test's verdict is printed
+  // before a rank that finds the ranks out of step ends the job.
+  testing::TestEventListener* printer = listeners.Release(listeners.default_result_printer());
+  if (g_lockstep->world() > 1) listeners.Append(new LockstepListener(*g_lockstep, end_timeout));
+  if (rank == 0) {
+    listeners.Append(printer);
+  } else {
+    delete printer;
     listeners.Append(new RankFailurePrinter(rank));
   }
   const int result = RUN_ALL_TESTS();
   int combined = 1;
   try {
-    EndWatchdog watchdog(*g_world, end_timeout);
+    Watchdog watchdog(*g_world, end_timeout,
+                      "not every rank finished its tests within " +
+                          std::to_string(end_timeout.count()) +
+                          " s of this one (HIR_TEST_END_TIMEOUT_S)");
     const std::vector<harness::RankOutcome> all =
         gatherOutcomes(*g_world, localOutcome(rank, result));
     combined = 0;
@@ -221,6 +289,8 @@ int runAllTests(int* argc, char*** argv) {
     std::fprintf(stderr, "[hir] rank %d: cannot combine the test results of the ranks: %s\n", rank,
                  e.what());
   }
+  delete g_lockstep;
+  g_lockstep = nullptr;
   delete g_world;  // MPI_Finalize
   g_world = nullptr;
   return combined;

@@ -54,6 +54,15 @@ TEST(Fixture, RankOneCrashes) {
   if (world().rank() == 1) std::abort();
 }
 
+// Rank 1 gives up before a collective that rank 0 enters (a failed
+// ASSERT, say): rank 0 waits in it, rank 1 waits for rank 0 to end the test.
+TEST(Fixture, RankOneLeavesBeforeACollective) {
+  if (world().rank() == 1) GTEST_FAIL() << "rank 1 leaves on purpose";
+  int32_t mine = 1;
+  std::vector<int32_t> all(static_cast<std::size_t>(world().world()));
+  world().allgather(&mine, all.data(), sizeof(mine));
+}
+
 TEST(Fixture, RankOneHangs) {
   if (world().rank() == 1) std::this_thread::sleep_for(std::chrono::hours(1));
 }

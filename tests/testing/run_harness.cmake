@@ -94,7 +94,30 @@ scenario(rank_exits_with_zero Fixture.RankOneExitsWithZero nonzero
   EXPECT "exited without calling \"?finalize" REJECT "\\[hir\\] PASSED")
 scenario(rank_crashes Fixture.RankOneCrashes nonzero
   EXPECT "rank 1 [^\n]*exited on signal 6" REJECT "\\[hir\\] PASSED")
-# A rank that hangs inside a test: rank 0's watchdog ends the job.
+# A rank that hangs inside a test: rank 0, which ended it, waits for the
+# others to end it too, at most HIR_TEST_END_TIMEOUT_S, then ends the job.
 scenario(rank_hangs Fixture.RankOneHangs 1 ENV HIR_TEST_END_TIMEOUT_S=2
-  EXPECT "\\[hir\\] rank 0: not every rank finished its tests within 2 s of this one"
+  EXPECT "\\[hir\\] rank 0: ended Fixture.RankOneHangs, and not every rank ended it within 2 s of this one"
   REJECT "\\[hir\\] PASSED")
+# A rank that leaves a test before a collective that the others wait in
+# (a failed ASSERT): its failure is printed, then it ends the job, instead
+# of meeting their collective in the next test.
+scenario(rank_leaves_early Fixture.RankOneLeavesBeforeACollective:Fixture.AllgatherSeesEveryRank 1
+  ENV HIR_TEST_END_TIMEOUT_S=2
+  EXPECT "\\[rank 1\\] rank 1 leaves on purpose"
+         "\\[hir\\] rank 1: ended Fixture.RankOneLeavesBeforeACollective, and not every rank ended it within 2 s"
+  REJECT "\\[hir\\] PASSED" "MPI_ERR")
+
+# Ranks that run different tests (here, different filters): the first test's
+# end says so and ends the job.
+execute_process(
+  COMMAND ${MPIEXEC} -np 1 ${FIXTURE} --gtest_color=no --gtest_filter=Fixture.RunsWithExactlyTwoRanks
+          : -np 1 ${FIXTURE} --gtest_color=no --gtest_filter=Fixture.FailsOnRankOne
+  WORKING_DIRECTORY ${WORK}
+  RESULT_VARIABLE got OUTPUT_VARIABLE out ERROR_VARIABLE err TIMEOUT 120)
+if(got EQUAL 0 OR NOT "${out}\n${err}" MATCHES
+   "ended test #1, Fixture\\.[A-Za-z]+, while rank [01] ended test #1, Fixture\\.[A-Za-z]+: the ranks do not run the same tests")
+  message(SEND_ERROR "scenario different_tests: exit ${got}, expected an error naming both tests:\n${out}\n${err}")
+else()
+  message(STATUS "ok: different_tests")
+endif()
