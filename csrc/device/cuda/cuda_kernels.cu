@@ -608,18 +608,23 @@ struct CountedArgs {
   bool wide;
 };
 
+// Thread 0 of a counted step's block: v = *counter + offset (and, with
+// `advance_now`, the counter advanced at once), then the step's wait for
+// v - wait_back (or the release word). Returns v.
+__device__ uint32_t countedNumberAndWait(const CountedArgs& a, bool advance_now) {
+  // Both loads in flight together: the wait's address needs no number.
+  const uint32_t base = *static_cast<const volatile uint32_t*>(a.counter);
+  const uint32_t seen = a.wait_addr != nullptr ? loadAcquireSys(a.wait_addr) : 0u;
+  const uint32_t v = base + a.offset;
+  if (advance_now && a.advance != 0) *a.counter = base + a.advance;
+  if (a.wait_addr != nullptr) waitAtLeast(a.wait_addr, v - a.wait_back, seen, a.release);
+  return v;
+}
+
 __global__ void countedStepKernel(CountedArgs a) {
   followPrevious();
   __shared__ uint32_t value;
-  if (threadIdx.x == 0) {
-    // Both loads in flight together: the wait's address needs no number.
-    const uint32_t base = *static_cast<const volatile uint32_t*>(a.counter);
-    const uint32_t seen = a.wait_addr != nullptr ? loadAcquireSys(a.wait_addr) : 0u;
-    const uint32_t v = base + a.offset;
-    if (a.advance != 0) *a.counter = base + a.advance;
-    if (a.wait_addr != nullptr) waitAtLeast(a.wait_addr, v - a.wait_back, seen, a.release);
-    value = v;
-  }
+  if (threadIdx.x == 0) value = countedNumberAndWait(a, true);
   __syncthreads();
   const std::size_t slot = a.slots > 0 ? value & (a.slots - 1) : 0;
   blockCopy(a.dst + slot * a.dst_stride, a.src + slot * a.src_stride, a.bytes, a.wide);
@@ -637,13 +642,7 @@ __global__ void countedStepKernel(CountedArgs a) {
 __global__ void gridCountedStepKernel(CountedArgs a, uint32_t* arrivals) {
   followPrevious();
   __shared__ uint32_t value;
-  if (threadIdx.x == 0) {
-    const uint32_t base = *static_cast<const volatile uint32_t*>(a.counter);
-    const uint32_t seen = a.wait_addr != nullptr ? loadAcquireSys(a.wait_addr) : 0u;
-    const uint32_t v = base + a.offset;
-    if (a.wait_addr != nullptr) waitAtLeast(a.wait_addr, v - a.wait_back, seen, a.release);
-    value = v;
-  }
+  if (threadIdx.x == 0) value = countedNumberAndWait(a, false);  // the last block advances
   __syncthreads();
   const std::size_t slot = a.slots > 0 ? value & (a.slots - 1) : 0;
   gridCopyInBatches(a.dst + slot * a.dst_stride, a.src + slot * a.src_stride, a.bytes, a.wide);
