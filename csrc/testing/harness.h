@@ -49,9 +49,9 @@ std::string formatRanks(const std::vector<int>& ranks);
 std::string perRankOutput(const std::string& output, int rank, const std::string& program);
 
 // HIR_TEST_END_TIMEOUT_S: how long a rank that ended a test, or all of
-// them, waits for the others to end it too before it ends the job. Unset: 300 s. Anything but a whole
-// number of seconds from 1 to 86400 is a UsageError naming the variable and
-// the value.
+// them, waits for the others to end it too before it ends the job. Unset:
+// 300 s. Anything but a whole number of seconds from 1 to 86400 is a
+// UsageError naming the variable and the value.
 std::chrono::seconds endTimeout(const char* value);
 
 }  // namespace hir::test::harness

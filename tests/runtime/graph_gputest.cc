@@ -364,9 +364,10 @@ TEST(GraphMode, BindingAnotherBufferAfterTheCaptureIsSeenByTheNextRun) {
 // ring (get, a kernel copy) into the caller's output; in a loop, a group of
 // put messages of 4 MiB (copy engine between counting kernels) and one of
 // eager messages of 256 KiB + 64 B (one grid kernel each, through the
-// slots), posted joined, each poisoned before and checked after. Eager and graph runs on
-// fresh inputs every run, and another input buffer bound after run 4. At world 1 every message is to the rank itself;
-// gpu-check also runs it on 2 ranks sharing a GPU (HIR_SHARE_GPUS=1).
+// slots), posted joined, each poisoned before and checked after. Eager and
+// graph runs on fresh inputs every run, and another input buffer bound
+// after run 4. At world 1 every message is to the rank itself; gpu-check
+// also runs it on 2 ranks sharing a GPU (HIR_SHARE_GPUS=1).
 const char* kIpcRing = R"JSON({
   "format": "hostir/1", "name": "graph_ipc_ring",
   "params": {"n": 1024, "m": 1048576, "k": 65552, "iters": 3},

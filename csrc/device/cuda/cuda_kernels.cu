@@ -573,9 +573,9 @@ __device__ bool lastBlockToArrive(uint32_t* arrivals) {
 
 // signaledCopyKernel over a grid (launchGridSignaledCopy): thread 0 of each
 // block waits until *wait_addr >= at_least (none when wait_addr is null),
-// the grid copies, and the last block to arrive (lastBlockToArrive) releases
-// `value` into *signal_addr. One launch where a copy engine needs three steps (a
-// stream wait, the copy, a stream write).
+// the grid copies, and the last block to arrive (lastBlockToArrive)
+// releases `value` into *signal_addr. One launch where a copy engine needs
+// three steps (a stream wait, the copy, a stream write).
 __global__ void gridSignaledCopyKernel(void* dst, const void* src, std::size_t bytes, bool wide,
                                        const uint32_t* wait_addr, uint32_t at_least,
                                        uint32_t* signal_addr, uint32_t value,
@@ -635,10 +635,9 @@ __global__ void countedStepKernel(CountedArgs a) {
 
 // countedStepKernel over a grid (launchGridCountedStep): thread 0 of each
 // block reads v = *counter + offset and waits as countedStepKernel's does;
-// the grid copies (from and to slot v % slots); each block fences at system
-// scope and counts itself in *arrivals, and the last block resets it,
-// advances the counter (every block read it before its count) and releases
-// v into *signal_addr.
+// the grid copies (from and to slot v % slots); the last block to arrive
+// (lastBlockToArrive) advances the counter (every block read it before it
+// arrived) and releases v into *signal_addr.
 __global__ void gridCountedStepKernel(CountedArgs a, uint32_t* arrivals) {
   followPrevious();
   __shared__ uint32_t value;
