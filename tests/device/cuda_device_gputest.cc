@@ -13,9 +13,11 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <initializer_list>
 #include <memory>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include <gmock/gmock.h>
@@ -51,19 +53,27 @@ bool firstTwoRanksShareANode() {
 
 // ------------------------------------------------------------- helpers
 
-// The cuda device made while environment variable `name` is `value` (the
-// device reads its variables once, when it is made).
-std::unique_ptr<Device> makeCudaDeviceWithEnv(const char* name, const char* value) {
-  ::setenv(name, value, 1);
+// The cuda device made while each environment variable of `env` has its
+// value (the device reads its variables once, when it is made).
+std::unique_ptr<Device> makeCudaDeviceWithEnv(
+    std::initializer_list<std::pair<const char*, const char*>> env) {
+  for (const auto& [name, value] : env) ::setenv(name, value, 1);
+  auto unset = [&] {
+    for (const auto& [name, value] : env) ::unsetenv(name);
+  };
   std::unique_ptr<Device> device;
   try {
     device = makeCudaDevice();
   } catch (...) {
-    ::unsetenv(name);
+    unset();
     throw;
   }
-  ::unsetenv(name);
+  unset();
   return device;
+}
+
+std::unique_ptr<Device> makeCudaDeviceWithEnv(const char* name, const char* value) {
+  return makeCudaDeviceWithEnv({{name, value}});
 }
 
 // HIR_CUDA_KERNEL_COPY_MAX = `copy_max` ("" is the default, "0" the copy
@@ -1372,12 +1382,14 @@ TEST(CudaDevice, GridSignaledCopiesInARowOnTwoStreamsEachSignalInTurn) {
   }
 }
 
-// HIR_CUDA_GRID_COPY_MAX is a number of bytes, HIR_CUDA_GRID_COPY_BLOCKS
-// one of 2 to 256 and HIR_CUDA_GRID_COPY_WAIT stream or kernel; anything
-// else is a usage error that names the variable and the value.
-TEST(CudaDevice, ABadGridCopySettingIsAUsageErrorNamingIt) {
+// HIR_CUDA_KERNEL_COPY_MAX and HIR_CUDA_GRID_COPY_MAX are numbers of bytes,
+// HIR_CUDA_GRID_COPY_BLOCKS one of 2 to 256 and HIR_CUDA_GRID_COPY_WAIT
+// stream or kernel; anything else is a usage error that names the variable
+// and the value.
+TEST(CudaDevice, ABadCopySettingIsAUsageErrorNamingIt) {
   HIR_REQUIRE_GPUS(1);
   const std::pair<const char*, const char*> bad[] = {
+      {"HIR_CUDA_KERNEL_COPY_MAX", "64K"},  {"HIR_CUDA_KERNEL_COPY_MAX", "-1"},
       {"HIR_CUDA_GRID_COPY_MAX", "4M"},     {"HIR_CUDA_GRID_COPY_MAX", "-1"},
       {"HIR_CUDA_GRID_COPY_BLOCKS", "1"},   {"HIR_CUDA_GRID_COPY_BLOCKS", "257"},
       {"HIR_CUDA_GRID_COPY_WAIT", "memop"}, {"HIR_CUDA_GRID_COPY_WAIT", "Kernel"}};
@@ -1526,15 +1538,8 @@ TEST(CudaDevice, CountedStepsWithSlotsCopySlotVModSlotsAfterWaitingForVMinusBack
       if (*grid_max != '\0' && *copy_max == '\0') continue;  // the one-block path again
       SCOPED_TRACE(fmt::format("HIR_CUDA_KERNEL_COPY_MAX='{}' HIR_CUDA_GRID_COPY_MAX='{}'",
                                copy_max, grid_max));
-      ::setenv("HIR_CUDA_GRID_COPY_MAX", grid_max, 1);
-      std::unique_ptr<Device> device;
-      try {
-        device = makeCudaDeviceWithCopyMax(copy_max);
-      } catch (...) {
-        ::unsetenv("HIR_CUDA_GRID_COPY_MAX");
-        throw;
-      }
-      ::unsetenv("HIR_CUDA_GRID_COPY_MAX");
+      std::unique_ptr<Device> device = makeCudaDeviceWithEnv(
+          {{"HIR_CUDA_KERNEL_COPY_MAX", copy_max}, {"HIR_CUDA_GRID_COPY_MAX", grid_max}});
       if (!device->supports(DeviceFeature::CountedSemaphore))
         GTEST_SKIP() << "counted semaphores are not available";
       countedStepsWithSlots(*device);

@@ -8,7 +8,6 @@
 
 #include <algorithm>
 #include <atomic>
-#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -140,14 +139,7 @@ constexpr std::size_t kDefaultKernelCopyMax = 64 * 1024;
 std::size_t kernelCopyMax() {
   const char* text = std::getenv("HIR_CUDA_KERNEL_COPY_MAX");
   if (text == nullptr || *text == '\0') return kDefaultKernelCopyMax;
-  char* end = nullptr;
-  errno = 0;
-  const unsigned long long v = std::strtoull(text, &end, 10);
-  HIR_CHECK_AS(UsageError, errno == 0 && end != text && *end == '\0' && text[0] != '-',
-               "HIR_CUDA_KERNEL_COPY_MAX is '{}'; expected a number of bytes (0: always use the "
-               "copy engine)",
-               text);
-  return static_cast<std::size_t>(v);
+  return static_cast<std::size_t>(parseInteger("HIR_CUDA_KERNEL_COPY_MAX", text, 0));
 }
 
 // HIR_CUDA_GRID_COPY_WAIT: "kernel" (default): each block of a grid
