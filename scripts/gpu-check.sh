@@ -265,7 +265,6 @@ if [ "$gpus" = 1 ]; then
     . "$root/scripts/mps-env.sh"
     mps_dir=$(mktemp -d)
     if mps_start "$mps_dir"; then
-      trap 'mps_stop; rm -rf "$mps_dir"' EXIT
       mpirun_cmd+=(-x CUDA_MPS_PIPE_DIRECTORY -x CUDA_DEVICE_MAX_CONNECTIONS)
     else
       record "MPS daemon" 0 1 0 "did not start: the shared runs go in time slices"

@@ -46,7 +46,6 @@ if [ "$mps" = 1 ]; then
   . "$root/scripts/mps-env.sh"
   mps_dir=$(mktemp -d)
   mps_start "$mps_dir" || exit 3
-  trap 'mps_stop; rm -rf "$mps_dir"' EXIT
 fi
 name=$(basename "$prog" .json)
 csv=$out/soak.csv

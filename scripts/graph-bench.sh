@@ -185,9 +185,7 @@ if [ "${gpus:-0}" -lt 2 ]; then
   shared=" (2 ranks sharing 1 GPU)"
   # shellcheck source=mps-env.sh
   . "$root/scripts/mps-env.sh"
-  if mps_start "$tmp"; then
-    trap 'mps_stop; rm -rf "$tmp"' EXIT
-  else
+  if ! mps_start "$tmp"; then
     echo "graph-bench: no MPS daemon on this machine of one GPU: ipc's ping-pong left out" >&2
     ipc_protos=""
   fi
@@ -222,7 +220,7 @@ print(f"2,hir run ipc {proto}{shared},sendrecv,8,{mode},{us:.3f},")
 ' "$mode" "$proto" "${shared:+ shared}" "$k" >>"$csv"
   done
 done
-if [ -n "$shared" ] && [ -n "$ipc_protos" ]; then mps_stop; trap 'rm -rf "$tmp"' EXIT; fi
+if [ -n "$shared" ] && [ -n "$ipc_protos" ]; then mps_stop; fi
 unset HIR_SHARE_GPUS
 
 # The table: one row per (np, op), us per operation.

@@ -15,7 +15,7 @@
 #
 # A variant is "default" (nothing set) or NAME=VALUE[,NAME=VALUE...], e.g.
 #   --variants "HIR_CUDA_SEMAPHORES=memop HIR_CUDA_SEMAPHORES=kernel"
-#   --variants "default HIR_CUDA_GRID_COPY_MAX=0 HIR_CUDA_GRID_COPY_WAIT=kernel"
+#   --variants "default HIR_CUDA_GRID_COPY_MAX=0 HIR_CUDA_GRID_COPY_WAIT=stream"
 # --n: the probe's float32 elements per rank (default 8 B and 1 MiB);
 # --probe-ops: its operations (default all three; "none" skips the probe).
 # Needs 2 GPUs, or --mps: 2 ranks share GPU 0 under an MPS daemon
@@ -77,7 +77,6 @@ if [ "$mps" = 1 ]; then
   # shellcheck source=mps-env.sh
   . "$root/scripts/mps-env.sh"
   mps_start "$tmp" || exit 3
-  trap 'mps_stop; rm -rf "$tmp"' EXIT
 else
   trap 'rm -rf "$tmp"' EXIT
 fi
@@ -111,10 +110,7 @@ for ((r = 1; r <= rounds; r++)); do
 done
 # The latency probe's loops, every variant, and every variant with
 # --probe-with. With --mps the probe starts a daemon of its own.
-if [ "$mps" = 1 ]; then
-  mps_stop
-  trap 'rm -rf "$tmp"' EXIT
-fi
+[ "$mps" = 1 ] && mps_stop
 probe_out="$tmp/probe"
 mkdir -p "$probe_out"
 probe_variants=$variants

@@ -100,7 +100,6 @@ if [ "$mps" = 1 ]; then
   # shellcheck source=mps-env.sh
   . scripts/mps-env.sh
   mps_start "$tmp" || exit 2
-  trap 'mps_stop; rm -rf "$tmp"' EXIT
 fi
 csv="$out/ipc-collectives.csv"
 : >"$csv"

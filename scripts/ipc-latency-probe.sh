@@ -99,7 +99,6 @@ if [ "$mps" = 1 ]; then
   # shellcheck source=mps-env.sh
   . "$root/scripts/mps-env.sh"
   mps_start "$tmp" || exit 3
-  trap 'mps_stop; rm -rf "$tmp"' EXIT
 else
   trap 'rm -rf "$tmp"' EXIT
 fi
