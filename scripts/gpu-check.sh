@@ -78,6 +78,14 @@ record() {
   if [ "$3" != "0" ] && [ "$3" != "-" ]; then failed=1; fi
 }
 log_header() { printf '\n===== %s (%s) =====\n' "$2" "$(date '+%F %T')" >>"$1"; }
+# graph_status EXAMPLE N: the exit status `hir run EXAMPLE --np N --graph`
+# should end with: 0 where `hir check` says the capture is possible, 2 (the
+# refusal) where it is not.
+graph_status() {
+  local said
+  said=$("$hir" check "$1" --world "$2" --device cuda 2>&1)
+  if grep -q 'graph capture (--graph): possible' <<<"$said"; then echo 0; else echo 2; fi
+}
 
 gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
 gpus=${gpus:-0}
@@ -234,9 +242,7 @@ if [ "$run_examples" = 1 ]; then
           want=0 flags=()
           if [ "$mode" = graph ]; then
             flags=(--graph --iters 5)
-            "$hir" check "$ex" --world "$n" --device cuda >"$out/check.tmp" 2>&1
-            grep -q 'graph capture (--graph): possible' "$out/check.tmp" || want=2
-            rm -f "$out/check.tmp"
+            want=$(graph_status "$ex" "$n")
           fi
           log_header "$log" "$name on $n rank(s)${flags:+, ${flags[*]}}"
           timeout 600 "$hir" run "$ex" --np "$n" --device cuda "${flags[@]}" >>"$log" 2>&1
@@ -310,9 +316,7 @@ if [ "$gpus" = 1 ]; then
           want=0 flags=()
           if [ "$mode" = graph ]; then
             flags=(--graph --iters 5)
-            "$hir" check "$ex" --world "$sn" --device cuda >"$out/check.tmp" 2>&1
-            grep -q 'graph capture (--graph): possible' "$out/check.tmp" || want=2
-            rm -f "$out/check.tmp"
+            want=$(graph_status "$ex" "$sn")
           fi
           log_header "$log" "$name on $sn ranks sharing GPU 0${flags:+, ${flags[*]}}"
           piece=$(HIR_SHARE_GPUS=1 timeout 600 "$hir" run "$ex" --np "$sn" --device cuda \
