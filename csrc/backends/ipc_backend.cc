@@ -76,8 +76,21 @@ enum Signal : int {
   kGetConsumed = 3,
   kEagerDone = 4,  // the sender, into the receiver's page: "message e is in its slot"
   kEagerFree = 5,  // the receiver, into the sender's page: "I copied message e out"
-  kSignals = 6
+  // The receiver, into the sender's page: "my buffer for eager message e is
+  // free: write it there" (direct delivery, resolveEager).
+  kEagerPosted = 6,
+  kSignals = 7
 };
+
+// HIR_IPC_DIRECT=0 moves every eager message through its slot (an A/B
+// knob); by default a receiver that posted first gets its data directly.
+bool ipcDirect() {
+  const char* v = std::getenv("HIR_IPC_DIRECT");
+  if (v == nullptr || *v == '\0') return true;
+  return envSwitch("HIR_IPC_DIRECT",
+                   "an eager message whose receiver posted first is written straight into its "
+                   "buffer");
+}
 
 // Where a page's slots begin, after its counters.
 constexpr std::size_t kSlotAlign = 256;
@@ -125,6 +138,12 @@ struct Step {
   std::size_t dst_stride = 0, src_stride = 0;
   bool eager = false;  // an eager message (resolveEager)
   bool inline_flags = false;  // an eager message in lines (no "done" wait)
+  // Direct delivery of an eager message (MessageStep::Copy's fields of that
+  // name): the receiver's buffer (a send), the "posted" word and the mark
+  // (or the lane's ring of marks in counted mode).
+  void* direct = nullptr;
+  uint32_t* posted = nullptr;
+  uint32_t* mark = nullptr;
   // A get or eager message of a reduction: reduce unit `unit` of the post
   // reads `src` (the sender's buffer, or the slot) as its source `source`,
   // instead of a copy (wait, then the unit's reduce, then signal).
@@ -206,11 +225,13 @@ struct IpcBackend::State {
   int rank = -1, world = 0;
   std::vector<std::string> nodes;
 
-  // world x kSignals counters, written by peers, then (at slots_offset)
-  // the eager slots: eager_slots of slot_bytes per sender rank.
+  // world x kSignals counters, written by peers, then (at marks_offset)
+  // eager_slots direct-delivery marks per sender rank, then (at
+  // slots_offset) the eager slots: eager_slots of slot_bytes per sender.
   uint32_t* page = nullptr;
-  std::size_t eager_max = 0, slot_bytes = 0, slots_offset = 0;
+  std::size_t eager_max = 0, slot_bytes = 0, marks_offset = 0, slots_offset = 0;
   uint32_t eager_slots = 0;
+  bool direct = true;  // HIR_IPC_DIRECT
   // Eager messages of 1 to inline_max bytes travel in lines (flags inline,
   // device.h): no "done" wait for the receiver, no fence for the sender.
   std::size_t inline_max = 0;
@@ -257,6 +278,10 @@ struct IpcBackend::State {
   }
   Step resolve(const PostArgs& a);
   Step resolveEager(const PostArgs& a, Step s, uint32_t* peer_page);
+  uint32_t* marksOf(uint32_t* any_page, int sender) const {
+    return reinterpret_cast<uint32_t*>(reinterpret_cast<char*>(any_page) + marks_offset) +
+           static_cast<std::size_t>(sender) * eager_slots;
+  }
   char* slotsOf(uint32_t* any_page, int sender) const {
     return reinterpret_cast<char*>(any_page) + slots_offset +
            static_cast<std::size_t>(sender) * eager_slots * slot_bytes;
@@ -458,6 +483,25 @@ Step IpcBackend::State::resolveEager(const PostArgs& a, Step s, uint32_t* peer_p
     s.src_stride = stride;
     s.dst = a.output;
   }
+  // Direct delivery (not in lines, which carry their own flags): the
+  // receiver posts e into our page's kEagerPosted once its buffer is free;
+  // a sender that sees it writes straight into that buffer (when it mapped
+  // it: caller-bound buffers are not shared) and marks the message, so the
+  // receiver skips its copy out of the slot. The marks are the receiver's,
+  // one per slot of the sender's row.
+  if (direct && !s.inline_flags && s.bytes > 0) {
+    uint32_t* marks = send ? marksOf(peer_page, me) : marksOf(page, peer);
+    s.mark = counted ? marks : marks + slot;
+    if (send) {
+      s.posted = page + peer * kSignals + kEagerPosted;
+      if (const Import* im = importOf(peer, a.remote.alloc); im != nullptr)
+        s.direct = static_cast<char*>(im->ptr) + a.remote.offset;
+      else
+        s.mark = s.posted = nullptr;
+    } else {
+      s.posted = peer_page + me * kSignals + kEagerPosted;
+    }
+  }
   return s;
 }
 
@@ -626,6 +670,9 @@ MessageStep::Copy IpcBackend::State::copyOf(const Step& s, MessageStep& m) const
   c.signal = s.signal;
   c.slotted = s.slots > 0;
   c.inline_flags = s.inline_flags;
+  c.direct = s.direct;
+  c.posted = s.posted;
+  c.mark = s.mark;
   if (c.slotted) {
     m.slots = s.slots;
     m.stride = s.dst_stride + s.src_stride;  // one of them, the slot's size
@@ -658,7 +705,14 @@ void IpcBackend::State::messageSteps(Stream& on, const Work& w) {
   for (const Step& s : w.steps)
     if (!s.early) {
       flushIfFull(m.pull_count);
-      m.pulls[m.pull_count++] = copyOf(s, m);
+      MessageStep::Copy& pull = m.pulls[m.pull_count++];
+      pull = copyOf(s, m);
+      // A pull posts for direct delivery only as its lane's one pull here
+      // (device.h).
+      if (std::count_if(w.steps.begin(), w.steps.end(), [&](const Step& o) {
+            return !o.early && o.lane == s.lane;
+          }) > 1)
+        pull.posted = nullptr;
     }
   if (m.push_count + m.pull_count > 0) dev->messageStep(on, m);
 }
@@ -748,8 +802,9 @@ void IpcBackend::State::unblock() {
     const uint32_t v = latest[i].load(std::memory_order_relaxed) + (uint32_t{1} << 30);
     const uint32_t e = latest_eager[i].load(std::memory_order_relaxed) + (uint32_t{1} << 30);
     for (int k = 0; k < kSignals; ++k)
-      dev->writeValue(*control, page + i * kSignals + k,
-                      k == kEagerDone || k == kEagerFree ? e : v);
+      if (k != kEagerPosted)  // a push waiting for its slot ends on kEagerFree (and not direct)
+        dev->writeValue(*control, page + i * kSignals + k,
+                        k == kEagerDone || k == kEagerFree ? e : v);
   }
 }
 
@@ -923,8 +978,13 @@ void IpcBackend::setup(const BackendContext& ctx) {
                                   "HIR_IPC_EAGER_SEND_MAX's size")
                     : fmt::format("the program's largest eager send: {} bytes",
                                   ctx.largest_eager_send));
+  st.direct = ipcDirect();
   const std::size_t counters = static_cast<std::size_t>(st.world) * kSignals * sizeof(uint32_t);
-  st.slots_offset = (counters + kSlotAlign - 1) / kSlotAlign * kSlotAlign;
+  const std::size_t marks =
+      st.eager_max > 0 ? static_cast<std::size_t>(st.world) * st.eager_slots * sizeof(uint32_t)
+                       : 0;
+  st.marks_offset = counters;
+  st.slots_offset = (counters + marks + kSlotAlign - 1) / kSlotAlign * kSlotAlign;
   st.page_bytes = st.slots_offset + (st.eager_max > 0 ? static_cast<std::size_t>(st.world) *
                                                             st.eager_slots * st.slot_bytes
                                                       : 0);
@@ -1206,8 +1266,15 @@ void IpcBackend::shareMemHandles(std::span<const ShareItem> items) {
           supports(caps(), SupportQuery{.device = st.dev->kind(), .type = item.type,
                                         .peer_on_other_node = true})
               .why));
-    if (item.protocol == Protocol::Eager) continue;  // through the page's slots: no buffer mapped
-    if (exportsBuffer(item.type, item.protocol))
+    // Eager messages go through the page's slots; their receive buffers are
+    // mapped for direct delivery only, when a message is too large for lines
+    // (a caller's buffer cannot be mapped: its messages take the slots).
+    if (item.protocol == Protocol::Eager &&
+        (!st.direct || item.largest_message <= st.inline_max ||
+         (item.type == CommType::Recv && item.caller_owned)))
+      continue;
+    if (item.protocol == Protocol::Eager ? item.type == CommType::Recv
+                                         : exportsBuffer(item.type, item.protocol))
       to_export.emplace(item.alloc, &item);
     else
       to_import.insert({item.peer, item.peer_alloc});

@@ -1036,17 +1036,31 @@ void runPart(HostDevice::Impl* dev, const MessageStep& m, const MessageStep::Cop
   auto* release = const_cast<uint32_t*>(m.release);
   uint32_t v = c.number;
   if (c.counter != nullptr) v += std::atomic_ref<uint32_t>(*c.counter).load(std::memory_order_relaxed);
-  if (c.wait != nullptr)
+  // Direct delivery (device.h): the pull resets its mark and posts; the
+  // push goes direct when it sees the post, the pull when it sees the mark.
+  uint32_t* mark = c.mark == nullptr ? nullptr : c.mark + (c.slotted ? v & (m.slots - 1) : 0);
+  const bool posts = !push && c.posted != nullptr && mark != nullptr;
+  if (posts) {
+    std::atomic_ref<uint32_t>(*mark).store(directMarkReset(v), std::memory_order_relaxed);
+    std::atomic_ref<uint32_t>(*c.posted).store(v, std::memory_order_release);
+  }
+  bool direct = push && c.direct != nullptr && c.posted != nullptr && mark != nullptr &&
+                static_cast<int32_t>(
+                    std::atomic_ref<uint32_t>(*c.posted).load(std::memory_order_acquire) - v) >= 0;
+  if (c.wait != nullptr && !direct)
     pollValue(dev, const_cast<uint32_t*>(c.wait), v - c.wait_back, release, "messageStep");
+  if (posts) direct = std::atomic_ref<uint32_t>(*mark).load(std::memory_order_acquire) == v;
   const std::size_t slot = c.slotted ? (v & (m.slots - 1)) * m.stride : 0;
-  char* dst = static_cast<char*>(c.dst) + (push ? slot : 0);
+  char* dst = direct && push ? static_cast<char*>(c.direct)
+                             : static_cast<char*>(c.dst) + (push ? slot : 0);
   const char* src = static_cast<const char*>(c.src) + (push ? 0 : slot);
   if (c.inline_flags && push)
     writeLines(dst, src, c.bytes, inlineFlag(v));
   else if (c.inline_flags)
     readLines(dev, dst, src, c.bytes, inlineFlag(v), release, "messageStep");
-  else if (c.bytes > 0)
+  else if (c.bytes > 0 && !(direct && !push))
     std::memmove(dst, src, c.bytes);
+  if (direct && push) std::atomic_ref<uint32_t>(*mark).store(v, std::memory_order_relaxed);
   if (c.signal != nullptr)
     std::atomic_ref<uint32_t>(*c.signal).store(v, std::memory_order_release);
   if (c.counter != nullptr && c.advance != 0)
@@ -1056,11 +1070,15 @@ void runPart(HostDevice::Impl* dev, const MessageStep& m, const MessageStep::Cop
 
 }  // namespace
 
+// Parts in lines or with direct delivery: one stream task (runPart each);
+// else Device's default.
 void HostDevice::messageStep(Stream& s, const MessageStep& m) {
-  bool lines = false;
-  for (std::size_t k = 0; k < m.push_count; ++k) lines = lines || m.pushes[k].inline_flags;
-  for (std::size_t k = 0; k < m.pull_count; ++k) lines = lines || m.pulls[k].inline_flags;
-  if (!lines) return Device::messageStep(s, m);
+  bool own = false;
+  for (std::size_t k = 0; k < m.push_count; ++k)
+    own = own || m.pushes[k].inline_flags || m.pushes[k].direct != nullptr;
+  for (std::size_t k = 0; k < m.pull_count; ++k)
+    own = own || m.pulls[k].inline_flags || m.pulls[k].posted != nullptr;
+  if (!own) return Device::messageStep(s, m);
   HIR_INTERNAL_ASSERT(m.push_count <= m.pushes.size() && m.pull_count <= m.pulls.size(),
                       "messageStep: {} pushes and {} pulls", m.push_count, m.pull_count);
   Impl* dev = impl_.get();

@@ -269,6 +269,7 @@ struct ShareItem {
   Protocol protocol = Protocol::Auto;
   bool caller_owned = false;  // `base` is a caller's buffer (bind()), not from Device::allocate
   const char* name = "";      // the allocation's name, for messages
+  std::size_t largest_message = 0;  // bytes, of the item's messages in the load-time trace
 };
 
 class Backend {

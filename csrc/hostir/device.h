@@ -100,6 +100,9 @@ inline constexpr std::size_t kMaxReduceSources = 16;
 // from the flag of the slot's previous message (v - slots, slots <= 2^30).
 inline constexpr std::size_t inlineLineBytes(std::size_t bytes) { return (bytes + 3) / 4 * 8; }
 inline constexpr uint32_t inlineFlag(uint32_t v) { return v != 0 ? v : 0x80000000u; }
+// What a pull stores into its mark before it posts (MessageStep's direct
+// delivery): anything but v.
+inline constexpr uint32_t directMarkReset(uint32_t v) { return v ^ 0x80000000u; }
 
 // Messages of a semaphore protocol (ipc's eager messages, and the sources
 // of its one-shot reductions) done as one device step: Device::reduce does
@@ -141,6 +144,20 @@ inline constexpr uint32_t inlineFlag(uint32_t v) { return v != 0 ? v : 0x8000000
 // the data out of the lines. Their signals and counters are as above, but
 // a push's signal need not be ordered after its lines (they carry their
 // own flags; the signal only tells the lane's latest number).
+// Direct delivery (optional for a device: it may ignore these fields, and
+// then moves every message through its slot): a pull with `posted` may,
+// when it starts, store directMarkReset(v) into its mark (*mark, or slot
+// v % slots of the ring of words at `mark` when slotted), then release v
+// into *posted (its dst is then free for the peer to write), and must then,
+// after its wait, read the mark: v means the data is already in dst (no
+// copy). Only the push can have stored v there, after it saw *posted. A
+// push with `direct` (the receiver's buffer, mapped) may, when *posted >= v
+// (cyclic) before or while it waits, copy to `direct` instead of its slot
+// and store v into its mark before its signal (which then publishes both).
+// Marks and `posted` belong to parts not in lines, and the caller gives
+// `posted` to a pull only when it is its step's one pull of its lane (with
+// two, the later number's direct mark could overwrite the earlier's in a
+// ring of one slot).
 struct MessageStep {
   std::array<uint32_t*, kMaxReduceSources> counters{};
   std::array<uint32_t, kMaxReduceSources> numbers{};
@@ -163,6 +180,9 @@ struct MessageStep {
     uint32_t* signal = nullptr;
     bool slotted = false;
     bool inline_flags = false;  // the slot holds lines (push: writes them; pull: reads them)
+    void* direct = nullptr;      // push: the receiver's buffer (direct delivery)
+    uint32_t* posted = nullptr;  // push: read; pull: written (direct delivery)
+    uint32_t* mark = nullptr;    // push: written; pull: read and reset (direct delivery)
   };
   using Push = Copy;
   std::array<Copy, kMaxReduceSources> pushes{};

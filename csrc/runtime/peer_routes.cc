@@ -38,12 +38,20 @@ PeerRoutes::ShareSpec PeerRoutes::shareSpec(const instr::Share& in, const P2pTra
   std::set<std::array<int, 4>> links;
   // One item per (communication, peer, side, protocol, allocation, peer
   // allocation): a collective's messages with one peer may go both ways.
-  std::set<std::tuple<int, int, CommType, Protocol, int, int>> seen;
+  // Each item's place in its backend's list.
+  std::map<std::tuple<int, int, CommType, Protocol, int, int>, std::size_t> seen;
   ShareSpec spec;
   auto addItem = [&](const P2pEnd& mine, const P2pEnd& theirs, int peer, CommType side,
-                     Protocol protocol) {
-    if (!seen.insert({mine.comm, peer, side, protocol, mine.alloc, theirs.alloc}).second) return;
+                     Protocol protocol, std::size_t bytes) {
     const PlanComm& c = plan_.comms[mine.comm];
+    std::vector<ShareItem>& items = spec.items[c.backend];
+    const auto [at, added] =
+        seen.insert({{mine.comm, peer, side, protocol, mine.alloc, theirs.alloc}, items.size()});
+    if (!added) {
+      ShareItem& known = items[at->second];
+      known.largest_message = std::max(known.largest_message, bytes);
+      return;
+    }
     ShareItem item;
     item.comm = mine.comm;
     item.type = side;
@@ -52,7 +60,8 @@ PeerRoutes::ShareSpec PeerRoutes::shareSpec(const instr::Share& in, const P2pTra
     item.peer_alloc = theirs.alloc;
     item.protocol = protocol;
     item.name = plan_.allocs[mine.alloc].name.c_str();
-    spec.items[c.backend].push_back(item);
+    item.largest_message = bytes;
+    items.push_back(item);
   };
   for (const auto& [pair, messages] : trace.pairs) {
     const auto [from, to] = pair;
@@ -60,8 +69,8 @@ PeerRoutes::ShareSpec PeerRoutes::shareSpec(const instr::Share& in, const P2pTra
       if (!plan_.backends[plan_.comms[m.send.comm].backend].maps_peer_memory) continue;
       if (!listed.count(m.send.comm) && !listed.count(m.recv.comm)) continue;
       links.insert({from, to, m.send.alloc, m.recv.alloc});
-      if (from == rank_) addItem(m.send, m.recv, to, CommType::Send, m.protocol);
-      if (to == rank_) addItem(m.recv, m.send, from, CommType::Recv, m.protocol);
+      if (from == rank_) addItem(m.send, m.recv, to, CommType::Send, m.protocol, m.bytes);
+      if (to == rank_) addItem(m.recv, m.send, from, CommType::Recv, m.protocol, m.bytes);
     }
   }
   spec.links.assign(links.begin(), links.end());

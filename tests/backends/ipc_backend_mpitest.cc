@@ -1123,6 +1123,28 @@ TEST(Ipc, EagerMessagesMapOnlyThePeersPages) {
   EXPECT_EQ(hostirMappings(), baseline);
 }
 
+// Eager messages too large for lines (16 KiB) may be delivered straight
+// into a receive buffer that was posted first (docs/ipc.md): the receiver's
+// buffer is mapped by its sender, on top of the pages (none at world 1,
+// where a rank sends to itself). With HIR_IPC_DIRECT=0 only the pages.
+TEST(Ipc, EagerMessagesAboveTheLinesMapTheReceiveBuffersForDirectDelivery) {
+  const int baseline = hostirMappings();
+  const char* off = std::getenv("HIR_IPC_DIRECT");
+  const bool direct = off == nullptr || std::string_view(off) != "0";
+  std::string text = ringWithShares("", 3, R"(, "protocol": "eager")");
+  for (std::size_t at; (at = text.find("[32]")) != std::string::npos;) text.replace(at, 4, "[4096]");
+  {
+    Session session(test::world(), SessionOptions{"host"});
+    Evaluator ev(session, parseProgram(text), options());
+    ev.run();
+    ev.synchronize();
+    EXPECT_TRUE(ev.report().ok()) << ev.report().format();
+    const int w = test::world().world();
+    EXPECT_EQ(hostirMappings(), baseline + 4 + std::min(w - 1, 2) + (direct && w > 1 ? 1 : 0));
+  }
+  EXPECT_EQ(hostirMappings(), baseline);
+}
+
 // Rank 0's second run posts a message that rank 1 posts only seconds later:
 // rank 0 times out, and its teardown must end promptly (the run's failure
 // aborted the backend, which released its own stuck waits, and the device

@@ -1047,6 +1047,84 @@ TEST(CudaDevice, MessageStepPushesPullsAndCopiesAtEachReplay) {
   }
 }
 
+// Direct delivery (device.h), counted parts over a ring of 2 slots, as
+// HostDeviceReduce.AMessageWhosePullPostedFirstSkipsTheSlot: a pull running
+// first posts, its push writes straight into its buffer and marks the
+// message, the slot keeps its poison; a push before its pull posts goes
+// through its slot. With HIR_CUDA_KERNEL_COPY_MAX=0 the parts run as
+// counted steps, which ignore direct delivery: no post, every message
+// through its slot.
+TEST(CudaDevice, AMessageWhosePullPostedFirstSkipsTheSlot) {
+  HIR_REQUIRE_GPUS(1);
+  for (const char* fuse : {"65536", "0"}) {
+    const bool direct = std::string_view(fuse) != "0";
+    auto device = makeCudaDeviceWithCopyMax(fuse);
+    auto s = device->createStream();
+    auto s2 = device->createStream();
+    constexpr std::size_t kBytes = 4000, kSlots = 2, kStride = 4096;
+    Buffer ring(*device, kSlots * kStride), src(*device, kBytes), dst(*device, kBytes),
+        words(*device, 8 * sizeof(uint32_t));
+    auto* w = static_cast<uint32_t*>(words.data());
+    // push counter, "free" (pull -> push), "done" (push -> pull), pull counter, posted, marks[2]
+    const uint32_t start[8] = {5, 5, 5, 5, 5, 0, 0, 0};
+    upload(w, start, sizeof start);
+    const std::vector<unsigned char> poison(kSlots * kStride, 'p'), a(kBytes, 'a'),
+        b(kBytes, 'b');
+    upload(ring.data(), poison.data(), poison.size());
+    MessageStep m;
+    m.slots = kSlots;
+    m.stride = kStride;
+    const MessageStep::Copy push{.counter = w, .number = 1, .advance = 1, .wait_back = kSlots,
+                                 .wait = w + 1, .dst = ring.data(), .src = src.data(),
+                                 .bytes = kBytes, .signal = w + 2, .slotted = true,
+                                 .direct = dst.data(), .posted = w + 4, .mark = w + 5};
+    const MessageStep::Copy pull{.counter = w + 3, .number = 1, .advance = 1, .wait = w + 2,
+                                 .dst = dst.data(), .src = ring.data(), .bytes = kBytes,
+                                 .signal = w + 1, .slotted = true, .posted = w + 4,
+                                 .mark = w + 5};
+    auto enqueue = [&](Stream& on, const MessageStep::Copy& c, bool is_push) {
+      MessageStep one = m;
+      (is_push ? one.pushes[one.push_count++] : one.pulls[one.pull_count++]) = c;
+      device->messageStep(on, one);
+    };
+    auto word = [&](int k) {
+      uint32_t v = 0;
+      std::memcpy(&v, readBack(w + k, sizeof v).data(), sizeof v);
+      return v;
+    };
+    // Message 6 (slot 0): the pull first.
+    upload(src.data(), a.data(), kBytes);
+    enqueue(*s2, pull, false);
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+    while (word(4) != 6 && std::chrono::steady_clock::now() < deadline)
+      std::this_thread::sleep_for(std::chrono::milliseconds(direct ? 1 : 50));
+    EXPECT_EQ(word(4), direct ? 6u : 5u) << "fuse max " << fuse << ": the pull's post";
+    enqueue(*s, push, true);
+    device->synchronize(*s, testTimeout());
+    device->synchronize(*s2, testTimeout());
+    EXPECT_EQ(readBack(dst.data(), kBytes), readBack(src.data(), kBytes)) << "fuse max " << fuse;
+    EXPECT_EQ(static_cast<char>(readBack(ring.data(), 1)[0]), direct ? 'p' : 'a')
+        << "fuse max " << fuse << ": where message 6 went";
+    if (direct) EXPECT_EQ(word(5), 6u) << "the push marks message 6 direct";
+    // Message 7 (slot 1): the push first, into its slot.
+    upload(src.data(), b.data(), kBytes);
+    enqueue(*s, push, true);
+    device->synchronize(*s, testTimeout());
+    EXPECT_EQ(static_cast<char>(readBack(ring.data(), kStride + 1)[kStride]), 'b')
+        << "fuse max " << fuse << ": message 7 is not in slot 1";
+    EXPECT_EQ(static_cast<char>(readBack(dst.data(), 1)[0]), 'a')
+        << "fuse max " << fuse << ": a push that saw no post wrote into the pull's buffer";
+    enqueue(*s2, pull, false);
+    device->synchronize(*s2, testTimeout());
+    EXPECT_EQ(readBack(dst.data(), kBytes), readBack(src.data(), kBytes))
+        << "fuse max " << fuse << ": the pull did not copy message 7 out";
+    EXPECT_EQ(word(0), 7u);
+    EXPECT_EQ(word(1), 7u);
+    EXPECT_EQ(word(3), 7u);
+    if (direct) EXPECT_EQ(word(6), directMarkReset(7));
+  }
+}
+
 // Parts in lines (device.h's inline flags), captured and replayed: a
 // counted push of an odd size into a ring writes the lines the host device
 // writes, a counted pull out of it gets the bytes back, at each replay; the

@@ -1385,6 +1385,75 @@ TEST(HostDeviceReduce, MessageStepPushesPullsAndCopiesInOrder) {
   dev.deallocate(mem);
 }
 
+// Direct delivery (device.h), counted parts over a ring of 2 slots: a pull
+// enqueued first resets its mark and posts its number; the push then sees
+// the post, writes straight into the pull's buffer and marks the message,
+// and the pull skips its copy (the slot keeps its poison). The next
+// message's push runs before its pull posts: it goes through its slot, and
+// the pull copies it out.
+TEST(HostDeviceReduce, AMessageWhosePullPostedFirstSkipsTheSlot) {
+  HostDevice dev;
+  auto s = dev.createStream();
+  auto s2 = dev.createStream();
+  constexpr std::size_t kBytes = 40, kSlots = 2, kStride = 64;
+  auto* mem = static_cast<char*>(dev.allocate(kSlots * kStride + 2 * kStride));
+  char* ring = mem;
+  char* src = mem + kSlots * kStride;
+  char* dst = src + kStride;
+  std::memset(ring, 'p', kSlots * kStride);
+  auto* w = static_cast<uint32_t*>(dev.allocate(8 * sizeof(uint32_t)));
+  // push counter, "free" (pull -> push), "done" (push -> pull), pull counter, posted, marks[2]
+  const uint32_t start[8] = {5, 5, 5, 5, 5, 0, 0, 0};
+  std::memcpy(w, start, sizeof start);
+  MessageStep m;
+  m.slots = kSlots;
+  m.stride = kStride;
+  const MessageStep::Copy push{.counter = &w[0], .number = 1, .advance = 1, .wait_back = kSlots,
+                               .wait = &w[1], .dst = ring, .src = src, .bytes = kBytes,
+                               .signal = &w[2], .slotted = true, .direct = dst,
+                               .posted = &w[4], .mark = &w[5]};
+  const MessageStep::Copy pull{.counter = &w[3], .number = 1, .advance = 1, .wait = &w[2],
+                               .dst = dst, .src = ring, .bytes = kBytes, .signal = &w[1],
+                               .slotted = true, .posted = &w[4], .mark = &w[5]};
+  auto enqueue = [&](Stream& on, const MessageStep::Copy& c, bool is_push) {
+    MessageStep one = m;
+    (is_push ? one.pushes[one.push_count++] : one.pulls[one.pull_count++]) = c;
+    dev.messageStep(on, one);
+  };
+  // Message 6 (slot 0): the pull first.
+  std::memset(src, 'a', kBytes);
+  enqueue(*s2, pull, false);
+  const auto deadline = std::chrono::steady_clock::now() + 5s;
+  while (std::atomic_ref<uint32_t>(w[4]).load() != 6 && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(1ms);
+  ASSERT_EQ(std::atomic_ref<uint32_t>(w[4]).load(), 6u) << "the pull did not post";
+  EXPECT_EQ(std::atomic_ref<uint32_t>(w[5]).load(), directMarkReset(6))
+      << "the pull posts after resetting its mark";
+  enqueue(*s, push, true);
+  dev.synchronize(*s, kLong);
+  dev.synchronize(*s2, kLong);
+  EXPECT_EQ(std::memcmp(dst, src, kBytes), 0);
+  EXPECT_EQ(ring[0], 'p') << "a direct message went through its slot";
+  EXPECT_EQ(w[5], 6u) << "the push marks message 6 direct";
+  EXPECT_EQ(w[2], 6u);
+  EXPECT_EQ(w[1], 6u) << "the pull still frees the slot's number";
+  // Message 7 (slot 1): the push first, into its slot.
+  std::memset(src, 'b', kBytes);
+  enqueue(*s, push, true);
+  dev.synchronize(*s, kLong);
+  EXPECT_EQ(std::memcmp(ring + kStride, src, kBytes), 0) << "message 7 is not in slot 1";
+  EXPECT_EQ(dst[0], 'a') << "a push that saw no post wrote into the pull's buffer";
+  enqueue(*s2, pull, false);
+  dev.synchronize(*s2, kLong);
+  EXPECT_EQ(std::memcmp(dst, src, kBytes), 0) << "the pull did not copy message 7 out";
+  EXPECT_EQ(w[6], directMarkReset(7));
+  EXPECT_EQ(w[0], 7u);
+  EXPECT_EQ(w[3], 7u);
+  EXPECT_EQ(w[4], 7u);
+  dev.deallocate(w);
+  dev.deallocate(mem);
+}
+
 // Inline parts (device.h): a push writes 8-byte lines, data word low and
 // flag high (the last word zero-padded), with no separate "done"; a pull
 // enqueued before it waits for every line's flag, then copies the data out

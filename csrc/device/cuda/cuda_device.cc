@@ -675,19 +675,26 @@ class CudaDevice final : public Device {
     cs.noteWork();
   }
 
-  // Several parts, each at most HIR_CUDA_KERNEL_COPY_MAX: one kernel of one
-  // block (the block copies each). One part, or a larger one: each as its
-  // own counted step or signaled copy (Device's default: a kernel with
-  // fewer arguments, or a copy engine), but a part in lines, which only the
-  // one-block kernel reads and writes: a kernel of its own, in its turn.
+  // Several parts, each at most HIR_CUDA_KERNEL_COPY_MAX, or one with
+  // direct delivery (device.h): one kernel of one block (the block copies
+  // each). One part, or a larger one: each as its own counted step or
+  // signaled copy (Device's default: a kernel with fewer arguments, or a
+  // copy engine, which moves every message through its slot), but a part
+  // in lines, which only the one-block kernel reads and writes: a kernel of
+  // its own, in its turn.
   void messageStep(Stream& s, const MessageStep& step) override {
     const std::size_t parts = step.push_count + step.pull_count;
     auto part = [&](std::size_t k) -> const MessageStep::Copy& {
       return k < step.push_count ? step.pushes[k] : step.pulls[k - step.push_count];
     };
-    bool lines = false;
-    for (std::size_t k = 0; k < parts; ++k) lines = lines || part(k).inline_flags;
-    if (!lines && (parts <= 1 || !fusable(step))) return Device::messageStep(s, step);
+    bool lines = false, direct = false;
+    for (std::size_t k = 0; k < parts; ++k) {
+      const MessageStep::Copy& c = part(k);
+      lines = lines || c.inline_flags;
+      direct = direct || (c.mark != nullptr && (c.direct != nullptr || c.posted != nullptr));
+    }
+    if (!lines && ((parts <= 1 && !direct) || !fusable(step)))
+      return Device::messageStep(s, step);
     if (!fusable(step)) {
       HIR_INTERNAL_ASSERT(parts > 1, "messageStep: a part of {} bytes in lines, above {}",
                           part(0).bytes, inlineFlagsMax());
@@ -702,7 +709,9 @@ class CudaDevice final : public Device {
     }
     for (std::size_t k = 0; k < parts; ++k) {
       const MessageStep::Copy& c = part(k);
-      for (const uint32_t* word : {c.wait, static_cast<const uint32_t*>(c.signal)})
+      for (const uint32_t* word : {c.wait, static_cast<const uint32_t*>(c.signal),
+                                   static_cast<const uint32_t*>(c.posted),
+                                   static_cast<const uint32_t*>(c.mark)})
         if (word != nullptr) (void)semaphoreApi("messageStep", word);  // waitValue's checks
     }
     activate(ordinal_);

@@ -414,6 +414,9 @@ __device__ __forceinline__ uint2 loadLine(const void* p) {
 __device__ __forceinline__ uint32_t lineFlag(uint32_t v) { return v != 0 ? v : 0x80000000u; }
 static_assert(inlineFlag(0) == 0x80000000u && inlineFlag(1) == 1 && inlineFlag(~0u) == ~0u,
               "lineFlag is inlineFlag");
+// device.h's directMarkReset, on the device.
+__device__ __forceinline__ uint32_t markReset(uint32_t v) { return v ^ 0x80000000u; }
+static_assert(directMarkReset(5) == (5u ^ 0x80000000u), "markReset is directMarkReset");
 
 // Word w of a message of `bytes` (the last one zero-padded), 4-byte loads
 // when src is 4-byte aligned.
@@ -841,6 +844,9 @@ struct CopyArgs {  // a push or a pull
   const char* src;
   std::size_t bytes;
   uint32_t* signal;
+  char* direct;      // direct delivery (device.h): a push's other destination
+  uint32_t* posted;  // a push reads it, a pull stores its number into it
+  uint32_t* mark;    // a push stores its number into it when direct; a pull reads it
 };
 struct SyncSources {
   uint32_t* counter[kMaxReduceSources];
@@ -888,6 +894,35 @@ struct StepNumbers {
 };
 static_assert(kBlockThreads >= 64 + static_cast<int>(kMaxReduceSources),
               "readNumbers needs 80 threads");
+// Direct delivery (device.h). A part's mark: its own word, or the word of
+// its number's slot in a ring of marks.
+__device__ __forceinline__ uint32_t* markOf(const SyncSources& y, const CopyArgs& p,
+                                            bool slotted, uint32_t v) {
+  return p.mark + (slotted ? (v & y.mask) : 0u);
+}
+// A pull's post, first thing in its kernel: its mark reset (no stale mark
+// can equal v), then v released into the sender's `posted`: the pull's
+// destination is free for the sender to write.
+__device__ __forceinline__ void post(const SyncSources& y, const CopyArgs& p, bool slotted,
+                                     uint32_t v) {
+  storeRelaxedSys(markOf(y, p, slotted, v), markReset(v));
+  storeReleaseSys(p.posted, v);
+}
+// A push with a direct destination: true when the receiver posted v, seen
+// before its slot is free or while it waits for it (`first`: the wait
+// word's first load); false once the slot is free (or the release word
+// is set).
+__device__ bool waitSlotOrPost(const SyncSources& y, const CopyArgs& p, uint32_t v,
+                               uint32_t first) {
+  const uint32_t slot_free = v - p.wait_back;
+  for (unsigned polls = 1;; ++polls) {
+    if (static_cast<int32_t>(loadAcquireSys(p.posted) - v) >= 0) return true;
+    if (p.wait == nullptr || static_cast<int32_t>(first - slot_free) >= 0) return false;
+    if (polls % kReleaseEvery == 0 && released(y.release)) return false;
+    first = loadAcquireSys(p.wait);
+  }
+}
+
 // A part's counter and wait word, both loads issued before either is used.
 __device__ __forceinline__ void readPart(const uint32_t* counter, uint32_t number,
                                          const uint32_t* wait, uint32_t& v, uint32_t& seen) {
@@ -903,6 +938,7 @@ __device__ void readNumbers(const SyncSources& y, int n, StepNumbers& s) {
   } else if (t >= 32 && t < 32 + y.pulls) {
     const CopyArgs& p = y.pull[t - 32];
     readPart(p.counter, p.number, p.wait, s.pull[t - 32], s.pull_seen[t - 32]);
+    if (p.posted != nullptr) post(y, p, ((y.pull_slotted >> (t - 32)) & 1u) != 0, s.pull[t - 32]);
   } else if (t >= 64 && t < 64 + n) {
     readPart(y.counter[t - 64], y.number[t - 64], y.wait[t - 64], s.source[t - 64],
              s.source_seen[t - 64]);
@@ -953,6 +989,7 @@ __device__ void syncSignal(const SyncSources& y, int n, const uint32_t* v) {
 __device__ void syncCopies(const SyncSources& y, const CopyArgs* c, int count, uint32_t slotted,
                            bool push, const uint32_t* numbers, const uint32_t* seen) {
   __shared__ uint32_t cv[kMaxReduceSources];
+  __shared__ bool direct[kMaxReduceSources];  // delivered straight into the receiver's buffer
   const int k = static_cast<int>(threadIdx.x);
   if (k < count) {
     const CopyArgs& p = c[k];
@@ -963,8 +1000,14 @@ __device__ void syncCopies(const SyncSources& y, const CopyArgs* c, int count, u
     } else {
       readPart(p.counter, p.number, p.wait, cv[k], first);
     }
-    if (p.wait != nullptr)
+    direct[k] = false;
+    if (push && p.direct != nullptr)
+      direct[k] = waitSlotOrPost(y, p, cv[k], first);
+    else if (p.wait != nullptr)
       waitAtLeast(p.wait, push ? cv[k] - p.wait_back : cv[k], first, y.release);
+    // A pull that posted (readNumbers): its mark says where the data is.
+    if (!push && p.posted != nullptr)
+      direct[k] = loadAcquireSys(markOf(y, p, ((slotted >> k) & 1u) != 0, cv[k])) == cv[k];
   }
   __syncthreads();
   const uint32_t lines = push ? y.push_inline : y.pull_inline;
@@ -972,8 +1015,9 @@ __device__ void syncCopies(const SyncSources& y, const CopyArgs* c, int count, u
   for (int i = 0; i < count; ++i) {
     const CopyArgs& p = c[i];
     const std::size_t slot = (slotted >> i) & 1u ? (cv[i] & y.mask) * y.stride : 0;
-    char* dst = p.dst + (push ? slot : 0);
+    char* dst = direct[i] && push ? p.direct : p.dst + (push ? slot : 0);
     const char* src = p.src + (push ? 0 : slot);
+    if (direct[i] && !push) continue;  // the sender wrote it into dst
     if (!((lines >> i) & 1u)) {
       blockCopyInBatches(dst, src, p.bytes, y.copies_wide);
       publishes = publishes || (push && p.signal != nullptr);
@@ -994,6 +1038,7 @@ __device__ void syncCopies(const SyncSources& y, const CopyArgs* c, int count, u
     if (publishes) __threadfence_system();
     for (int i = 0; i < count; ++i) {
       const CopyArgs& p = c[i];
+      if (direct[i] && push) storeRelaxedSys(markOf(y, p, ((slotted >> i) & 1u) != 0, cv[i]), cv[i]);
       if (p.signal != nullptr && push && !((lines >> i) & 1u))
         storeReleaseSys(p.signal, cv[i]);
       else if (p.signal != nullptr)
@@ -1448,11 +1493,28 @@ void placeCopies(const MessageStep& m, SyncSources& y) {
   uintptr_t addresses = m.stride;
   auto place = [&](const MessageStep::Copy& c, CopyArgs& to, uint32_t& slotted, uint32_t& lines,
                    std::size_t k) {
-    to = CopyArgs{c.counter, c.number, c.advance, c.wait_back, c.wait, static_cast<char*>(c.dst),
-                  static_cast<const char*>(c.src), c.bytes, c.signal};
+    to = CopyArgs{c.counter,
+                  c.number,
+                  c.advance,
+                  c.wait_back,
+                  c.wait,
+                  static_cast<char*>(c.dst),
+                  static_cast<const char*>(c.src),
+                  c.bytes,
+                  c.signal,
+                  static_cast<char*>(c.direct),
+                  c.posted,
+                  c.mark};
     if (c.slotted) slotted |= 1u << k;
     if (c.inline_flags) lines |= 1u << k;
-    addresses |= reinterpret_cast<uintptr_t>(c.dst) | reinterpret_cast<uintptr_t>(c.src) | c.bytes;
+    // Direct delivery needs a mark, and lines carry their own flags: none.
+    if (c.inline_flags || c.mark == nullptr || c.posted == nullptr) {
+      to.direct = nullptr;
+      to.posted = nullptr;
+      to.mark = nullptr;
+    }
+    addresses |= reinterpret_cast<uintptr_t>(c.dst) | reinterpret_cast<uintptr_t>(c.src) |
+                 reinterpret_cast<uintptr_t>(to.direct) | c.bytes;
   };
   for (std::size_t k = 0; k < m.push_count; ++k)
     place(m.pushes[k], y.push[k], y.push_slotted, y.push_inline, k);
