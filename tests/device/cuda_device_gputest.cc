@@ -1051,35 +1051,46 @@ TEST(CudaDevice, MessageStepPushesPullsAndCopiesAtEachReplay) {
 // HostDeviceReduce.AMessageWhosePullPostedFirstSkipsTheSlot: a pull running
 // first posts, its push writes straight into its buffer and marks the
 // message, the slot keeps its poison; a push before its pull posts goes
-// through its slot. With HIR_CUDA_KERNEL_COPY_MAX=0 the parts run as
-// counted steps, which ignore direct delivery: no post, every message
-// through its slot.
+// through its slot. That is the one-block kernel's (4,000 bytes). Larger
+// parts (300,000 bytes: a grid kernel) and parts without kernel copies
+// (HIR_CUDA_KERNEL_COPY_MAX=0, HIR_CUDA_GRID_COPY_MAX=0: counted steps on
+// the copy engine) ignore direct delivery: no post, every message through
+// its slot.
 TEST(CudaDevice, AMessageWhosePullPostedFirstSkipsTheSlot) {
   HIR_REQUIRE_GPUS(1);
-  for (const char* fuse : {"65536", "0"}) {
-    const bool direct = std::string_view(fuse) != "0";
-    auto device = makeCudaDeviceWithCopyMax(fuse);
+  struct Case {
+    const char* kernel_max;
+    const char* grid_max;
+    std::size_t bytes;
+    bool direct;
+  };
+  for (const Case& k : {Case{"65536", "1048576", 4000, true},
+                        Case{"65536", "1048576", 300000, false}, Case{"0", "0", 4000, false}}) {
+    SCOPED_TRACE(fmt::format("{} bytes, kernel copies up to {}, grids up to {}", k.bytes,
+                             k.kernel_max, k.grid_max));
+    auto device = makeCudaDeviceWithEnv(
+        {{"HIR_CUDA_KERNEL_COPY_MAX", k.kernel_max}, {"HIR_CUDA_GRID_COPY_MAX", k.grid_max}});
     auto s = device->createStream();
     auto s2 = device->createStream();
-    constexpr std::size_t kBytes = 4000, kSlots = 2, kStride = 4096;
-    Buffer ring(*device, kSlots * kStride), src(*device, kBytes), dst(*device, kBytes),
+    constexpr std::size_t kSlots = 2;
+    const std::size_t bytes = k.bytes, stride = (bytes + 4095) / 4096 * 4096;
+    Buffer ring(*device, kSlots * stride), src(*device, bytes), dst(*device, bytes),
         words(*device, 8 * sizeof(uint32_t));
     auto* w = static_cast<uint32_t*>(words.data());
     // push counter, "free" (pull -> push), "done" (push -> pull), pull counter, posted, marks[2]
     const uint32_t start[8] = {5, 5, 5, 5, 5, 0, 0, 0};
     upload(w, start, sizeof start);
-    const std::vector<unsigned char> poison(kSlots * kStride, 'p'), a(kBytes, 'a'),
-        b(kBytes, 'b');
+    const std::vector<unsigned char> poison(kSlots * stride, 'p'), a(bytes, 'a'), b(bytes, 'b');
     upload(ring.data(), poison.data(), poison.size());
     MessageStep m;
     m.slots = kSlots;
-    m.stride = kStride;
+    m.stride = stride;
     const MessageStep::Copy push{.counter = w, .number = 1, .advance = 1, .wait_back = kSlots,
                                  .wait = w + 1, .dst = ring.data(), .src = src.data(),
-                                 .bytes = kBytes, .signal = w + 2, .slotted = true,
+                                 .bytes = bytes, .signal = w + 2, .slotted = true,
                                  .direct = dst.data(), .posted = w + 4, .mark = w + 5};
     const MessageStep::Copy pull{.counter = w + 3, .number = 1, .advance = 1, .wait = w + 2,
-                                 .dst = dst.data(), .src = ring.data(), .bytes = kBytes,
+                                 .dst = dst.data(), .src = ring.data(), .bytes = bytes,
                                  .signal = w + 1, .slotted = true, .posted = w + 4,
                                  .mark = w + 5};
     auto enqueue = [&](Stream& on, const MessageStep::Copy& c, bool is_push) {
@@ -1087,41 +1098,42 @@ TEST(CudaDevice, AMessageWhosePullPostedFirstSkipsTheSlot) {
       (is_push ? one.pushes[one.push_count++] : one.pulls[one.pull_count++]) = c;
       device->messageStep(on, one);
     };
-    auto word = [&](int k) {
+    auto word = [&](int i) {
       uint32_t v = 0;
-      std::memcpy(&v, readBack(w + k, sizeof v).data(), sizeof v);
+      std::memcpy(&v, readBack(w + i, sizeof v).data(), sizeof v);
       return v;
     };
+    auto slotByte = [&](std::size_t slot) {
+      return static_cast<char>(readBack(static_cast<char*>(ring.data()) + slot * stride, 1)[0]);
+    };
     // Message 6 (slot 0): the pull first.
-    upload(src.data(), a.data(), kBytes);
+    upload(src.data(), a.data(), bytes);
     enqueue(*s2, pull, false);
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
     while (word(4) != 6 && std::chrono::steady_clock::now() < deadline)
-      std::this_thread::sleep_for(std::chrono::milliseconds(direct ? 1 : 50));
-    EXPECT_EQ(word(4), direct ? 6u : 5u) << "fuse max " << fuse << ": the pull's post";
+      std::this_thread::sleep_for(std::chrono::milliseconds(k.direct ? 1 : 50));
+    EXPECT_EQ(word(4), k.direct ? 6u : 5u) << "the pull's post";
     enqueue(*s, push, true);
     device->synchronize(*s, testTimeout());
     device->synchronize(*s2, testTimeout());
-    EXPECT_EQ(readBack(dst.data(), kBytes), readBack(src.data(), kBytes)) << "fuse max " << fuse;
-    EXPECT_EQ(static_cast<char>(readBack(ring.data(), 1)[0]), direct ? 'p' : 'a')
-        << "fuse max " << fuse << ": where message 6 went";
-    if (direct) EXPECT_EQ(word(5), 6u) << "the push marks message 6 direct";
+    EXPECT_EQ(readBack(dst.data(), bytes), readBack(src.data(), bytes));
+    EXPECT_EQ(slotByte(0), k.direct ? 'p' : 'a') << "where message 6 went";
+    if (k.direct) EXPECT_EQ(word(5), 6u) << "the push marks message 6 direct";
     // Message 7 (slot 1): the push first, into its slot.
-    upload(src.data(), b.data(), kBytes);
+    upload(src.data(), b.data(), bytes);
     enqueue(*s, push, true);
     device->synchronize(*s, testTimeout());
-    EXPECT_EQ(static_cast<char>(readBack(ring.data(), kStride + 1)[kStride]), 'b')
-        << "fuse max " << fuse << ": message 7 is not in slot 1";
+    EXPECT_EQ(slotByte(1), 'b') << "message 7 is not in slot 1";
     EXPECT_EQ(static_cast<char>(readBack(dst.data(), 1)[0]), 'a')
-        << "fuse max " << fuse << ": a push that saw no post wrote into the pull's buffer";
+        << "a push that saw no post wrote into the pull's buffer";
     enqueue(*s2, pull, false);
     device->synchronize(*s2, testTimeout());
-    EXPECT_EQ(readBack(dst.data(), kBytes), readBack(src.data(), kBytes))
-        << "fuse max " << fuse << ": the pull did not copy message 7 out";
+    EXPECT_EQ(readBack(dst.data(), bytes), readBack(src.data(), bytes))
+        << "the pull did not copy message 7 out";
     EXPECT_EQ(word(0), 7u);
     EXPECT_EQ(word(1), 7u);
     EXPECT_EQ(word(3), 7u);
-    if (direct) EXPECT_EQ(word(6), directMarkReset(7));
+    if (k.direct) EXPECT_EQ(word(6), directMarkReset(7));
   }
 }
 

@@ -504,6 +504,9 @@ __device__ void blockCopy(void* dst, const void* src, std::size_t bytes, bool wi
 
 // Vectors per thread that blockCopyInBatches loads before it stores any.
 constexpr int kCopyBatch = 4;
+// The block of a message step with a part larger than one pass of
+// kBlockThreads (16 KiB).
+constexpr int kWideMessageThreads = 1024;
 
 // blockCopy for the message kernels' pushes and pulls (apart): when the
 // copy takes more than one step, kCopyBatch vectors per thread are loaded
@@ -1055,8 +1058,10 @@ __device__ void syncPush(const SyncSources& y, const StepNumbers* numbers) {
              numbers != nullptr ? numbers->push_seen : nullptr);
 }
 
-// Device::messageStep: the pushes, then the pulls, one block.
-__global__ void __launch_bounds__(kBlockThreads) messageStepKernel(SyncSources y) {
+// Device::messageStep: the pushes, then the pulls, one block (of
+// kBlockThreads, or kWideMessageThreads for large parts: launchMessageStep).
+template <int kThreads>
+__global__ void __launch_bounds__(kThreads) messageStepKernel(SyncSources y) {
   followPrevious();
   __shared__ StepNumbers numbers;
   readNumbers(y, 0, numbers);
@@ -1629,9 +1634,17 @@ cudaError_t launchMessageStep(cudaStream_t stream, const MessageStep& step) {
   if ((y.push_slotted != 0 || y.pull_slotted != 0) &&
       (step.slots == 0 || (step.slots & (step.slots - 1)) != 0))
     return cudaErrorInvalidValue;
+  // One pass of kBlockThreads threads moves kCopyBatch vectors each: a part
+  // larger than that takes several passes, each a round trip to its
+  // source (over NVLink), fewer with more threads.
+  std::size_t largest = 0;
+  for (std::size_t k = 0; k < step.push_count; ++k) largest = std::max(largest, step.pushes[k].bytes);
+  for (std::size_t k = 0; k < step.pull_count; ++k) largest = std::max(largest, step.pulls[k].bytes);
+  const bool wide = largest > std::size_t{kBlockThreads} * 16 * kCopyBatch;
   void* args[] = {&y};
-  return launchKernel(reinterpret_cast<const void*>(&messageStepKernel), dim3(1),
-                      dim3(kBlockThreads), args, stream);
+  return launchKernel(wide ? reinterpret_cast<const void*>(&messageStepKernel<kWideMessageThreads>)
+                           : reinterpret_cast<const void*>(&messageStepKernel<kBlockThreads>),
+                      dim3(1), dim3(wide ? kWideMessageThreads : kBlockThreads), args, stream);
 }
 
 cudaError_t launchSpin(cudaStream_t stream, uint64_t nanoseconds) {
@@ -1681,6 +1694,10 @@ cudaError_t preloadKernels() {
   sync.signals[0] = word;
   note(launchReduce(nullptr, p, srcs, 1, DType::Int32, ReduceOp::Sum, 0, &sync, 1, 0));
   note(launchMessageStep(nullptr, sync));
+  MessageStep wide;  // a part of 64 KiB: the kernel's wide block
+  wide.pull_count = 1;
+  wide.pulls[0] = {.dst = p, .src = p, .bytes = 65536};
+  note(launchMessageStep(nullptr, wide));
   preloading = false;
   return first;
 }
