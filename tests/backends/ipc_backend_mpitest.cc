@@ -1132,7 +1132,8 @@ TEST(Ipc, EagerMessagesAboveTheLinesMapTheReceiveBuffersForDirectDelivery) {
   const char* off = std::getenv("HIR_IPC_DIRECT");
   const bool direct = off == nullptr || std::string_view(off) != "0";
   std::string text = ringWithShares("", 3, R"(, "protocol": "eager")");
-  for (std::size_t at; (at = text.find("[32]")) != std::string::npos;) text.replace(at, 4, "[4096]");
+  for (std::size_t at; (at = text.find("[32]")) != std::string::npos;)
+    text.replace(at, 4, "[4096]");
   {
     Session session(test::world(), SessionOptions{"host"});
     Evaluator ev(session, parseProgram(text), options());

@@ -941,7 +941,8 @@ __device__ void readNumbers(const SyncSources& y, int n, StepNumbers& s) {
   } else if (t >= 32 && t < 32 + y.pulls) {
     const CopyArgs& p = y.pull[t - 32];
     readPart(p.counter, p.number, p.wait, s.pull[t - 32], s.pull_seen[t - 32]);
-    if (p.posted != nullptr) post(y, p, ((y.pull_slotted >> (t - 32)) & 1u) != 0, s.pull[t - 32]);
+    if (p.posted != nullptr)
+      post(y, p, ((y.pull_slotted >> (t - 32)) & 1u) != 0, s.pull[t - 32]);
   } else if (t >= 64 && t < 64 + n) {
     readPart(y.counter[t - 64], y.number[t - 64], y.wait[t - 64], s.source[t - 64],
              s.source_seen[t - 64]);
@@ -1041,7 +1042,8 @@ __device__ void syncCopies(const SyncSources& y, const CopyArgs* c, int count, u
     if (publishes) __threadfence_system();
     for (int i = 0; i < count; ++i) {
       const CopyArgs& p = c[i];
-      if (direct[i] && push) storeRelaxedSys(markOf(y, p, ((slotted >> i) & 1u) != 0, cv[i]), cv[i]);
+      if (direct[i] && push)
+        storeRelaxedSys(markOf(y, p, ((slotted >> i) & 1u) != 0, cv[i]), cv[i]);
       if (p.signal != nullptr && push && !((lines >> i) & 1u))
         storeReleaseSys(p.signal, cv[i]);
       else if (p.signal != nullptr)
@@ -1638,8 +1640,10 @@ cudaError_t launchMessageStep(cudaStream_t stream, const MessageStep& step) {
   // larger than that takes several passes, each a round trip to its
   // source (over NVLink), fewer with more threads.
   std::size_t largest = 0;
-  for (std::size_t k = 0; k < step.push_count; ++k) largest = std::max(largest, step.pushes[k].bytes);
-  for (std::size_t k = 0; k < step.pull_count; ++k) largest = std::max(largest, step.pulls[k].bytes);
+  for (std::size_t k = 0; k < step.push_count; ++k)
+    largest = std::max(largest, step.pushes[k].bytes);
+  for (std::size_t k = 0; k < step.pull_count; ++k)
+    largest = std::max(largest, step.pulls[k].bytes);
   const bool wide = largest > std::size_t{kBlockThreads} * 16 * kCopyBatch;
   void* args[] = {&y};
   return launchKernel(wide ? reinterpret_cast<const void*>(&messageStepKernel<kWideMessageThreads>)
