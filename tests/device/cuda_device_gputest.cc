@@ -1109,9 +1109,14 @@ TEST(CudaDevice, AMessageWhosePullPostedFirstSkipsTheSlot) {
     // Message 6 (slot 0): the pull first.
     upload(src.data(), a.data(), bytes);
     enqueue(*s2, pull, false);
+    // A pull that posts does so when its kernel starts; one that does not
+    // gets 50 ms to show that it does not.
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
-    while (word(4) != 6 && std::chrono::steady_clock::now() < deadline)
-      std::this_thread::sleep_for(std::chrono::milliseconds(k.direct ? 1 : 50));
+    if (k.direct)
+      while (word(4) != 6 && std::chrono::steady_clock::now() < deadline)
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    else
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
     EXPECT_EQ(word(4), k.direct ? 6u : 5u) << "the pull's post";
     enqueue(*s, push, true);
     device->synchronize(*s, testTimeout());
