@@ -15,8 +15,10 @@
 #             streamed and one at a time                              (300 s)
 #   direct    ipc-ab.sh: eager messages written straight into a receive
 #             buffer posted first, against HIR_IPC_DIRECT=0 (through the
-#             slot), 16 KiB - 1 MiB streamed and ping-pong, and hir run's
-#             16 and 64 KiB ping-pong, 3 rounds                       (150 s)
+#             slot), and grid pulls without fences against
+#             HIR_CUDA_PULL_FENCE=1, 16 KiB - 1 MiB streamed and
+#             ping-pong, and hir run's 16 KiB - 1 MiB ping-pong, 2 rounds
+#                                                                     (200 s)
 #   sem       ipc-ab.sh: memop against kernel semaphores           (200 s)
 #   grid      mid-size copies by one grid kernel (the default up to 1 MiB)
 #             against the copy engine (HIR_CUDA_GRID_COPY_MAX=0) and
@@ -89,8 +91,8 @@ nccl_tests=()
 
 estimate() {
   case $1 in
-    check) echo 330 ;; colls|mid) echo 300 ;; grid) echo 250 ;; sem|colls2) echo 200 ;;
-    graph|direct) echo 150 ;;
+    check) echo 330 ;; colls|mid) echo 300 ;; grid) echo 250 ;; sem|colls2|direct) echo 200 ;;
+    graph) echo 150 ;;
     probe) echo 120 ;; *) echo 100 ;;
   esac
 }
@@ -105,9 +107,9 @@ run_step() {
              --factor 4 --reps 3 --run-bytes 2G --pingpong-max 16M --csv "$OUT/p2p-$v.csv" ||
              return 1
          done ;;
-    direct) bash "$root/scripts/ipc-ab.sh" --build "$build" --rounds 3 --min 16K --max 1M \
-              --pingpong-max 1M --variants "default HIR_IPC_DIRECT=0" --probe-ops pingpong \
-              --n "4096 16384" ;;
+    direct) bash "$root/scripts/ipc-ab.sh" --build "$build" --rounds 2 --min 16K --max 1M \
+              --pingpong-max 1M --variants "default HIR_IPC_DIRECT=0 HIR_CUDA_PULL_FENCE=1" \
+              --probe-ops pingpong --n "4096 16384 65536 262144" ;;
     sem) bash "$root/scripts/ipc-ab.sh" --build "$build" --rounds 1 --max 64M \
            --variants "HIR_CUDA_SEMAPHORES=memop HIR_CUDA_SEMAPHORES=kernel" \
            --probe-with HIR_IPC_EAGER_MAX=0 ;;

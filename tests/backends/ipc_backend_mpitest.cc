@@ -873,7 +873,8 @@ TEST(IpcEager, MessagesInLinesAndNotShareALaneInOrder) {
   }
 }
 
-// Eager messages above the lines (16 KiB), in every posting order of the
+// Eager messages above the lines (16 KiB; and 256 KiB, which a cuda device
+// copies with a grid, through the slot), in every posting order of the
 // ring, host-numbered and counted, from 0 and from across the wrap at 2^32,
 // with 1 and 2 slots (one: every mark shares a word): a receiver that
 // posted first may get its data directly (docs/ipc.md, "Direct delivery"),
@@ -894,16 +895,18 @@ TEST(IpcEager, MessagesAboveTheLinesArriveWhicheverSideComesFirst) {
     ScopedEnv count("HIR_IPC_COUNTED", c.counted);
     ScopedEnv seq("HIR_IPC_SEQ_START", c.start);
     for (int order : {0, 1, 2}) {
-      std::string text = ringPatterns(Protocol::Eager, order);
-      const std::string params = R"("n": 256, "iters": 100)";
-      const std::size_t at = text.find(params);
-      ASSERT_NE(at, std::string::npos);
-      text.replace(at, params.size(), R"("n": 4096, "iters": 20)");
-      const std::string where = fmt::format("{} slots, counted {}, start {}, order {}", c.slots,
-                                            c.counted, c.start, order);
-      RunReport r = runProgram(text, 2);
-      EXPECT_TRUE(r.ok()) << where << ": " << r.format();
-      EXPECT_EQ(r.checks_run, 40u) << where;
+      for (int n : {4096, 65536}) {
+        std::string text = ringPatterns(Protocol::Eager, order);
+        const std::string params = R"("n": 256, "iters": 100)";
+        const std::size_t at = text.find(params);
+        ASSERT_NE(at, std::string::npos);
+        text.replace(at, params.size(), fmt::format(R"("n": {}, "iters": 20)", n));
+        const std::string where = fmt::format("{} bytes, {} slots, counted {}, start {}, order {}",
+                                              n * 4, c.slots, c.counted, c.start, order);
+        RunReport r = runProgram(text, 2);
+        EXPECT_TRUE(r.ok()) << where << ": " << r.format();
+        EXPECT_EQ(r.checks_run, 40u) << where;
+      }
     }
   }
 }

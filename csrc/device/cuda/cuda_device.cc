@@ -290,6 +290,7 @@ class CudaDevice final : public Device {
     kernel_copy_max_ = kernelCopyMax();
     grid_copy_max_ = gridCopyMax();
     grid_wait_in_kernel_ = gridCopyWaitsInKernel();
+    pull_fence_ = envSwitch("HIR_CUDA_PULL_FENCE", "grid pulls fence at system scope");
     grid_copy_blocks_ = gridCopyBlocks();
     kernel_semaphores_ = kernelSemaphores();
     // Programmatic dependent launch exists from compute capability 9.0.
@@ -693,6 +694,9 @@ class CudaDevice final : public Device {
       lines = lines || c.inline_flags;
       direct = direct || (c.mark != nullptr && (c.direct != nullptr || c.posted != nullptr));
     }
+    // Direct delivery in the one-block kernel only (larger parts ignore it).
+    direct = direct && fusable(step);
+    if (!lines && !direct && step.pull_count == 1 && parts == 1 && gridPull(s, step)) return;
     if (!lines && ((parts <= 1 && !direct) || !fusable(step)))
       return Device::messageStep(s, step);
     if (!fusable(step)) {
@@ -952,6 +956,7 @@ class CudaDevice final : public Device {
   std::size_t kernel_copy_max_ = 0;  // copies up to this size run as a kernel
   std::size_t grid_copy_max_ = 0;    // signaled copies up to this size: a grid kernel
   bool grid_wait_in_kernel_ = true;  // HIR_CUDA_GRID_COPY_WAIT
+  bool pull_fence_ = false;          // HIR_CUDA_PULL_FENCE (an experiment's A/B)
   int grid_copy_blocks_ = 2;          // HIR_CUDA_GRID_COPY_BLOCKS
 
   // Blocks of a grid copy of `bytes`.
@@ -961,11 +966,49 @@ class CudaDevice final : public Device {
         static_cast<std::size_t>(grid_copy_blocks_)));
   }
 
+  // A pull (a copy out of this rank's own slot, whose signal says only
+  // that the slot was read) above HIR_CUDA_KERNEL_COPY_MAX, up to
+  // HIR_CUDA_GRID_COPY_MAX: the grid kernel of a signaled copy or a
+  // counted step without the fences that publish a push's data (`publish`
+  // false). False: not done (another size, or no word under capture).
+  bool gridPull(Stream& s, const MessageStep& step) {
+    const MessageStep::Copy& c = step.pulls[0];
+    if (c.bytes <= kernel_copy_max_ || c.bytes > grid_copy_max_ || c.wait == nullptr ||
+        c.signal == nullptr || c.inline_flags)
+      return false;
+    const bool publish = pull_fence_;
+    if (c.counter == nullptr) {
+      if (c.slotted) return false;
+      return gridSignaledCopy(s, c.dst, c.src, c.bytes, c.wait, c.number - c.wait_back, c.signal,
+                              c.number, publish);
+    }
+    activate(ordinal_);
+    CudaStream& cs = cudaStream(s, "messageStep");
+    uint32_t* arrivals = arrivalsFor(cs);
+    if (arrivals == nullptr) return false;
+    const CountedStep st{.counter = c.counter,
+                         .offset = c.number,
+                         .advance = c.advance,
+                         .wait_addr = c.wait,
+                         .release = step.release,
+                         .dst = c.dst,
+                         .src = c.src,
+                         .bytes = c.bytes,
+                         .signal_addr = c.signal,
+                         .wait_back = c.wait_back,
+                         .slots = c.slotted ? step.slots : 0,
+                         .src_stride = c.slotted ? step.stride : 0};
+    HIR_CUDA_CHECK(ordinal_, launchGridCountedStep(cs.native(), st, arrivals, gridBlocks(c.bytes),
+                                                   publish));
+    cs.noteWork();
+    return true;
+  }
+
   // signaledCopy as one grid kernel (launchGridSignaledCopy); false: not
   // done (no arrivals word to be had under capture), do it otherwise.
   bool gridSignaledCopy(Stream& s, void* dst, const void* src, std::size_t bytes,
                         const uint32_t* wait_addr, uint32_t at_least, uint32_t* signal_addr,
-                        uint32_t value) {
+                        uint32_t value, bool publish = true) {
     (void)semaphoreApi("signaledCopy", wait_addr);  // the same checks as waitValue
     (void)semaphoreApi("signaledCopy", signal_addr);
     activate(ordinal_);
@@ -978,7 +1021,7 @@ class CudaDevice final : public Device {
     }
     HIR_CUDA_CHECK(ordinal_, launchGridSignaledCopy(cs.native(), dst, src, bytes, wait_addr,
                                                     at_least, signal_addr, value, arrivals,
-                                                    gridBlocks(bytes)));
+                                                    gridBlocks(bytes), publish));
     cs.noteWork();
     return true;
   }

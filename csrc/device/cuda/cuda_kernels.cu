@@ -565,12 +565,15 @@ __device__ void gridCopyInBatches(void* dst, const void* src, std::size_t bytes,
 }
 
 // Thread 0 of each block of a grid copy, after a barrier that follows the
-// block's stores: fences them at system scope (as releaseBlockSys) and
-// counts the block in *arrivals. True for the last block to arrive, whose
-// thread 0 has then seen every other block's count (and, through its
-// fence, its stores) and has reset *arrivals to 0 for the next launch.
-__device__ bool lastBlockToArrive(uint32_t* arrivals) {
-  __threadfence_system();
+// block's stores: fences them at system scope (as releaseBlockSys; not
+// when the copy only reads what a peer waits for, `publish` false: its
+// stores are the caller's own, which the kernel's end orders before the
+// stream's next work) and counts the block in *arrivals. True for the last
+// block to arrive, whose thread 0 has then seen every other block's count
+// (and, through its fence, its stores) and has reset *arrivals to 0 for the
+// next launch.
+__device__ bool lastBlockToArrive(uint32_t* arrivals, bool publish) {
+  if (publish) __threadfence_system();
   if (atomicAdd(arrivals, 1u) + 1 != gridDim.x) return false;
   __threadfence();
   *arrivals = 0;
@@ -585,7 +588,7 @@ __device__ bool lastBlockToArrive(uint32_t* arrivals) {
 __global__ void gridSignaledCopyKernel(void* dst, const void* src, std::size_t bytes, bool wide,
                                        const uint32_t* wait_addr, uint32_t at_least,
                                        uint32_t* signal_addr, uint32_t value,
-                                       uint32_t* arrivals) {
+                                       uint32_t* arrivals, bool publish) {
   followPrevious();
   if (wait_addr != nullptr) {
     if (threadIdx.x == 0) waitAtLeast(wait_addr, at_least, loadAcquireSys(wait_addr), nullptr);
@@ -593,7 +596,11 @@ __global__ void gridSignaledCopyKernel(void* dst, const void* src, std::size_t b
   }
   gridCopyInBatches(dst, src, bytes, wide);
   __syncthreads();
-  if (threadIdx.x == 0 && lastBlockToArrive(arrivals)) releaseBlockSys(signal_addr, value);
+  if (threadIdx.x != 0 || !lastBlockToArrive(arrivals, publish)) return;
+  if (publish)
+    releaseBlockSys(signal_addr, value);
+  else
+    storeRelaxedSys(signal_addr, value);  // every block's reads are done
 }
 
 // One block: thread 0 reads v = *counter + offset and advances the
@@ -612,6 +619,7 @@ struct CountedArgs {
   std::size_t bytes, dst_stride, src_stride;
   uint32_t* signal_addr;
   bool wide;
+  bool publish;  // the grid's signal publishes its stores (not a pull's: see lastBlockToArrive)
 };
 
 // Thread 0 of a counted step's block: v = *counter + offset (and, with
@@ -652,10 +660,14 @@ __global__ void gridCountedStepKernel(CountedArgs a, uint32_t* arrivals) {
   const std::size_t slot = a.slots > 0 ? value & (a.slots - 1) : 0;
   gridCopyInBatches(a.dst + slot * a.dst_stride, a.src + slot * a.src_stride, a.bytes, a.wide);
   __syncthreads();
-  if (threadIdx.x != 0 || !lastBlockToArrive(arrivals)) return;
+  if (threadIdx.x != 0 || !lastBlockToArrive(arrivals, a.publish)) return;
   // Every block read the counter before it arrived.
   if (a.advance != 0) *a.counter = value - a.offset + a.advance;
-  if (a.signal_addr != nullptr) releaseBlockSys(a.signal_addr, value);
+  if (a.signal_addr == nullptr) return;
+  if (a.publish)
+    releaseBlockSys(a.signal_addr, value);
+  else
+    storeRelaxedSys(a.signal_addr, value);
 }
 
 // The copy of a counted step over slots, by the whole grid: every thread
@@ -689,6 +701,7 @@ CountedArgs countedArgs(const CountedStep& step, uint32_t advance, bool wait,
   }
   a.wide = (reinterpret_cast<uintptr_t>(a.dst) | reinterpret_cast<uintptr_t>(a.src) | a.bytes |
             a.dst_stride | a.src_stride) % 16 == 0;
+  a.publish = true;
   return a;
 }
 
@@ -703,8 +716,9 @@ cudaError_t launchSlotCopy(cudaStream_t stream, const CountedStep& step, int max
 }
 
 cudaError_t launchGridCountedStep(cudaStream_t stream, const CountedStep& step,
-                                  uint32_t* arrivals, int blocks) {
+                                  uint32_t* arrivals, int blocks, bool publish) {
   CountedArgs a = countedArgs(step, step.advance, true, true);
+  a.publish = publish;
   void* args[] = {&a, &arrivals};
   return launchKernel(reinterpret_cast<const void*>(&gridCountedStepKernel),
                       dim3(std::max(blocks, 2)), dim3(kGridCopyThreads), args, stream);
@@ -736,12 +750,12 @@ cudaError_t launchSignaledCopy(cudaStream_t stream, void* dst, const void* src,
 cudaError_t launchGridSignaledCopy(cudaStream_t stream, void* dst, const void* src,
                                    std::size_t bytes, const uint32_t* wait_addr,
                                    uint32_t at_least, uint32_t* signal_addr, uint32_t value,
-                                   uint32_t* arrivals, int blocks) {
+                                   uint32_t* arrivals, int blocks, bool publish) {
   const bool wide = (reinterpret_cast<uintptr_t>(dst) | reinterpret_cast<uintptr_t>(src) |
                      bytes) % 16 == 0;
   void* args[] = {&dst,          const_cast<void**>(&src), &bytes, const_cast<bool*>(&wide),
                   &wait_addr,    &at_least,                &signal_addr, &value,
-                  &arrivals};
+                  &arrivals,     &publish};
   return launchKernel(reinterpret_cast<const void*>(&gridSignaledCopyKernel),
                       dim3(std::max(blocks, 2)), dim3(kGridCopyThreads), args, stream);
 }

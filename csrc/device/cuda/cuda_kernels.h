@@ -55,12 +55,15 @@ cudaError_t launchSignaledCopy(cudaStream_t stream, void* dst, const void* src,
 // word of device memory, 0 before the launch and 0 again after it, that
 // no kernel of another stream uses at the same time (one per stream). A
 // null wait_addr: no wait (the caller waited before, on the stream);
-// signal_addr must not be null.
+// signal_addr must not be null. `publish` false (the copy of a message's
+// pull: its signal says only that src was read, and dst is the caller's):
+// no system-scope fences, and a relaxed store of the signal once every
+// block has read its share.
 inline constexpr int kGridCopyThreads = 512;
 cudaError_t launchGridSignaledCopy(cudaStream_t stream, void* dst, const void* src,
                                    std::size_t bytes, const uint32_t* wait_addr,
                                    uint32_t at_least, uint32_t* signal_addr, uint32_t value,
-                                   uint32_t* arrivals, int blocks);
+                                   uint32_t* arrivals, int blocks, bool publish = true);
 
 // Device::countedStep's parts in one block (see CountedStep): v = *counter
 // + offset, *counter += advance, wait for *wait_addr >= v - step.wait_back
@@ -77,9 +80,9 @@ cudaError_t launchCountedStep(cudaStream_t stream, const CountedStep& step, uint
 // `blocks` blocks (at least 2) of kGridCopyThreads: each block reads the
 // counter and waits, copies its share, and the last block to finish
 // advances the counter and signals, after every block's stores. `arrivals`
-// as launchGridSignaledCopy's.
+// and `publish` as launchGridSignaledCopy's.
 cudaError_t launchGridCountedStep(cudaStream_t stream, const CountedStep& step,
-                                  uint32_t* arrivals, int blocks);
+                                  uint32_t* arrivals, int blocks, bool publish = true);
 
 // The copy part of a counted step over slots (step.slots > 0), with up to
 // `max_blocks` blocks: dst and src moved to slot (*counter + offset) % slots
