@@ -57,19 +57,7 @@ void Device::messageStep(Stream& s, const MessageStep& m) {
       if (c.signal != nullptr) writeValue(s, c.signal, c.number);
       return;
     }
-    countedStep(s, CountedStep{.counter = c.counter,
-                               .offset = c.number,
-                               .advance = c.advance,
-                               .wait_addr = c.wait,
-                               .release = m.release,
-                               .dst = c.dst,
-                               .src = c.src,
-                               .bytes = c.bytes,
-                               .signal_addr = c.signal,
-                               .wait_back = c.wait_back,
-                               .slots = c.slotted ? m.slots : 0,
-                               .dst_stride = c.slotted && push ? m.stride : 0,
-                               .src_stride = c.slotted && !push ? m.stride : 0});
+    countedStep(s, countedStepOf(m, c, push));
   };
   for (std::size_t k = 0; k < m.push_count; ++k) one(m.pushes[k], true);
   for (std::size_t k = 0; k < m.pull_count; ++k) one(m.pulls[k], false);

@@ -222,6 +222,25 @@ struct CountedStep {
   std::size_t dst_stride = 0, src_stride = 0;
 };
 
+// Part `c` (a push when `push`, else a pull) of `m`, numbered from its
+// counter, as a CountedStep of its own: what a device without a fused
+// message step enqueues for it.
+inline CountedStep countedStepOf(const MessageStep& m, const MessageStep::Copy& c, bool push) {
+  return CountedStep{.counter = c.counter,
+                     .offset = c.number,
+                     .advance = c.advance,
+                     .wait_addr = c.wait,
+                     .release = m.release,
+                     .dst = c.dst,
+                     .src = c.src,
+                     .bytes = c.bytes,
+                     .signal_addr = c.signal,
+                     .wait_back = c.wait_back,
+                     .slots = c.slotted ? m.slots : 0,
+                     .dst_stride = c.slotted && push ? m.stride : 0,
+                     .src_stride = c.slotted && !push ? m.stride : 0};
+}
+
 // out[m, n] (+)= op(a)[m, k] * op(b)[k, n], row-major, where op(x) is x or
 // its transpose. a is stored as (transpose_a ? k x m : m x k) with rows of
 // lda elements, b as (transpose_b ? n x k : k x n) with rows of ldb

@@ -986,20 +986,8 @@ class CudaDevice final : public Device {
     CudaStream& cs = cudaStream(s, "messageStep");
     uint32_t* arrivals = arrivalsFor(cs);
     if (arrivals == nullptr) return false;
-    const CountedStep st{.counter = c.counter,
-                         .offset = c.number,
-                         .advance = c.advance,
-                         .wait_addr = c.wait,
-                         .release = step.release,
-                         .dst = c.dst,
-                         .src = c.src,
-                         .bytes = c.bytes,
-                         .signal_addr = c.signal,
-                         .wait_back = c.wait_back,
-                         .slots = c.slotted ? step.slots : 0,
-                         .src_stride = c.slotted ? step.stride : 0};
-    HIR_CUDA_CHECK(ordinal_, launchGridCountedStep(cs.native(), st, arrivals, gridBlocks(c.bytes),
-                                                   publish));
+    HIR_CUDA_CHECK(ordinal_, launchGridCountedStep(cs.native(), countedStepOf(step, c, false),
+                                                   arrivals, gridBlocks(c.bytes), publish));
     cs.noteWork();
     return true;
   }
