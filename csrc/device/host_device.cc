@@ -1038,13 +1038,14 @@ void runPart(HostDevice::Impl* dev, const MessageStep& m, const MessageStep::Cop
   if (c.counter != nullptr) v += std::atomic_ref<uint32_t>(*c.counter).load(std::memory_order_relaxed);
   // Direct delivery (device.h): the pull resets its mark and posts; the
   // push goes direct when it sees the post, the pull when it sees the mark.
-  uint32_t* mark = c.mark == nullptr ? nullptr : c.mark + (c.slotted ? v & (m.slots - 1) : 0);
-  const bool posts = !push && c.posted != nullptr && mark != nullptr;
+  const bool asks = asksDirect(c, push);
+  uint32_t* mark = asks ? c.mark + (c.slotted ? v & (m.slots - 1) : 0) : nullptr;
+  const bool posts = asks && !push;
   if (posts) {
     std::atomic_ref<uint32_t>(*mark).store(directMarkReset(v), std::memory_order_relaxed);
     std::atomic_ref<uint32_t>(*c.posted).store(v, std::memory_order_release);
   }
-  bool direct = push && c.direct != nullptr && c.posted != nullptr && mark != nullptr &&
+  bool direct = asks && push &&
                 static_cast<int32_t>(
                     std::atomic_ref<uint32_t>(*c.posted).load(std::memory_order_acquire) - v) >= 0;
   if (c.wait != nullptr && !direct)
@@ -1075,9 +1076,9 @@ void runPart(HostDevice::Impl* dev, const MessageStep& m, const MessageStep::Cop
 void HostDevice::messageStep(Stream& s, const MessageStep& m) {
   bool own = false;
   for (std::size_t k = 0; k < m.push_count; ++k)
-    own = own || m.pushes[k].inline_flags || m.pushes[k].direct != nullptr;
+    own = own || m.pushes[k].inline_flags || asksDirect(m.pushes[k], true);
   for (std::size_t k = 0; k < m.pull_count; ++k)
-    own = own || m.pulls[k].inline_flags || m.pulls[k].posted != nullptr;
+    own = own || m.pulls[k].inline_flags || asksDirect(m.pulls[k], false);
   if (!own) return Device::messageStep(s, m);
   HIR_INTERNAL_ASSERT(m.push_count <= m.pushes.size() && m.pull_count <= m.pulls.size(),
                       "messageStep: {} pushes and {} pulls", m.push_count, m.pull_count);

@@ -191,6 +191,15 @@ struct MessageStep {
   std::size_t pull_count = 0;
 };
 
+// Whether part `c` of a MessageStep (a push when `push`) asks for direct
+// delivery: not in lines, with a mark and a "posted" word, and for a push
+// the receiver's buffer. A device that does direct delivery decides with
+// this, for every part alike.
+inline bool asksDirect(const MessageStep::Copy& c, bool push) {
+  return !c.inline_flags && c.mark != nullptr && c.posted != nullptr &&
+         (!push || c.direct != nullptr);
+}
+
 // One step of a semaphore protocol whose value is not the host's but
 // v = *counter + offset, with `counter` in this device's memory and read when
 // the step runs: captured into a graph, every replay counts on. In order,

@@ -690,9 +690,8 @@ class CudaDevice final : public Device {
     };
     bool lines = false, direct = false;
     for (std::size_t k = 0; k < parts; ++k) {
-      const MessageStep::Copy& c = part(k);
-      lines = lines || c.inline_flags;
-      direct = direct || (c.mark != nullptr && (c.direct != nullptr || c.posted != nullptr));
+      lines = lines || part(k).inline_flags;
+      direct = direct || asksDirect(part(k), k < step.push_count);
     }
     // Direct delivery in the one-block kernel only (larger parts ignore it).
     direct = direct && fusable(step);

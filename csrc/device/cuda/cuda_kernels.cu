@@ -580,6 +580,16 @@ __device__ bool lastBlockToArrive(uint32_t* arrivals, bool publish) {
   return true;
 }
 
+// The last block's signal (lastBlockToArrive): released after a fence when
+// the grid publishes its stores, else a relaxed store (every block's reads
+// returned before it arrived).
+__device__ void signalFromLastBlock(uint32_t* p, uint32_t v, bool publish) {
+  if (publish)
+    releaseBlockSys(p, v);
+  else
+    storeRelaxedSys(p, v);
+}
+
 // signaledCopyKernel over a grid (launchGridSignaledCopy): thread 0 of each
 // block waits until *wait_addr >= at_least (none when wait_addr is null),
 // the grid copies, and the last block to arrive (lastBlockToArrive)
@@ -596,11 +606,8 @@ __global__ void gridSignaledCopyKernel(void* dst, const void* src, std::size_t b
   }
   gridCopyInBatches(dst, src, bytes, wide);
   __syncthreads();
-  if (threadIdx.x != 0 || !lastBlockToArrive(arrivals, publish)) return;
-  if (publish)
-    releaseBlockSys(signal_addr, value);
-  else
-    storeRelaxedSys(signal_addr, value);  // every block's reads are done
+  if (threadIdx.x == 0 && lastBlockToArrive(arrivals, publish))
+    signalFromLastBlock(signal_addr, value, publish);
 }
 
 // One block: thread 0 reads v = *counter + offset and advances the
@@ -663,11 +670,7 @@ __global__ void gridCountedStepKernel(CountedArgs a, uint32_t* arrivals) {
   if (threadIdx.x != 0 || !lastBlockToArrive(arrivals, a.publish)) return;
   // Every block read the counter before it arrived.
   if (a.advance != 0) *a.counter = value - a.offset + a.advance;
-  if (a.signal_addr == nullptr) return;
-  if (a.publish)
-    releaseBlockSys(a.signal_addr, value);
-  else
-    storeRelaxedSys(a.signal_addr, value);
+  if (a.signal_addr != nullptr) signalFromLastBlock(a.signal_addr, value, a.publish);
 }
 
 // The copy of a counted step over slots, by the whole grid: every thread
@@ -1512,8 +1515,8 @@ namespace {
 // arguments.
 void placeCopies(const MessageStep& m, SyncSources& y) {
   uintptr_t addresses = m.stride;
-  auto place = [&](const MessageStep::Copy& c, CopyArgs& to, uint32_t& slotted, uint32_t& lines,
-                   std::size_t k) {
+  auto place = [&](const MessageStep::Copy& c, bool push, CopyArgs& to, uint32_t& slotted,
+                   uint32_t& lines, std::size_t k) {
     to = CopyArgs{c.counter,
                   c.number,
                   c.advance,
@@ -1528,8 +1531,7 @@ void placeCopies(const MessageStep& m, SyncSources& y) {
                   c.mark};
     if (c.slotted) slotted |= 1u << k;
     if (c.inline_flags) lines |= 1u << k;
-    // Direct delivery needs a mark, and lines carry their own flags: none.
-    if (c.inline_flags || c.mark == nullptr || c.posted == nullptr) {
+    if (!asksDirect(c, push)) {
       to.direct = nullptr;
       to.posted = nullptr;
       to.mark = nullptr;
@@ -1538,9 +1540,9 @@ void placeCopies(const MessageStep& m, SyncSources& y) {
                  reinterpret_cast<uintptr_t>(to.direct) | c.bytes;
   };
   for (std::size_t k = 0; k < m.push_count; ++k)
-    place(m.pushes[k], y.push[k], y.push_slotted, y.push_inline, k);
+    place(m.pushes[k], true, y.push[k], y.push_slotted, y.push_inline, k);
   for (std::size_t k = 0; k < m.pull_count; ++k)
-    place(m.pulls[k], y.pull[k], y.pull_slotted, y.pull_inline, k);
+    place(m.pulls[k], false, y.pull[k], y.pull_slotted, y.pull_inline, k);
   y.pushes = static_cast<int>(m.push_count);
   y.pulls = static_cast<int>(m.pull_count);
   y.copies_wide = addresses % 16 == 0;
