@@ -609,6 +609,21 @@ TEST(IpcEager, ABadEagerSendMaxIsAUsageErrorNamingIt) {
   }
 }
 
+// HIR_IPC_DIRECT is 0 or 1; anything else is a usage error (exit 2 from
+// hir) naming the variable and the value, on every rank at setup.
+TEST(IpcEager, ADirectSwitchOtherThan0Or1IsAUsageErrorNamingIt) {
+  for (const char* bad : {"yes", "2"}) {
+    ScopedEnv direct("HIR_IPC_DIRECT", bad);
+    try {
+      runProgram(ringPatterns(Protocol::Eager, 0), 1);
+      ADD_FAILURE() << "HIR_IPC_DIRECT=" << bad << " was accepted";
+    } catch (const UsageError& e) {
+      EXPECT_THAT(e.what(), HasSubstr("HIR_IPC_DIRECT")) << bad;
+      EXPECT_THAT(e.what(), HasSubstr(bad));
+    }
+  }
+}
+
 // Eager maps no buffer, only the pages: a caller's buffer may be sent and
 // received (put would refuse to export it).
 TEST(IpcEager, CallerBuffersMoveBecauseNoBufferIsMapped) {

@@ -1487,7 +1487,8 @@ TEST(CudaDevice, ABadCopySettingIsAUsageErrorNamingIt) {
       {"HIR_CUDA_KERNEL_COPY_MAX", "64K"},  {"HIR_CUDA_KERNEL_COPY_MAX", "-1"},
       {"HIR_CUDA_GRID_COPY_MAX", "4M"},     {"HIR_CUDA_GRID_COPY_MAX", "-1"},
       {"HIR_CUDA_GRID_COPY_BLOCKS", "1"},   {"HIR_CUDA_GRID_COPY_BLOCKS", "257"},
-      {"HIR_CUDA_GRID_COPY_WAIT", "memop"}, {"HIR_CUDA_GRID_COPY_WAIT", "Kernel"}};
+      {"HIR_CUDA_GRID_COPY_WAIT", "memop"}, {"HIR_CUDA_GRID_COPY_WAIT", "Kernel"},
+      {"HIR_CUDA_PULL_FENCE", "yes"}};
   for (const auto& [name, value] : bad) {
     try {
       makeCudaDeviceWithEnv(name, value);
