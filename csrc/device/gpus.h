@@ -24,9 +24,10 @@ std::string localRanksProblem(int local_ranks, int gpus, std::string_view how,
 
 // HIR_SHARE_GPUS=1: the user lets several local ranks share a GPU (the
 // cuda device then takes GPU local_rank % count), which CUDA IPC, the host
-// side and compute allow and NCCL refuses ("Duplicate GPU detected"): for
-// testing ipc programs on a machine with fewer GPUs than ranks. Unset or 0:
-// not; any other value throws UsageError.
+// side and compute allow and the nccl backend refuses at setup, naming the
+// ranks (NCCL needs a GPU per rank): for testing ipc programs on a machine
+// with fewer GPUs than ranks. Unset or 0: not; any other value throws
+// UsageError.
 bool gpuSharingAllowed();
 
 }  // namespace hir

@@ -2,15 +2,23 @@
 // cudaMalloc, binds its buffers, runs on its own stream, and the run returns
 // without blocking the host while the caller's earlier work still runs; and
 // communications posted joined (on the current stream, without a completion
-// event) on two streams stay ordered across iterations, buffer reuse and runs.
+// event) on two streams stay ordered across iterations, buffer reuse and runs;
+// and ranks as threads of one process run nccl, each on a GPU of its own,
+// while thread ranks made to share a GPU are refused by name.
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <string>
+#include <thread>
+#include <vector>
 
 #include "device/cuda/test_kernels.h"
+#include <hostir/bootstrap.h>
+#include <hostir/error.h>
 #include <hostir/json.h>
 #include <hostir/evaluator.h>
 #include <hostir/session.h>
@@ -151,6 +159,111 @@ TEST(EmbeddedEvaluator, JoinedPostsOnTwoStreamsStayOrderedAcrossIterationsAndRun
   EXPECT_TRUE(r.ok()) << r.format();
   EXPECT_EQ(r.checks_run, 2u * 6u * 2u);
   EXPECT_EQ(r.elements_checked, 2u * 6u * 2u * 4096u);
+}
+
+// Ranks as threads of one process (docs/embedding.md): each thread its own
+// bootstrap of createThreadBootstraps, its own Session on its own GPU (the
+// local rank's) and its own Evaluator, running nccl collectives and a ring
+// of sends over iterations, seeded by rank and iteration, outputs poisoned
+// before each post. One rank per visible GPU, at most 4 (one GPU: a world of
+// one, which still takes NCCL's unique id through the threads' bootstrap).
+// Only where the test binary is one process, so that no two processes'
+// threads take the same GPUs.
+const char* kThreadRanksProgram = R"({
+  "format": "hostir/1", "name": "thread_ranks", "params": {"n": 1000, "iters": 3},
+  "body": [
+    {"op": "allocate", "name": "x", "dtype": "float32", "shape": ["n"]},
+    {"op": "allocate", "name": "sum", "dtype": "float32", "shape": ["n"]},
+    {"op": "allocate", "name": "all", "dtype": "float32", "shape": ["world", "n"]},
+    {"op": "allocate", "name": "prev", "dtype": "float32", "shape": ["n"]},
+    {"op": "for", "index": "i", "stop": "iters", "body": [
+      {"op": "fill", "tensor": "x", "value": "rank * 1000 + i", "step": 1},
+      {"op": "fill", "tensor": "sum", "value": -1},
+      {"op": "fill", "tensor": "all", "value": -1},
+      {"op": "fill", "tensor": "prev", "value": -1},
+      {"op": "communication", "name": "ar", "type": "allreduce", "input": "x", "output": "sum",
+       "reduce": "sum", "backend": "nccl"},
+      {"op": "communication", "name": "ag", "type": "allgather", "input": "x", "output": "all",
+       "backend": "nccl"},
+      {"op": "communication", "name": "to_next", "type": "send", "tensor": "x",
+       "peer": "(rank + 1) % world", "backend": "nccl"},
+      {"op": "communication", "name": "from_prev", "type": "recv", "tensor": "prev",
+       "peer": "(rank - 1 + world) % world", "backend": "nccl"},
+      {"op": "wait", "communication": "ar"},
+      {"op": "wait", "communication": "ag"},
+      {"op": "wait", "communication": "from_prev"},
+      {"op": "wait", "communication": "to_next"},
+      {"op": "check", "tensor": "sum", "value": "500 * world * (world - 1) + world * i",
+       "step": "world"},
+      {"op": "check", "tensor": "all", "value": "i", "step": 1},
+      {"op": "check", "tensor": "prev", "value": "(rank - 1 + world) % world * 1000 + i",
+       "step": 1}
+    ]}
+  ]})";
+
+// What each rank's thread saw: the report of its runs, or the error.
+struct ThreadRank {
+  std::string error;
+  RunReport report;
+};
+
+std::vector<ThreadRank> runAsThreads(int world, const SessionOptions& session_options) {
+  std::vector<std::unique_ptr<Bootstrap>> boots = createThreadBootstraps(world, test::testTimeout());
+  std::vector<ThreadRank> ranks(static_cast<std::size_t>(world));
+  std::vector<std::thread> threads;
+  for (int r = 0; r < world; ++r)
+    threads.emplace_back([&, r] {
+      try {
+        Session session(*boots[r], session_options);
+        Evaluator ev(session, parseProgram(kThreadRanksProgram), options());
+        ev.run();
+        ev.run();
+        ev.synchronize();
+        ranks[r].report = ev.report();
+      } catch (const std::exception& e) {
+        ranks[r].error = e.what();
+      }
+    });
+  for (std::thread& t : threads) t.join();
+  return ranks;
+}
+
+TEST(EmbeddedEvaluator, RanksAsThreadsRunNcclEachOnAGpuOfItsOwn) {
+  HIR_REQUIRE_GPUS(1);
+  if (test::world().world() != 1) GTEST_SKIP() << "runs its ranks as threads of one process";
+  int gpus = 0;
+  cudaOk(cudaGetDeviceCount(&gpus), "cudaGetDeviceCount");
+  const int world = std::min(gpus, 4);
+  const std::vector<ThreadRank> ranks = runAsThreads(world, SessionOptions{"cuda"});
+  for (int r = 0; r < world; ++r) {
+    SCOPED_TRACE(::testing::Message() << "rank " << r << " of a world of " << world);
+    ASSERT_EQ(ranks[r].error, "");
+    EXPECT_TRUE(ranks[r].report.ok()) << ranks[r].report.format();
+    EXPECT_EQ(ranks[r].report.checks_run, 2u * 3u * 3u);
+    EXPECT_EQ(ranks[r].report.elements_checked,
+              2u * 3u * (1000u + static_cast<unsigned>(world) * 1000u + 1000u));
+  }
+}
+
+// Two thread ranks made to share GPU 0: NCCL would fail inside
+// ncclCommInitRank naming neither rank; the backend's setup refuses first,
+// on both ranks alike, naming both and what to do, without ipc's advice
+// (ipc needs ranks in processes).
+TEST(EmbeddedEvaluator, ThreadRanksSharingAGpuAreRefusedByNcclNamingBoth) {
+  HIR_REQUIRE_GPUS(1);
+  if (test::world().world() != 1) GTEST_SKIP() << "runs its ranks as threads of one process";
+  SessionOptions shared{"cuda"};
+  shared.device_index = 0;
+  const std::vector<ThreadRank> ranks = runAsThreads(2, shared);
+  for (int r = 0; r < 2; ++r) {
+    SCOPED_TRACE(::testing::Message() << "rank " << r);
+    EXPECT_NE(ranks[r].error.find("nccl: ranks 0 and 1 both run on the GPU at PCI "),
+              std::string::npos)
+        << ranks[r].error;
+    EXPECT_NE(ranks[r].error.find("needs a GPU of its own for each rank"), std::string::npos)
+        << ranks[r].error;
+    EXPECT_EQ(ranks[r].error.find("ipc"), std::string::npos) << ranks[r].error;
+  }
 }
 
 }  // namespace

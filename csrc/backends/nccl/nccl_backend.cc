@@ -12,6 +12,10 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <map>
+#include <string>
+#include <string_view>
+#include <utility>
 #include <vector>
 
 #include "backends/nccl/nccl_types.h"
@@ -444,6 +448,39 @@ void checkTeams(const BackendContext& ctx, int world) {
   }
 }
 
+// NCCL needs a GPU of its own for each rank: two ranks on one GPU fail in
+// ncclCommInitRank with "Duplicate GPU detected", which names neither the
+// ranks nor what to do. So every rank allgathers its GPU's PCI bus id (the
+// one identity that holds across processes with different
+// CUDA_VISIBLE_DEVICES) before any communicator exists, and every rank
+// throws the same error, naming the first two ranks that share a GPU.
+void checkAGpuPerRank(Bootstrap& boot, int ordinal) {
+  struct GpuId {
+    char bus[32];
+  };
+  GpuId mine{};
+  HIR_CUDA_CHECK(ordinal, cudaDeviceGetPCIBusId(mine.bus, sizeof(mine.bus) - 1, ordinal));
+  const std::size_t world = static_cast<std::size_t>(boot.world());
+  std::vector<GpuId> all(world);
+  boot.allgather(&mine, all.data(), sizeof(GpuId));
+  const std::vector<std::string>& nodes = boot.nodes();
+  std::map<std::pair<std::string_view, std::string_view>, std::size_t> first;
+  for (std::size_t r = 0; r < world; ++r) {
+    const std::string_view bus(all[r].bus, strnlen(all[r].bus, sizeof(all[r].bus)));
+    const auto [at, added] = first.insert({{nodes[r], bus}, r});
+    HIR_CHECK_AS(BackendError, added,
+                 "nccl: ranks {} and {} both run on the GPU at PCI {} of node '{}', and NCCL "
+                 "needs a GPU of its own for each rank: give each rank of a node its own GPU "
+                 "(at most as many ranks per node as it has GPUs, or "
+                 "SessionOptions::device_index){}",
+                 at->second, r, bus, nodes[r],
+                 boot.rankSpace() == RankSpace::Processes
+                     ? ", or run this program's communications on backend 'ipc', which lets "
+                       "ranks in processes share a GPU"
+                     : "");
+  }
+}
+
 }  // namespace
 
 void NcclBackend::State::setupTeams(const BackendContext& ctx) {
@@ -673,6 +710,7 @@ void NcclBackend::setup(const BackendContext& ctx) {
   const int ordinal = cuda::deviceOrdinal(*ctx.device);
   cuda::activate(ordinal);
   s.ordinal = ordinal;
+  checkAGpuPerRank(*ctx.bootstrap, ordinal);
   HIR_CUDA_CHECK(ordinal, cudaStreamCreateWithFlags(&s.stream, cudaStreamNonBlocking));
   HIR_CUDA_CHECK(ordinal, cudaEventCreateWithFlags(&s.inputs_ready, cudaEventDisableTiming));
   HIR_CUDA_CHECK(ordinal, cudaEventCreateWithFlags(&s.stream_tail, cudaEventDisableTiming));
