@@ -324,7 +324,7 @@ if [ "$gpus" = 1 ]; then
           rc=$?
           printf '%s\n' "$piece" >>"$log"
           echo "exit status: $rc (expected $want)" >>"$log"
-          if grep -q "Duplicate GPU detected" <<<"$piece"; then
+          if grep -q "both run on the GPU at PCI" <<<"$piece"; then
             s=$((s + 1)) skipped+=" $name"  # it has nccl communications too
           elif [ "$rc" = "$want" ]; then p=$((p + 1)); else f=$((f + 1)); failures+=" $name"; fi
         done
@@ -333,6 +333,17 @@ if [ "$gpus" = 1 ]; then
         record "$label" "$p" "$f" "$s" \
           "${failures:+failed:$failures; }${skipped:+with nccl, skipped:$skipped}"
       done
+      # An nccl program on ranks sharing the GPU: refused at load on every
+      # rank (exit 3), naming the two ranks and the GPU, before NCCL's own
+      # "Duplicate GPU detected", which names neither.
+      log_header "$log" "allreduce.json (nccl) on $sn ranks sharing GPU 0: refused"
+      piece=$(HIR_SHARE_GPUS=1 timeout 300 "$hir" run "$root/ir_examples/allreduce.json" \
+        --np "$sn" --device cuda 2>&1)
+      rc=$?
+      printf '%s\n' "$piece" >>"$log"
+      if [ "$rc" = 3 ] && grep -q "nccl: ranks 0 and 1 both run on the GPU at PCI" <<<"$piece"
+      then record "nccl refuses np=$sn shared" 1 0 0
+      else record "nccl refuses np=$sn shared" 0 1 0 "exit $rc, see examples.log"; fi
     fi
   done
 fi
