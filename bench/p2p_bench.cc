@@ -8,7 +8,7 @@
 //
 //   mpirun -np 2 hir_p2p_bench [--device cuda|host] [--min 1K] [--max 1G]
 //       [--factor 4] [--reps 5] [--run-bytes 4G] [--csv PATH] [--base nccl|mpi|ipc]
-//       [--pingpong-max SIZE]
+//       [--pingpong-max SIZE] [--protocols put,get,eager]
 // (`hir_p2p_bench --help` lists them; arguments are parsed by CLI11, before
 // MPI starts.)
 //
@@ -27,6 +27,9 @@
 //   neither built (the load would refuse it) nor run, and its cells print
 //   "-". The base's column on ipc (--base ipc) is auto: eager up to that
 //   size too, put above.
+// --protocols: ipc's columns (default put, get, eager); "auto" is a send
+//   that names no protocol, what a user's program runs by default (eager
+//   up to HIR_IPC_EAGER_SEND_MAX, put above).
 // raw: bandwidth = m device copies of `bytes` from rank 0's buffer into rank
 //   1's imported buffer on one stream, then synchronize, / m; latency = one
 //   8-byte copy + synchronize (averaged over the trips). Ranks 0 and 1 only.
@@ -69,6 +72,7 @@ struct Options {
   int64_t pingpong_max = 0;              // ping-pong rows up to this size (0: none)
   std::string csv;
   std::string base;  // the baseline's backend; empty: nccl on cuda, mpi on the host
+  std::vector<std::string> protocols = {"put", "get", "eager"};  // ipc's columns, in order
 };
 
 // Parses the command line before MPI is initialized, on every rank alike, so
@@ -86,7 +90,7 @@ int parse(int argc, char** argv, Options& o) {
   app.get_formatter()->column_width(24);
   app.footer("Sizes take K, M, G suffixes (KiB, MiB, GiB). An option may be given once; values "
              "as\n`--opt value` or `--opt=value`.");
-  std::string device, min, max, factor, reps, run_bytes, csv, base, pingpong_max;
+  std::string device, min, max, factor, reps, run_bytes, csv, base, pingpong_max, protocols;
   using hir::bench::singleOption;
   singleOption(app, "--device", device, "D", "cuda (default) or host");
   singleOption(app, "--min", min, "BYTES", "smallest message of the bandwidth rows (default 1K)");
@@ -100,6 +104,10 @@ int parse(int argc, char** argv, Options& o) {
   singleOption(app, "--base", base, "B",
                "the baseline's backend: nccl (default on cuda), mpi (default on the host) or "
                "ipc (its auto protocol: for ranks sharing one GPU, where NCCL refuses to run)");
+  singleOption(app, "--protocols", protocols, "LIST",
+               "ipc's protocols to time, comma-separated, from auto (what a send without "
+               "\"protocol\" runs: eager up to HIR_IPC_EAGER_SEND_MAX, put above), put, get "
+               "and eager (default put,get,eager)");
   return hir::bench::parse(app, argc, argv, "hir_p2p_bench", [&] {
     using hir::bench::parseBytes;
     using hir::bench::parseInteger;
@@ -121,6 +129,24 @@ int parse(int argc, char** argv, Options& o) {
       if (base != "nccl" && base != "mpi" && base != "ipc")
         throw hir::UsageError(fmt::format("--base expects nccl, mpi or ipc, got '{}'", base));
       o.base = base;
+    }
+    if (given("--protocols")) {
+      o.protocols.clear();
+      std::string_view rest = protocols;
+      while (true) {
+        const std::size_t comma = rest.find(',');
+        const std::string one(rest.substr(0, comma));
+        if (one != "auto" && one != "put" && one != "get" && one != "eager")
+          throw hir::UsageError(fmt::format(
+              "--protocols takes auto, put, get and eager, comma-separated; got '{}' in '{}'",
+              one, protocols));
+        if (std::find(o.protocols.begin(), o.protocols.end(), one) != o.protocols.end())
+          throw hir::UsageError(
+              fmt::format("--protocols names '{}' twice in '{}'", one, protocols));
+        o.protocols.push_back(one);
+        if (comma == std::string_view::npos) break;
+        rest.remove_prefix(comma + 1);
+      }
     }
     if (o.min > o.max)
       throw hir::UsageError(fmt::format("--min ({}) must not exceed --max ({})", o.min, o.max));
@@ -394,10 +420,13 @@ int main(int argc, char** argv) {
     // Read once: every rank has the same (the ipc backend's setup compares it).
     const std::size_t eager_max = hir::ipcEagerSendMaxBytes();
     // variants[0] is the base; the index of each is its place in every row.
-    std::vector<Variant> variants = {{base, base, "", base},
-                                     {"ipc-put", "ipc", "put", "put"},
-                                     {"ipc-get", "ipc", "get", "get"},
-                                     {"ipc-eager", "ipc", "eager", "eager", eager_max}};
+    std::vector<Variant> variants = {{base, base, "", base}};
+    for (const std::string& p : o.protocols) {
+      // auto: the program names no protocol, as a user's send would.
+      Variant v{"ipc-" + p, "ipc", p == "auto" ? "" : p, p};
+      if (p == "eager") v.max_bytes = eager_max;
+      variants.push_back(v);
+    }
     bool root = boot->rank() == 0;
     // The raw baseline's buffers, at the largest size (and at least the 8
     // bytes of the latency row).

@@ -228,7 +228,8 @@ TEST(HirCli, BenchmarkBadNumbersNameTheFlag) {
   const std::vector<std::pair<std::string, std::vector<std::string>>> cases = {
       {"hir_p2p_bench", {"--reps", "x"}},       {"hir_p2p_bench", {"--min", "1X"}},
       {"hir_p2p_bench", {"--factor=2.5"}},      {"hir_p2p_bench", {"--reps", "4294967297"}},
-      {"hir_p2p_bench", {"--base", "gloo"}},
+      {"hir_p2p_bench", {"--base", "gloo"}},   {"hir_p2p_bench", {"--protocols", "auto,lazy"}},
+      {"hir_p2p_bench", {"--protocols=put,put"}},
       {"hir_comm_bench", {"--iters", "x"}},     {"hir_comm_bench", {"--warmup", "-1"}},
       {"hir_comm_bench", {"--max", "lots"}},    {"hir_comm_bench", {"--iters", "4294967297"}}};
   int found = 0;
