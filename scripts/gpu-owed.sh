@@ -9,6 +9,9 @@
 #
 # The steps, in this order (--steps picks some; the estimate is what the
 # budget counts; each runs under `timeout` of the budget left):
+#   targets   ipc-targets.sh: every figure #13 judges, ipc beside nccl, and
+#             the verdict of each target, with the table of every op at
+#             every size: #13's "one script in one run"              (300 s)
 #   mid       hir_p2p_bench 16 KiB - 256 MiB with ping-pong rows up to
 #             16 MiB, by default (sends eager up to 16 MiB) and with
 #             HIR_IPC_EAGER_SEND_MAX=0 (put above 16 KiB): #13's mid sizes,
@@ -56,14 +59,14 @@ set -u -o pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 out=${OUT:-$root/gpu-out}
 build=$root/build-carry budget=560
-all="mid direct sem grid faults soak graph check colls colls2 probe probe-mid"
+all="targets mid direct sem grid faults soak graph check colls colls2 probe probe-mid"
 steps=$all
 while [ $# -gt 0 ]; do
   case "$1" in
     --build) shift; build=${1:-} ;;
     --budget) shift; budget=${1:-} ;;
     --steps) shift; steps=${1:-} ;;
-    -h|--help) sed -n '2,47p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,56p' "$0"; exit 0 ;;
     *) echo "gpu-owed: unknown option $1" >&2; exit 2 ;;
   esac
   shift
@@ -91,6 +94,7 @@ nccl_tests=()
 
 estimate() {
   case $1 in
+    targets) echo 300 ;;
     check) echo 330 ;; colls|mid) echo 300 ;; grid) echo 250 ;; sem|colls2|direct) echo 200 ;;
     graph) echo 150 ;;
     probe) echo 120 ;; *) echo 100 ;;
@@ -98,6 +102,7 @@ estimate() {
 }
 run_step() {
   case $1 in
+    targets) OUT=$OUT bash "$root/scripts/ipc-targets.sh" --build "$build" ;;
     check) bash "$root/scripts/gpu-check.sh" --prebuilt "$build" ;;
     mid) for v in default put16K; do
            echo "== hir_p2p_bench, $v"

@@ -14,11 +14,12 @@
 # baseline (not under --mps). With
 # nsys on the machine, it also profiles the default allreduce and allgather
 # with --graph (nsys-kernels.txt: per rank, the median kernel time and the
-# median gap from one kernel's end to the next one's start).
+# median gap from one kernel's end to the next one's start); --no-nsys
+# leaves the profile out.
 #
 #   bash scripts/ipc-latency-probe.sh [--build DIR] [--reps N] [--n "2 1024"] [--mps]
 #       [--variants "default HIR_IPC_INLINE_MAX=0 ..."] [--modes "eager graph"]
-#       [--ops "allreduce allgather pingpong"]
+#       [--ops "allreduce allgather pingpong"] [--no-nsys]
 #
 # --n: the float32 elements per rank of each measurement (default 2: 8 B).
 # --variants: which of the variants above to run (default: all); a variant
@@ -35,7 +36,7 @@ set -u -o pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 out=${OUT:-$root/gpu-out}
 build=${BUILD_DIR:-$root/build-gpu}
-reps=3 sizes=2 mps=0 modes="eager graph" ops="allreduce allgather pingpong"
+reps=3 sizes=2 mps=0 modes="eager graph" ops="allreduce allgather pingpong" profile=1
 variants="default HIR_IPC_INLINE_MAX=0 HIR_CUDA_KERNEL_COPY_MAX=0 HIR_IPC_EAGER_MAX=0 HIR_IPC_COUNTED=1"
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -46,7 +47,8 @@ while [ $# -gt 0 ]; do
     --variants) shift; variants=$1 ;;
     --modes) shift; modes=$1 ;;
     --ops) shift; ops=$1 ;;
-    -h|--help) sed -n '2,33p' "$0"; exit 0 ;;
+    --no-nsys) profile=0 ;;
+    -h|--help) sed -n '2,34p' "$0"; exit 0 ;;
     *) echo "ipc-latency-probe: unknown option $1" >&2; exit 2 ;;
   esac
   shift
@@ -155,6 +157,7 @@ done
   printf '%s\n' "${rows[@]}"
 } >"$out/ipc-latency.txt"
 nsys=$(command -v nsys || ls /usr/local/cuda/bin/nsys 2>/dev/null || true)
+[ "$profile" = 1 ] || nsys=""
 n1=${sizes%% *}
 if [ -n "$nsys" ]; then
   : >"$out/nsys-kernels.txt"
@@ -176,7 +179,7 @@ if [ -n "$nsys" ]; then
   done
   echo "# nsys: $out/nsys-kernels.txt" >>"$out/ipc-latency.txt"
   cat "$out/nsys-kernels.txt" >>"$out/ipc-latency.txt"
-else
+elif [ "$profile" = 1 ]; then
   echo "# no nsys on this machine: no profile" >>"$out/ipc-latency.txt"
 fi
 cat "$out/ipc-latency.txt"

@@ -1,0 +1,115 @@
+#!/usr/bin/env bash
+# Issue #13's targets in one run on a machine of 2 GPUs: every figure that
+# the issue judges, ipc beside nccl in the same run, through the evaluator,
+# then the verdict of each target and the table of every op at every size
+# (scripts/ipc_targets.py). Three parts, each a script or tool of the
+# project:
+#   latency  ipc-latency-probe.sh: the 8 B ping-pong (one way) and the 8 B
+#            allreduce through `hir run`, eager and with --graph, 1,000
+#            operations per run, ipc and nccl
+#   p2p      hir_p2p_bench --protocols auto,put: send/recv as a program
+#            without "protocol" runs it (eager up to 16 MiB, put above), and
+#            put, against nccl, 4 KiB - 1 GiB by 4x, streamed and (up to
+#            16 MiB) ping-pong, plus the 8 B latency row
+#   colls    ipc-collectives-bench.sh: allreduce, allgather, reduce_scatter,
+#            broadcast and alltoall, 8 B - 1 GiB by 8x, ipc and nccl, eager
+#            and (up to 32 KiB) with --graph, 20 collectives per run
+# On one H100 (--mps, ipc only, --reps 2) the three took 58 s.
+#
+#   bash scripts/ipc-targets.sh [--build DIR] [--reps N] [--parts "latency p2p colls"] [--mps]
+#
+# --build DIR: the binaries (default build-carry, scripts/gpu-pack.sh); builds
+#   nothing. --reps N: repetitions of each measurement, medians (default 5).
+# --parts: which parts to run (default all three); the verdicts name what
+#   was not measured. --mps: on a machine of one GPU, 2 ranks share it under
+#   MPS, ipc only: a check of the script, whose figures judge nothing (no
+#   NCCL to compare with).
+# Writes ${OUT:-gpu-out}/targets/: each part's own files and output, and
+# targets.md (the verdicts and the tables, also printed last). Exit status:
+# 0 when every part ran, 1 when one failed, 2 on bad usage.
+# NCCL_NVLS_ENABLE=0 always.
+set -u -o pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+build=$root/build-carry reps=5 parts="latency p2p colls" mps=0
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --build) shift; build=${1:-} ;;
+    --reps) shift; reps=${1:-} ;;
+    --parts) shift; parts=${1:-} ;;
+    --mps) mps=1 ;;
+    -h|--help) sed -n '2,30p' "$0"; exit 0 ;;
+    *) echo "ipc-targets: unknown option $1 (see --help)" >&2; exit 2 ;;
+  esac
+  shift
+done
+case $reps in
+  ''|*[!0-9]*|0) echo "ipc-targets: --reps expects a positive integer, got '$reps'" >&2; exit 2 ;;
+esac
+[ -n "$parts" ] || { echo "ipc-targets: --parts names no part (latency, p2p, colls)" >&2; exit 2; }
+for p in $parts; do
+  case $p in
+    latency|p2p|colls) ;;
+    *) echo "ipc-targets: unknown part '$p' (the parts: latency p2p colls)" >&2; exit 2 ;;
+  esac
+done
+build=$(readlink -f "$build" 2>/dev/null) && [ -x "$build/bin/hir" ] ||
+  { echo "ipc-targets: no build with bin/hir at '$build' (scripts/gpu-pack.sh)" >&2; exit 2; }
+gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
+gpus=${gpus:-0}
+if [ "$mps" = 1 ]; then
+  [ "$gpus" -ge 1 ] || { echo "ipc-targets: --mps needs a GPU, found none" >&2; exit 2; }
+else
+  [ "$gpus" -ge 2 ] || { echo "ipc-targets: needs 2 GPUs (or --mps), found $gpus" >&2; exit 2; }
+fi
+[ -f "$build/MANIFEST" ] && [ -f "$root/scripts/prebuilt-env.sh" ] &&
+  { . "$root/scripts/prebuilt-env.sh" "$build" || exit 2; }
+export NCCL_NVLS_ENABLE=0 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+out=${OUT:-$root/gpu-out}/targets
+mkdir -p "$out"
+has() { case " $parts " in *" $1 "*) return 0 ;; esac; return 1; }
+mps_flag=()
+[ "$mps" = 1 ] && mps_flag=(--mps)
+status=0
+part() {  # part NAME COMMAND...: runs it, its output in NAME.txt
+  local name=$1 t0=$SECONDS rc
+  shift
+  echo "== $name: $*" >"$out/$name.txt"
+  "$@" >>"$out/$name.txt" 2>&1
+  rc=$?
+  echo "== $name: exit $rc in $((SECONDS - t0)) s" | tee -a "$out/$name.txt"
+  [ "$rc" = 0 ] || { status=1; tail -n 5 "$out/$name.txt"; }
+}
+
+if has latency; then
+  OUT=$out part latency bash "$root/scripts/ipc-latency-probe.sh" --build "$build" \
+    --reps "$reps" --n 2 --variants default --modes "eager graph" --ops "allreduce pingpong" \
+    --no-nsys "${mps_flag[@]}"
+fi
+if has p2p; then
+  mpi=(mpirun --allow-run-as-root --bind-to none -x NCCL_NVLS_ENABLE -np 2) base=()
+  if [ "$mps" = 1 ]; then
+    # shellcheck source=mps-env.sh
+    . "$root/scripts/mps-env.sh"
+    mps_start "$(mktemp -d)" || exit 1
+    mpi+=(-x HIR_SHARE_GPUS -x CUDA_MPS_PIPE_DIRECTORY -x CUDA_DEVICE_MAX_CONNECTIONS)
+    base=(--base ipc)
+  fi
+  part p2p "${mpi[@]}" "$build/bin/hir_p2p_bench" --device cuda --min 4K --max 1G --factor 4 \
+    --reps "$reps" --run-bytes 1G --pingpong-max 16M --protocols auto,put "${base[@]}" \
+    --csv "$out/p2p.csv"
+  if [ "$mps" = 1 ]; then
+    mps_stop
+    unset HIR_SHARE_GPUS CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY CUDA_DEVICE_MAX_CONNECTIONS
+  fi
+fi
+if has colls; then
+  OUT=$out part colls bash "$root/scripts/ipc-collectives-bench.sh" --build "$build" --np 2 \
+    -b 8 -e 1G -f 8 -n "$((reps + 2))" -w 2 --graph-max 32K --eager-sweep-max 0 \
+    --reps-per-run 20 "${mps_flag[@]}"
+fi
+
+python3 "$root/scripts/ipc_targets.py" --p2p "$out/p2p.csv" \
+  --collectives "$out/ipc-collectives.csv" --latency "$out/ipc-latency.txt" \
+  --gpus "$gpus" $([ "$mps" = 1 ] && echo --shared) >"$out/targets.md" || status=1
+cat "$out/targets.md"
+exit $status

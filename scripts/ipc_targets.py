@@ -1,0 +1,259 @@
+#!/usr/bin/env python3
+"""Issue #13's verdicts from one run of scripts/ipc-targets.sh.
+
+Reads what its three parts wrote (any may be missing: its targets are then
+"not measured") and prints markdown: the send/recv table, the table of
+every collective at every size, then (last, for a log's tail) one row per
+target with the figure, NCCL's in the same run, the ratio, the bar and the
+verdict.
+
+  ipc_targets.py --p2p p2p.csv --collectives ipc-collectives.csv \\
+      --latency ipc-latency.txt [--gpus N] [--shared]
+
+--shared: the ranks shared one GPU (no NCCL): every verdict is "not judged".
+Inputs:
+  p2p.csv          hir_p2p_bench --csv: world,test,bytes,variant,us,gbps,...
+                   (variants nccl, ipc-auto, raw)
+  ipc-collectives.csv  ipc-collectives-bench.sh: op,backend,mode,size,count,
+                   type,redop,root,time_us,algbw,busbw,wrong,...
+  ipc-latency.txt  ipc-latency-probe.sh's table: "<backend> <op> <n> B
+                   <variant> <mode> <us>" rows
+"""
+import argparse
+import csv
+import os
+import re
+import sys
+
+MiB = 1 << 20
+
+
+def size_text(b):
+    for unit, n in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if b >= n and b % n == 0:
+            return f"{b // n} {unit}"
+    return f"{b} B"
+
+
+def read_p2p(path):
+    """{(test, bytes): {variant: (us, gbps)}}"""
+    rows = {}
+    if not path or not os.path.exists(path):
+        return rows
+    with open(path) as f:
+        for r in csv.DictReader(f):
+            key = (r["test"], int(r["bytes"]))
+            rows.setdefault(key, {})[r["variant"]] = (float(r["us"]), float(r["gbps"]))
+    return rows
+
+
+def read_collectives(path):
+    """{(op, mode, size): {backend: (us, busbw, wrong)}}"""
+    rows = {}
+    if not path or not os.path.exists(path):
+        return rows
+    with open(path) as f:
+        for r in csv.reader(f):
+            if len(r) < 12:
+                continue
+            op, backend, mode, size = r[0], r[1], r[2], int(r[3])
+            rows.setdefault((op, mode, size), {})[backend] = (float(r[8]), float(r[10]), int(r[11]))
+    return rows
+
+
+LATENCY_ROW = re.compile(r"^(ipc|nccl) (allreduce|allgather|ping-pong) (\d+) B(?:/rank)?\s+"
+                         r"(\S+)\s+(eager|graph)\s+(\S+)\s*$")
+
+
+def read_latency(path):
+    """{(backend, op, bytes, mode): us} for the default variant"""
+    rows = {}
+    if not path or not os.path.exists(path):
+        return rows
+    with open(path) as f:
+        for line in f:
+            m = LATENCY_ROW.match(line.rstrip("\n"))
+            if not m or m.group(4) != "default":
+                continue
+            try:
+                us = float(m.group(6))
+            except ValueError:
+                continue  # "failed"
+            rows[(m.group(1), m.group(2), int(m.group(3)), m.group(5))] = us
+    return rows
+
+
+class Verdicts:
+    def __init__(self, shared):
+        self.shared = shared
+        self.rows = []
+
+    def add(self, target, figure, baseline, ratio_text, bar, met):
+        if self.shared:
+            verdict = "not judged (no NCCL: ranks share a GPU)"
+        elif met is None:
+            verdict = "not measured"
+        else:
+            verdict = "**met**" if met else "**missed**"
+        self.rows.append((target, figure, baseline, ratio_text, bar, verdict))
+
+    def missed(self):
+        return [r for r in self.rows if r[5] == "**missed**"]
+
+
+def fmt(v, p=2):
+    return "-" if v is None else f"{v:.{p}f}"
+
+
+def us(v):
+    return "-" if v is None else f"{v:.2f} us"
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--p2p")
+    ap.add_argument("--collectives")
+    ap.add_argument("--latency")
+    ap.add_argument("--gpus", default="?")
+    ap.add_argument("--shared", action="store_true")
+    a = ap.parse_args()
+    p2p = read_p2p(a.p2p)
+    colls = read_collectives(a.collectives)
+    lat = read_latency(a.latency)
+    v = Verdicts(a.shared)
+
+    # 1. 8 B one way, eager: at most 0.8x NCCL's time (hir run's ping-pong,
+    #    the issue's own measurement; the p2p bench's latency row beside it).
+    ipc, nccl = lat.get(("ipc", "ping-pong", 8, "eager")), lat.get(("nccl", "ping-pong", 8, "eager"))
+    bench = p2p.get(("latency", 8), {})
+    bi, bn = bench.get("ipc-auto", (None,))[0], bench.get("nccl", (None,))[0]
+    extra = f"; hir_p2p_bench {fmt(bi)} / {fmt(bn)} us" if bi and bn else ""
+    ok = None if ipc is None or nccl is None else ipc <= 0.8 * nccl
+    v.add("8 B one way, eager (hir run ping-pong)", f"{us(ipc)}{extra}", us(nccl),
+          f"{fmt(ipc / nccl, 3)}x time" if ipc and nccl else "-", "<= 0.8x", ok)
+
+    # 2. 8 B one way with a CUDA graph: under 3 us.
+    ipc = lat.get(("ipc", "ping-pong", 8, "graph"))
+    nccl = lat.get(("nccl", "ping-pong", 8, "graph"))
+    v.add("8 B one way, --graph", us(ipc), us(nccl), "-", "< 3 us",
+          None if ipc is None else ipc < 3.0)
+
+    # 3. and 4. send/recv bandwidth, streamed, the default protocol.
+    def bandwidth(lo, hi, bar, label):
+        ratios, figures, ok = [], [], True
+        sizes = sorted(b for (t, b) in p2p if t == "bandwidth" and lo <= b <= hi)
+        for b in sizes:
+            r = p2p[("bandwidth", b)]
+            if "ipc-auto" not in r or "nccl" not in r:
+                ok = None
+                continue
+            x = r["ipc-auto"][1] / r["nccl"][1]
+            ratios.append(f"{size_text(b)} {x:.3f}x")
+            figures.append(f"{size_text(b)} {r['ipc-auto'][1]:.1f} / {r['nccl'][1]:.1f}")
+            ok = ok and x >= bar if ok is not None else None
+        if not sizes:
+            ok = None
+        v.add(label, "; ".join(figures) + " GB/s (ipc / nccl)" if figures else "-", "same row",
+              ", ".join(ratios) or "-", f">= {bar}x bandwidth", ok)
+
+    bandwidth(1 * MiB, 16 * MiB, 1.0, "1 - 16 MiB send/recv, streamed, defaults")
+    bandwidth(256 * MiB, 1 << 40, 1.08, "256 MiB and up send/recv, streamed, defaults")
+
+    # 5. allgather at 64 MiB and up: at least 1.05x NCCL's busbw.
+    ratios, ok = [], True
+    big = sorted(s for (op, mode, s) in colls if op == "allgather" and mode == "eager" and s >= 64 * MiB)
+    for s in big:
+        r = colls[("allgather", "eager", s)]
+        if "ipc" not in r or "nccl" not in r or r["nccl"][1] <= 0:
+            ok = None
+            continue
+        x = r["ipc"][1] / r["nccl"][1]
+        ratios.append(f"{size_text(s)} {r['ipc'][1]:.1f} / {r['nccl'][1]:.1f} GB/s, {x:.3f}x")
+        ok = ok and x >= 1.05 if ok is not None else None
+    v.add("allgather 64 MiB and up, busbw", "; ".join(ratios) or "-", "same row", "-", ">= 1.05x",
+          ok if big else None)
+
+    # 6. 8 B allreduce eagerly: below NCCL's.
+    ipc, nccl = lat.get(("ipc", "allreduce", 8, "eager")), lat.get(("nccl", "allreduce", 8, "eager"))
+    v.add("8 B allreduce, eager", us(ipc), us(nccl),
+          f"{fmt(ipc / nccl, 3)}x time" if ipc and nccl else "-", "< nccl",
+          None if ipc is None or nccl is None else ipc < nccl)
+
+    # 7. 8 B allreduce with a graph: below nccl-tests' symmetric kernels (3.45 us).
+    ipc = lat.get(("ipc", "allreduce", 8, "graph"))
+    nccl = lat.get(("nccl", "allreduce", 8, "graph"))
+    v.add("8 B allreduce, --graph", us(ipc), us(nccl), "-",
+          "< 3.45 us", None if ipc is None else ipc < 3.45)
+
+    # 8. The table: every op at every size, no wrong element.
+    ops = ["allreduce", "allgather", "reduce_scatter", "broadcast", "alltoall"]
+    sizes = sorted({s for (_, mode, s) in colls if mode == "eager"})
+    holes = [f"{op} {size_text(s)}" for op in ops for s in sizes
+             if not {"ipc", "nccl"} <= set(colls.get((op, "eager", s), {}))]
+    wrong = sum(w for r in colls.values() for (_, _, w) in r.values())
+    p2p_sizes = sorted(b for (t, b) in p2p if t == "bandwidth")
+    spans = (bool(sizes) and sizes[0] <= 8 and sizes[-1] >= 1 << 30 and bool(p2p_sizes)
+             and p2p_sizes[-1] >= 1 << 30 and ("latency", 8) in p2p)
+    if not spans:
+        holes.append("sizes short of 8 B - 1 GiB")
+    complete = not holes and wrong == 0
+    v.add("the table: every op, 8 B - 1 GiB",
+          f"{len(ops)} ops x {len(sizes)} sizes"
+          + (f" ({size_text(sizes[0])} - {size_text(sizes[-1])})" if sizes else "")
+          + f", send/recv {len(p2p_sizes)} sizes, #wrong {wrong}"
+          + (f"; missing: {', '.join(holes[:6])}{' ...' if len(holes) > 6 else ''}" if holes else ""),
+          "-", "-", "complete, #wrong 0", complete if (sizes or p2p) else None)
+
+    print(f"# Issue #13 in one run: 2 ranks, {a.gpus} GPU(s)"
+          + (" (shared under MPS: ipc only)" if a.shared else ""))
+    if p2p:
+        print()
+        print("## send/recv (hir_p2p_bench --protocols auto,put): us per message (latency, "
+              "pingpong: one way), GB/s; ipc: the default protocol (eager up to 16 MiB, put "
+              "above); x = ipc rate / nccl rate")
+        print()
+        print("| test | size | nccl us | ipc us | ipc put us | raw us | nccl GB/s | ipc GB/s | x |")
+        print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+        order = {"latency": 0, "bandwidth": 1, "pingpong": 2}
+        for (test, b) in sorted(p2p, key=lambda k: (k[1], order.get(k[0], 9))):
+            r = p2p[(test, b)]
+            n, i, p, w = r.get("nccl"), r.get("ipc-auto"), r.get("ipc-put"), r.get("raw")
+            x = fmt(n[0] / i[0], 3) if n and i and i[0] > 0 else "-"
+            print(f"| {test} | {size_text(b)} | {fmt(n and n[0])} | {fmt(i and i[0])} | "
+                  f"{fmt(p and p[0])} | {fmt(w and w[0])} | {fmt(n and n[1], 1)} | "
+                  f"{fmt(i and i[1], 1)} | {x} |")
+
+    if colls:
+        print()
+        print("## collectives (ipc-collectives-bench.sh): us per collective, busbw GB/s; "
+              "ratio = ipc time / nccl time (< 1: ipc faster)")
+        print()
+        print("| op | mode | size | nccl us | ipc us | ipc / nccl | nccl busbw | ipc busbw | #wrong |")
+        print("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+        for op in ops:
+            for mode in ("eager", "graph"):
+                for s in sorted(k[2] for k in colls if k[0] == op and k[1] == mode):
+                    r = colls[(op, mode, s)]
+                    n, i = r.get("nccl"), r.get("ipc")
+                    ratio = fmt(i[0] / n[0], 3) if n and i and n[0] > 0 else "-"
+                    w = sum(x[2] for x in r.values())
+                    print(f"| {op} | {mode} | {size_text(s)} | {fmt(n and n[0])} | "
+                          f"{fmt(i and i[0])} | {ratio} | {fmt(n and n[1])} | {fmt(i and i[1])} "
+                          f"| {w} |")
+    print()
+    print("## The targets (last, so that a log's tail shows them)")
+    print()
+    print("| target | ipc | nccl, same run | ratio | bar | verdict |")
+    print("| --- | --- | --- | --- | --- | --- |")
+    for r in v.rows:
+        print("| " + " | ".join(r) + " |")
+    print()
+    missed = v.missed()
+    print(f"{len(missed)} missed, "
+          f"{sum(r[5] == 'not measured' for r in v.rows)} not measured, "
+          f"{sum(r[5] == '**met**' for r in v.rows)} met.")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
