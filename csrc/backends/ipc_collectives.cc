@@ -8,9 +8,9 @@
 
 namespace hir {
 
-std::size_t ipcOneShotMaxBytes() {
+std::size_t ipcOneShotMaxBytes(int members) {
   const char* v = std::getenv("HIR_IPC_ONE_SHOT_MAX");
-  if (v == nullptr || *v == '\0') return std::size_t{256} << 10;
+  if (v == nullptr || *v == '\0') return members == 2 ? kIpcOneShotMaxPair : kIpcOneShotMax;
   return static_cast<std::size_t>(parseInteger("HIR_IPC_ONE_SHOT_MAX", v, 0));
 }
 
@@ -141,7 +141,7 @@ std::string_view ipcCollectiveMessages(const CollectiveShape& s, std::vector<Col
                 "{} has a team of {}",
                 kIpcMaxReduceMembers, toString(s.type), n);
       const bool scatter = s.type == CommType::ReduceScatter;
-      if (eager || scatter || (!s.in_place && c * dtypeSize(s.dtype) <= ipcOneShotMaxBytes())) {
+      if (eager || scatter || (!s.in_place && c * dtypeSize(s.dtype) <= ipcOneShotMaxBytes(n))) {
         // Member me reduces [me * c, +c) of each input (reduce_scatter) or
         // all of it (allreduce): read where it is (get), or pushed by each
         // peer into me's slots (eager; in place too, since no peer reads

@@ -41,11 +41,20 @@ inline constexpr int kIpcMaxReduceMembers = 16;
 // of a bigger team (hir check --world 4000) would hold T^2 messages.
 inline constexpr int kIpcMaxCollectiveMembers = 64;
 
-// The one-shot/two-shot boundary of allreduce, in bytes: HIR_IPC_ONE_SHOT_MAX
-// (read at each call, which the check makes at load and the evaluator when a
-// collective's shape changes; it must be the same on every rank), default
-// 256 KiB.
-std::size_t ipcOneShotMaxBytes();
+// The one-shot/two-shot boundary of an allreduce of a team of `members`, in
+// bytes: HIR_IPC_ONE_SHOT_MAX (read at each call, which the check makes at
+// load and the evaluator when a collective's shape changes; it must be the
+// same on every rank), default kIpcOneShotMaxPair for a team of 2 and
+// kIpcOneShotMax for a larger one. One-shot makes each member read
+// (T - 1) x N bytes of its peers; two-shot reads and writes 2 (T - 1) N / T
+// in two phases. A pair moves as many bytes either way, and one-shot saves
+// the second phase and its round trip: on one H100 (2 ranks under MPS) a
+// 1 - 4 MiB allreduce took 20 against 23 - 52 us eagerly and 10 - 14 against
+// 18 - 23 us in a graph. From 64 MiB one-shot was slower there (152 against
+// 134 us: each member also reduces all N), hence the pair's limit.
+inline constexpr std::size_t kIpcOneShotMax = std::size_t{256} << 10;
+inline constexpr std::size_t kIpcOneShotMaxPair = std::size_t{16} << 20;
+std::size_t ipcOneShotMaxBytes(int members);
 
 // The eager protocol's limits, which must be the same on every rank (the
 // backend's setup compares them): a collective's chunk of at most
@@ -53,7 +62,7 @@ std::size_t ipcOneShotMaxBytes();
 // for sends and recvs too) goes eager, and each ordered pair of ranks has
 // ipcEagerSlots() slots of at least that size in the receiver's signal page
 // (HIR_IPC_EAGER_SLOTS, a power of two from 1 to 1024, default 8). Read at
-// each call, as ipcOneShotMaxBytes().
+// each call, as ipcOneShotMaxBytes() is.
 std::size_t ipcEagerMaxBytes();
 uint32_t ipcEagerSlots();
 // A send or recv goes eager (auto's choice) up to ipcEagerSendMaxBytes():
@@ -63,7 +72,7 @@ uint32_t ipcEagerSlots();
 // message (the slots are credits); the backend sizes its slots to the
 // program's largest eager message (BackendContext::largest_eager_send), so
 // a program without such messages pays no memory for them. Read at each
-// call, as ipcOneShotMaxBytes().
+// call, as ipcOneShotMaxBytes() is.
 inline constexpr std::size_t kIpcEagerSendMaxDefault = std::size_t{16} << 20;
 std::size_t ipcEagerSendMaxBytes();
 // Memory of one sender's row of slots that larger slots are fitted into:

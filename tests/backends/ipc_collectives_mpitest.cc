@@ -219,10 +219,13 @@ std::vector<Case> cases() {
     out.push_back({CommType::ReduceScatter, ReduceOp::Sum, DType::Int32, 8, false, m});
   }
   // Large and odd: uneven two-shot chunks, the copy engine and the
-  // reduction kernel's vector path on GPUs.
+  // reduction kernel's vector path on GPUs. Out of place, 2 ranks default to
+  // one-shot up to 16 MiB: TwoShot forces the uneven chunks there too.
   for (DType t : {DType::Float32, DType::Int32})
     for (bool in_place : {false, true}) {
       out.push_back({CommType::Allreduce, ReduceOp::Sum, t, 70001, in_place, Mode::Default});
+      if (!in_place)
+        out.push_back({CommType::Allreduce, ReduceOp::Sum, t, 70001, false, Mode::TwoShot});
       out.push_back({CommType::ReduceScatter, ReduceOp::Sum, t, 70001, in_place, Mode::Default});
       out.push_back({CommType::Allgather, ReduceOp::Sum, t, 70001, in_place, Mode::Default});
       out.push_back({CommType::Broadcast, ReduceOp::Sum, t, 70001, in_place, Mode::Default});

@@ -156,6 +156,30 @@ TEST(IpcCollectives, AllreduceIsOneShotUpToTheLimitAndTwoShotAboveItOrInPlace) {
   ::unsetenv("HIR_IPC_EAGER_MAX");
 }
 
+// A pair reads as many bytes by one-shot as by two-shot and saves a phase:
+// its default limit is 16 MiB, a larger team's 256 KiB; HIR_IPC_ONE_SHOT_MAX
+// sets both, and in place is two-shot whatever the size.
+TEST(IpcCollectives, AnAllreduceOfTwoIsOneShotUpTo16MiB) {
+  ::setenv("HIR_IPC_EAGER_MAX", "0", 1);
+  std::vector<CollectiveMessage> out;
+  CollectiveShape s{CommType::Allreduce, DType::Float32, (16 << 20) / 4, 2, 1, 0, false};
+  EXPECT_EQ(ipcCollectiveMessages(s, out), "one-shot");
+  EXPECT_EQ(out.size(), 2u);  // a get from and to the peer
+  s.count += 1;
+  EXPECT_EQ(ipcCollectiveMessages(s, out), "two-shot");
+  s.count = (1 << 20) / 4;
+  s.team_size = 3;
+  EXPECT_EQ(ipcCollectiveMessages(s, out), "two-shot") << "a team of 3 stops at 256 KiB";
+  s.team_size = 2;
+  s.in_place = true;
+  EXPECT_EQ(ipcCollectiveMessages(s, out), "two-shot");
+  s.in_place = false;
+  ::setenv("HIR_IPC_ONE_SHOT_MAX", "4096", 1);
+  EXPECT_EQ(ipcCollectiveMessages(s, out), "two-shot");
+  ::unsetenv("HIR_IPC_ONE_SHOT_MAX");
+  ::unsetenv("HIR_IPC_EAGER_MAX");
+}
+
 // Up to the eager limit (16 KiB by default), per message: a chunk that fits
 // goes eager, in place too for a reduction (the peers read their slots),
 // and every message of the collective alike.
