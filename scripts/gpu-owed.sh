@@ -12,6 +12,10 @@
 #   targets   ipc-targets.sh: every figure #13 judges, ipc beside nccl, and
 #             the verdict of each target, with the table of every op at
 #             every size: #13's "one script in one run"              (300 s)
+#   oneshot   ipc-collectives-bench.sh, allreduce 256 KiB - 256 MiB: a pair's
+#             one-shot up to 16 MiB (the default) against two-shot above
+#             256 KiB (HIR_IPC_ONE_SHOT_MAX=262144, the earlier default),
+#             eager and with --graph up to 4 MiB, nccl beside each   (150 s)
 #   mid       hir_p2p_bench 16 KiB - 256 MiB with ping-pong rows up to
 #             16 MiB, by default (sends eager up to 16 MiB) and with
 #             HIR_IPC_EAGER_SEND_MAX=0 (put above 16 KiB): #13's mid sizes,
@@ -59,14 +63,14 @@ set -u -o pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 out=${OUT:-$root/gpu-out}
 build=$root/build-carry budget=560
-all="targets mid direct sem grid faults soak graph check colls colls2 probe probe-mid"
+all="targets oneshot mid direct sem grid faults soak graph check colls colls2 probe probe-mid"
 steps=$all
 while [ $# -gt 0 ]; do
   case "$1" in
     --build) shift; build=${1:-} ;;
     --budget) shift; budget=${1:-} ;;
     --steps) shift; steps=${1:-} ;;
-    -h|--help) sed -n '2,56p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,60p' "$0"; exit 0 ;;
     *) echo "gpu-owed: unknown option $1" >&2; exit 2 ;;
   esac
   shift
@@ -94,7 +98,7 @@ nccl_tests=()
 
 estimate() {
   case $1 in
-    targets) echo 300 ;;
+    targets) echo 300 ;; oneshot) echo 150 ;;
     check) echo 330 ;; colls|mid) echo 300 ;; grid) echo 250 ;; sem|colls2|direct) echo 200 ;;
     graph) echo 150 ;;
     probe) echo 120 ;; *) echo 100 ;;
@@ -103,6 +107,14 @@ estimate() {
 run_step() {
   case $1 in
     targets) OUT=$OUT bash "$root/scripts/ipc-targets.sh" --build "$build" ;;
+    oneshot) for v in default HIR_IPC_ONE_SHOT_MAX=262144; do
+               echo "== allreduce, $v"
+               mkdir -p "$OUT/oneshot-${v%%=*}"
+               env $([ "$v" = default ] || echo "$v") OUT="$OUT/oneshot-${v%%=*}" \
+                 bash "$root/scripts/ipc-collectives-bench.sh" --build "$build" --np 2 \
+                 --ops allreduce -b 256K -e 256M -f 4 -n 5 -w 2 --graph-max 4M \
+                 --eager-sweep-max 0 --reps-per-run 100 | tail -n 12
+             done ;;
     check) bash "$root/scripts/gpu-check.sh" --prebuilt "$build" ;;
     mid) for v in default put16K; do
            echo "== hir_p2p_bench, $v"
