@@ -903,6 +903,100 @@ TEST(CudaDevice, ReduceWithSyncWaitsSignalsAndAdvancesAtEachReplay) {
   }
 }
 
+// A reduce with waits and signals of more elements than one block takes
+// and at most a grid copy's (HIR_CUDA_GRID_COPY_MAX): one grid kernel whose
+// every block waits. Launched before its semaphores are set, it must leave
+// the output and the signals alone for as long as they are not (100 ms);
+// once they are, every element is the sum and each source is signaled,
+// the counted one advanced; a second launch right after (the arrivals word
+// back at 0) does it again. The same with HIR_CUDA_GRID_COPY_MAX=0 (a wait
+// kernel, the grid's reduction, a signal kernel). 65537 elements: a tail
+// past the vectors; 2^18: the largest of the grid (1 MiB).
+TEST(CudaDevice, AMidSizeReduceWithSyncWaitsBeforeReadingAndSignalsAfter) {
+  HIR_REQUIRE_GPUS(1);
+  for (const char* grid_max : {"", "0"}) {
+    std::unique_ptr<Device> device = makeCudaDeviceWithEnv("HIR_CUDA_GRID_COPY_MAX", grid_max);
+    auto s = device->createStream();
+    for (const std::size_t count : {std::size_t{65537}, std::size_t{1} << 18}) {
+      SCOPED_TRACE(fmt::format("HIR_CUDA_GRID_COPY_MAX='{}', {} elements", grid_max, count));
+      const std::size_t bytes = count * sizeof(int32_t);
+      Buffer a(*device, bytes), b(*device, bytes), c(*device, bytes), dst(*device, bytes);
+      Buffer words(*device, 8 * sizeof(uint32_t));  // waits 0-1, signals 2-3, counter 4, release 5
+      auto* w = static_cast<uint32_t*>(words.data());
+      device->fill(*s, a.data(), DType::Int32, count, 1, 0);
+      device->fill(*s, b.data(), DType::Int32, count, 10, 1);
+      device->fill(*s, c.data(), DType::Int32, count, 100, 0);
+      device->fill(*s, dst.data(), DType::Int32, count, -7, 0);
+      device->synchronize(*s, testTimeout());
+      const uint32_t start[8] = {4, 0, 0, 0, 10, 0, 0, 0};
+      upload(w, start, sizeof start);
+      struct Unblock {  // a failed check must not leave the kernel waiting
+        uint32_t* release;
+        ~Unblock() {
+          const uint32_t one = 1;
+          (void)cudaMemcpy(release, &one, sizeof one, cudaMemcpyHostToDevice);
+          (void)cudaDeviceSynchronize();
+        }
+      } unblock{w + 5};
+      MessageStep sync;
+      sync.waits[1] = w + 0;  // host-numbered: 5, then 6
+      sync.signals[1] = w + 2;
+      sync.numbers[1] = 5;
+      sync.counters[2] = w + 4;  // counted: 10 + 2, then 13 + 2
+      sync.numbers[2] = 2;
+      sync.advances[2] = 3;
+      sync.waits[2] = w + 1;
+      sync.signals[2] = w + 3;
+      sync.release = w + 5;
+      const std::vector<const void*> srcs = {a.data(), b.data(), c.data()};
+      device->reduce(*s, dst.data(), srcs.data(), srcs.size(), DType::Int32, ReduceOp::Sum, count,
+                     &sync);
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      auto word = [&](int k) {
+        uint32_t v = 0;
+        std::memcpy(&v, readBack(w + k, sizeof v).data(), sizeof v);
+        return v;
+      };
+      auto element = [&](std::size_t i) {
+        int32_t v = 0;
+        std::memcpy(&v, readBack(static_cast<int32_t*>(dst.data()) + i, sizeof v).data(), sizeof v);
+        return v;
+      };
+      ASSERT_EQ(element(0), -7) << "the reduction ran before its sources were ready";
+      ASSERT_EQ(element(count - 1), -7);
+      ASSERT_EQ(word(2), 0u) << "a source was signaled before it was read";
+      ASSERT_EQ(word(3), 0u);
+      const uint32_t ready[2] = {5, 12};
+      ASSERT_EQ(cudaMemcpy(w, ready, sizeof ready, cudaMemcpyHostToDevice), cudaSuccess);
+      device->synchronize(*s, testTimeout());
+      // The next launch: its semaphores already set, its number one on.
+      sync.numbers[1] = 6;
+      const uint32_t next[2] = {6, 15};
+      std::vector<int32_t> first(count);
+      std::memcpy(first.data(), readBack(dst.data(), bytes).data(), bytes);
+      EXPECT_EQ(word(2), 5u);
+      EXPECT_EQ(word(3), 12u);
+      EXPECT_EQ(word(4), 13u);  // 12 - 2 + 3
+      ASSERT_EQ(cudaMemcpy(w, next, sizeof next, cudaMemcpyHostToDevice), cudaSuccess);
+      device->fill(*s, dst.data(), DType::Int32, count, -7, 0);
+      device->reduce(*s, dst.data(), srcs.data(), srcs.size(), DType::Int32, ReduceOp::Sum, count,
+                     &sync);
+      device->synchronize(*s, testTimeout());
+      std::vector<int32_t> second(count);
+      std::memcpy(second.data(), readBack(dst.data(), bytes).data(), bytes);
+      for (std::size_t i = 0; i < count; ++i) {
+        const auto want = static_cast<int32_t>(111 + i);
+        ASSERT_EQ(first[i], want) << "first launch, element " << i;
+        ASSERT_EQ(second[i], want) << "second launch, element " << i;
+      }
+      EXPECT_EQ(word(2), 6u);
+      EXPECT_EQ(word(3), 15u);
+      EXPECT_EQ(word(4), 16u);
+      EXPECT_EQ(word(5), 0u) << "nothing released the waits";
+    }
+  }
+}
+
 // A reduce with a push captured into a graph, replayed three times: the
 // push copies its source into the slot of its number (counter + 1, over a
 // ring of 4), signals that number and advances its counter; the source

@@ -671,8 +671,17 @@ class CudaDevice final : public Device {
       sync = &rest;
     }
     CudaStream& cs = cudaStream(s, "reduce");
+    // Above one block's size and up to HIR_CUDA_GRID_COPY_MAX, the waits,
+    // the reduction and the signals are one grid kernel (launchReduce), as
+    // a mid-size copy is; the grid's blocks are those of a grid copy of the
+    // elements.
+    const std::size_t bytes = count * dtypeSize(t);
+    ReduceGrid grid;
+    if (sync != nullptr && sync->push_count == 0 && bytes > kernel_copy_max_ &&
+        bytes <= grid_copy_max_)
+      grid = {arrivalsFor(cs), gridBlocks(bytes), grid_copy_max_};
     HIR_CUDA_CHECK(ordinal_, launchReduce(cs.native(), dst, srcs, static_cast<int>(sources), t,
-                                          op, count, sync, max_blocks_, kernel_copy_max_));
+                                          op, count, sync, max_blocks_, kernel_copy_max_, &grid));
     cs.noteWork();
   }
 

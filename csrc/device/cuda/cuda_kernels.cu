@@ -890,8 +890,9 @@ struct SyncSources {
 // Which reduce kernel does a MessageStep's reduction: Place, reduceKernel
 // (any grid), which finds the ring sources in their slots from the counters;
 // Fused, reduceFusedKernel or reduceLinesKernel (one block), which also
-// wait before and signal and advance after.
-enum class SyncMode : int { Place, Fused };
+// wait before and signal and advance after; Grid, reduceGridKernel (a grid
+// whose every block waits, and whose last block signals and advances).
+enum class SyncMode : int { Place, Fused, Grid };
 
 // Source j's number v, from its counter when it has one.
 __device__ __forceinline__ uint32_t numberOf(const SyncSources& y, int j) {
@@ -989,17 +990,20 @@ __device__ void syncWait(const SyncSources& y, int n, uint32_t* v, const uint32_
 
 // One block, after its reads and writes: a barrier (every thread has
 // consumed what it read), then thread 0 stores each v[j] into source j's
-// signal and advances its counter, in source order. The signals say the
+// signal and advances its counter, in source order (signalSources, which a
+// grid's last block calls alone). The signals say the
 // sources were read ("consumed", "free"), and no peer reads what the
 // reduction wrote because of them: relaxed stores, which wait for nothing.
-__device__ void syncSignal(const SyncSources& y, int n, const uint32_t* v) {
-  __syncthreads();
-  if (threadIdx.x != 0) return;
+__device__ void signalSources(const SyncSources& y, int n, const uint32_t* v) {
   for (int j = 0; j < n; ++j) {  // in order, as syncCopies signals
     if (y.signal[j] != nullptr) storeRelaxedSys(y.signal[j], v[j]);
     if (y.counter[j] != nullptr && y.advance[j] != 0)
       *y.counter[j] = v[j] - y.number[j] + y.advance[j];
   }
+}
+__device__ void syncSignal(const SyncSources& y, int n, const uint32_t* v) {
+  __syncthreads();
+  if (threadIdx.x == 0) signalSources(y, n, v);
 }
 
 // One block: thread k < count reads copy k's number and waits (a push: for
@@ -1396,28 +1400,18 @@ __global__ void __launch_bounds__(kBlockThreads)
     dst[k] = reduceElement<A, Op>(srcs, n, k);
 }
 
-// A reduction with its waits, pushes and signals in one block (small
-// elements, not in lines). wide as in reduceKernel, but kReduceBatch
-// vectors per thread and source are loaded before any is combined: a block
-// reading a peer's memory over the link then waits one round trip per
-// batch, not per vector (one H100: 64 KiB 11.1 -> 7.4 us per allreduce).
-// The loop over sources is not unrolled; each source's pointer is picked
-// once per batch.
+// The elements [first, count) in steps of `stride` (a block's threads, or
+// a grid's) of dst = the reduction of the sources. wide as in reduceKernel,
+// but kReduceBatch vectors per thread and source are loaded before any is
+// combined; the loop over sources is not unrolled, and each source's
+// pointer is picked once per batch.
 template <class A, ReduceOp Op>
-__global__ void __launch_bounds__(kBlockThreads)
-    reduceFusedKernel(typename A::S* dst, ReduceSources given, SyncSources sync, int n,
-                      std::size_t count, bool wide) {
-  followPrevious();
+__device__ __forceinline__ void reduceInBatches(typename A::S* dst, const ReduceSources& srcs,
+                                                int n, std::size_t count, bool wide,
+                                                std::size_t first, std::size_t stride) {
   using S = typename A::S;
-  __shared__ uint32_t v[kMaxReduceSources];
-  __shared__ StepNumbers numbers;
-  readNumbers(sync, n, numbers);
-  if (sync.pushes > 0) syncPush(sync, &numbers);
-  syncWait(sync, n, v, numbers.source, numbers.source_seen);
-  const ReduceSources srcs = placeSources(given, sync, v);
   constexpr int kPer = 16 / sizeof(S);
   using Vec = VecOf<S>;
-  const std::size_t first = threadIdx.x, stride = blockDim.x;
   std::size_t scalar_from = 0;
   if (wide) {
     const std::size_t vectors = count / kPer;
@@ -1447,7 +1441,49 @@ __global__ void __launch_bounds__(kBlockThreads)
   }
   for (std::size_t k = scalar_from + first; k < count; k += stride)
     dst[k] = reduceElement<A, Op>(srcs, n, k);
+}
+
+// A reduction with its waits, pushes and signals in one block (small
+// elements, not in lines), in batches (reduceInBatches): a block reading a
+// peer's memory over the link then waits one round trip per batch, not per
+// vector (one H100: 64 KiB 11.1 -> 7.4 us per allreduce).
+template <class A, ReduceOp Op>
+__global__ void __launch_bounds__(kBlockThreads)
+    reduceFusedKernel(typename A::S* dst, ReduceSources given, SyncSources sync, int n,
+                      std::size_t count, bool wide) {
+  followPrevious();
+  __shared__ uint32_t v[kMaxReduceSources];
+  __shared__ StepNumbers numbers;
+  readNumbers(sync, n, numbers);
+  if (sync.pushes > 0) syncPush(sync, &numbers);
+  syncWait(sync, n, v, numbers.source, numbers.source_seen);
+  reduceInBatches<A, Op>(dst, placeSources(given, sync, v), n, count, wide, threadIdx.x,
+                         blockDim.x);
   syncSignal(sync, n, v);
+}
+
+// reduceFusedKernel over a grid (SyncMode::Grid), for elements above one
+// block's and up to a grid copy's size: thread j < n of every block reads
+// source j's number and waits for it (no block advances a counter), the
+// grid reduces in batches, and the last block to arrive (lastBlockToArrive,
+// without fences: the signals say only that the sources were read, and
+// every block's loads returned before it arrived) stores the signals and
+// advances the counters. One launch where the wait kernel, the grid's
+// reduceKernel and the signal kernel were three, each with the whole
+// SyncSources in its parameters. No pushes (they would go once, before any
+// wait) and no sources in lines.
+template <class A, ReduceOp Op>
+__global__ void __launch_bounds__(kBlockThreads)
+    reduceGridKernel(typename A::S* dst, ReduceSources given, SyncSources sync, int n,
+                     std::size_t count, bool wide, uint32_t* arrivals) {
+  followPrevious();
+  __shared__ uint32_t v[kMaxReduceSources];
+  syncWait(sync, n, v, nullptr, nullptr);
+  reduceInBatches<A, Op>(dst, placeSources(given, sync, v), n, count, wide,
+                         static_cast<std::size_t>(blockIdx.x) * blockDim.x + threadIdx.x,
+                         static_cast<std::size_t>(gridDim.x) * blockDim.x);
+  __syncthreads();
+  if (threadIdx.x == 0 && lastBlockToArrive(arrivals, false)) signalSources(sync, n, v);
 }
 
 // A fused reduction with sources in lines (small: one block): a kernel of
@@ -1468,7 +1504,8 @@ __global__ void __launch_bounds__(kBlockThreads)
 
 template <class A, ReduceOp Op>
 cudaError_t reduceAs(cudaStream_t stream, void* dst, ReduceSources srcs, SyncSources sync,
-                     SyncMode mode, int n, std::size_t count, bool wide, int max_blocks) {
+                     SyncMode mode, int n, std::size_t count, bool wide, int max_blocks,
+                     uint32_t* arrivals) {
   using S = typename A::S;
   constexpr std::size_t kPer = 16 / sizeof(S);
   // Threads with work: one per vector, or per element of the tail.
@@ -1478,6 +1515,11 @@ cudaError_t reduceAs(cudaStream_t stream, void* dst, ReduceSources srcs, SyncSou
     void* args[] = {&typed, &srcs, &sync, &n, &count};
     return launchKernel(reinterpret_cast<const void*>(&reduceLinesKernel<A, Op>), dim3(1),
                         dim3(kBlockThreads), args, stream);
+  }
+  if (mode == SyncMode::Grid) {  // max_blocks: the grid's blocks
+    void* args[] = {&typed, &srcs, &sync, &n, &count, &wide, &arrivals};
+    return launchKernel(reinterpret_cast<const void*>(&reduceGridKernel<A, Op>),
+                        dim3(std::max(max_blocks, 2)), dim3(kBlockThreads), args, stream);
   }
   void* args[] = {&typed, &srcs, &sync, &n, &count, &wide};
   if (mode == SyncMode::Fused)
@@ -1490,19 +1532,23 @@ cudaError_t reduceAs(cudaStream_t stream, void* dst, ReduceSources srcs, SyncSou
 template <class A>
 cudaError_t reduceWith(ReduceOp op, cudaStream_t stream, void* dst, const ReduceSources& srcs,
                        const SyncSources& sync, SyncMode mode, int n, std::size_t count,
-                       bool wide, int max_blocks) {
+                       bool wide, int max_blocks, uint32_t* arrivals) {
   switch (op) {
     case ReduceOp::Sum:
-      return reduceAs<A, ReduceOp::Sum>(stream, dst, srcs, sync, mode, n, count, wide, max_blocks);
+      return reduceAs<A, ReduceOp::Sum>(stream, dst, srcs, sync, mode, n, count, wide, max_blocks,
+                                        arrivals);
     case ReduceOp::Prod:
       return reduceAs<A, ReduceOp::Prod>(stream, dst, srcs, sync, mode, n, count, wide,
-                                         max_blocks);
+                                         max_blocks, arrivals);
     case ReduceOp::Min:
-      return reduceAs<A, ReduceOp::Min>(stream, dst, srcs, sync, mode, n, count, wide, max_blocks);
+      return reduceAs<A, ReduceOp::Min>(stream, dst, srcs, sync, mode, n, count, wide, max_blocks,
+                                        arrivals);
     case ReduceOp::Max:
-      return reduceAs<A, ReduceOp::Max>(stream, dst, srcs, sync, mode, n, count, wide, max_blocks);
+      return reduceAs<A, ReduceOp::Max>(stream, dst, srcs, sync, mode, n, count, wide, max_blocks,
+                                        arrivals);
     case ReduceOp::Avg:
-      return reduceAs<A, ReduceOp::Avg>(stream, dst, srcs, sync, mode, n, count, wide, max_blocks);
+      return reduceAs<A, ReduceOp::Avg>(stream, dst, srcs, sync, mode, n, count, wide, max_blocks,
+                                        arrivals);
   }
   return cudaErrorInvalidValue;
 }
@@ -1564,7 +1610,7 @@ cudaError_t launchSync(cudaStream_t stream, const SyncSources& sync, int n, bool
 
 cudaError_t launchReduce(cudaStream_t stream, void* dst, const void* const* srcs, int n, DType t,
                          ReduceOp op, std::size_t count, const MessageStep* sync, int max_blocks,
-                         std::size_t fuse_max) {
+                         std::size_t fuse_max, const ReduceGrid* grid) {
   if (n < 1 || n > static_cast<int>(kMaxReduceSources) || (count > 0 && dst == nullptr) ||
       srcs == nullptr)
     return cudaErrorInvalidValue;
@@ -1604,43 +1650,49 @@ cudaError_t launchReduce(cudaStream_t stream, void* dst, const void* const* srcs
   if (y.inline_sources != 0 && (count == 0 || !fuse)) return cudaErrorInvalidValue;
   if (count == 0) return waits_or_signals ? launchSync(stream, y, n, true, true) : cudaSuccess;
   const bool wide = addresses % 16 == 0;
-  // One kernel when one block is enough for the elements; else the waits,
-  // the grid's reduction, then the signals.
-  if (waits_or_signals && !fuse)
+  // One kernel of one block when one block is enough for the elements; one
+  // grid kernel up to grid->max_bytes (no pushes: they go once, before any
+  // wait); else the waits, the grid's reduction, then the signals.
+  const bool gridded = waits_or_signals && !fuse && grid != nullptr &&
+                       grid->arrivals != nullptr && y.pushes == 0 &&
+                       count * dtypeSize(t) <= grid->max_bytes;
+  if (waits_or_signals && !fuse && !gridded)
     if (cudaError_t e = launchSync(stream, y, n, true, false); e != cudaSuccess) return e;
-  const SyncMode mode = fuse ? SyncMode::Fused : SyncMode::Place;
+  const SyncMode mode = fuse ? SyncMode::Fused : gridded ? SyncMode::Grid : SyncMode::Place;
+  const int blocks = gridded ? grid->blocks : max_blocks;
+  uint32_t* arrivals = gridded ? grid->arrivals : nullptr;
   cudaError_t e = cudaErrorInvalidValue;
   switch (t) {
     case DType::Float32:
-      e = reduceWith<FloatArith<float>>(op, stream, dst, from, y, mode, n, count, wide,
-                                        max_blocks);
+      e = reduceWith<FloatArith<float>>(op, stream, dst, from, y, mode, n, count, wide, blocks,
+                                        arrivals);
       break;
     case DType::Float64:
-      e = reduceWith<FloatArith<double>>(op, stream, dst, from, y, mode, n, count, wide,
-                                         max_blocks);
+      e = reduceWith<FloatArith<double>>(op, stream, dst, from, y, mode, n, count, wide, blocks,
+                                         arrivals);
       break;
     case DType::Float16:
       e = reduceWith<SixteenArith<HalfBits>>(op, stream, dst, from, y, mode, n, count, wide,
-                                             max_blocks);
+                                             blocks, arrivals);
       break;
     case DType::BFloat16:
       e = reduceWith<SixteenArith<BFloat16Bits>>(op, stream, dst, from, y, mode, n, count, wide,
-                                                 max_blocks);
+                                                 blocks, arrivals);
       break;
     case DType::Int32:
-      e = reduceWith<IntArith<int32_t>>(op, stream, dst, from, y, mode, n, count, wide,
-                                        max_blocks);
+      e = reduceWith<IntArith<int32_t>>(op, stream, dst, from, y, mode, n, count, wide, blocks,
+                                        arrivals);
       break;
     case DType::Int64:
-      e = reduceWith<IntArith<int64_t>>(op, stream, dst, from, y, mode, n, count, wide,
-                                        max_blocks);
+      e = reduceWith<IntArith<int64_t>>(op, stream, dst, from, y, mode, n, count, wide, blocks,
+                                        arrivals);
       break;
     case DType::UInt8:
-      e = reduceWith<IntArith<uint8_t>>(op, stream, dst, from, y, mode, n, count, wide,
-                                        max_blocks);
+      e = reduceWith<IntArith<uint8_t>>(op, stream, dst, from, y, mode, n, count, wide, blocks,
+                                        arrivals);
       break;
   }
-  if (e != cudaSuccess || fuse || !waits_or_signals) return e;
+  if (e != cudaSuccess || fuse || gridded || !waits_or_signals) return e;
   return launchSync(stream, y, n, false, true);
 }
 
@@ -1692,6 +1744,7 @@ cudaError_t preloadKernels() {
   lines.inline_flags[0] = true;
   MessageStep fused;  // a signal, no lines: reduceFusedKernel
   fused.signals[0] = word;
+  const ReduceGrid gridded{word, 2, 64};  // above fuse_max 0: reduceGridKernel
   for (const auto& dtype : kDTypeNames) {
     const DType t = dtype.first;
     note(launchFill(nullptr, p, t, 1, 0, 0, 1));
@@ -1701,6 +1754,7 @@ cudaError_t preloadKernels() {
       note(launchReduce(nullptr, p, srcs, 1, t, op.first, 1, nullptr, 1, 0));
       note(launchReduce(nullptr, p, srcs, 1, t, op.first, 1, &lines, 1, 64));
       note(launchReduce(nullptr, p, srcs, 1, t, op.first, 1, &fused, 1, 64));
+      note(launchReduce(nullptr, p, srcs, 1, t, op.first, 1, &fused, 1, 0, &gridded));
     }
   }
   note(launchCopy(nullptr, p, p, 16, 1));
