@@ -849,15 +849,18 @@ TEST(CudaDevice, ReduceFindsRingSourcesInTheSlotTheirCountersNameAtEachReplay) {
 }
 
 // A reduce with waits and signals captured into a graph, of few elements
-// (one fused kernel), of many (a wait kernel, the grid's reduction, a
-// signal kernel) and of none: at each replay it waits for both semaphores
-// (set before the replay: a host-numbered source, 7, and a counted one,
-// counter + 2), signals each number and advances the counter by 3.
+// (one fused kernel), of a grid copy's size (one grid kernel, its arrivals
+// word set aside for the graph), of many (a wait kernel, the grid's
+// reduction, a signal kernel) and of none: at each replay it waits for
+// both semaphores (set before the replay: a host-numbered source, 7, and a
+// counted one, counter + 2), signals each number and advances the counter
+// by 3.
 TEST(CudaDevice, ReduceWithSyncWaitsSignalsAndAdvancesAtEachReplay) {
   HIR_REQUIRE_GPUS(1);
   auto device = makeCudaDevice();
   auto s = device->createStream();
-  for (const std::size_t count : {std::size_t{5}, std::size_t{1} << 20, std::size_t{0}}) {
+  for (const std::size_t count :
+       {std::size_t{5}, std::size_t{1} << 16, std::size_t{1} << 20, std::size_t{0}}) {
     const std::size_t bytes = std::max<std::size_t>(count, 1) * sizeof(int32_t);
     Buffer a(*device, bytes), b(*device, bytes), c(*device, bytes), dst(*device, bytes);
     Buffer words(*device, 8 * sizeof(uint32_t));  // wait a, wait b, signal a, signal b, counter
