@@ -1443,6 +1443,15 @@ __device__ __forceinline__ void reduceInBatches(typename A::S* dst, const Reduce
     dst[k] = reduceElement<A, Op>(srcs, n, k);
 }
 
+// A one-block reduction's start: its parts' numbers (readNumbers), its
+// pushes, then its sources' waits (v[j]: source j's number).
+__device__ __forceinline__ void oneBlockStart(const SyncSources& y, int n, uint32_t* v,
+                                              StepNumbers& numbers) {
+  readNumbers(y, n, numbers);
+  if (y.pushes > 0) syncPush(y, &numbers);
+  syncWait(y, n, v, numbers.source, numbers.source_seen);
+}
+
 // A reduction with its waits, pushes and signals in one block (small
 // elements, not in lines), in batches (reduceInBatches): a block reading a
 // peer's memory over the link then waits one round trip per batch, not per
@@ -1454,9 +1463,7 @@ __global__ void __launch_bounds__(kBlockThreads)
   followPrevious();
   __shared__ uint32_t v[kMaxReduceSources];
   __shared__ StepNumbers numbers;
-  readNumbers(sync, n, numbers);
-  if (sync.pushes > 0) syncPush(sync, &numbers);
-  syncWait(sync, n, v, numbers.source, numbers.source_seen);
+  oneBlockStart(sync, n, v, numbers);
   reduceInBatches<A, Op>(dst, placeSources(given, sync, v), n, count, wide, threadIdx.x,
                          blockDim.x);
   syncSignal(sync, n, v);
@@ -1495,9 +1502,7 @@ __global__ void __launch_bounds__(kBlockThreads)
   followPrevious();
   __shared__ uint32_t v[kMaxReduceSources];
   __shared__ StepNumbers numbers;
-  readNumbers(sync, n, numbers);
-  if (sync.pushes > 0) syncPush(sync, &numbers);
-  syncWait(sync, n, v, numbers.source, numbers.source_seen);
+  oneBlockStart(sync, n, v, numbers);
   reduceLines<A, Op>(dst, given, sync, v, n, count);
   syncSignal(sync, n, v);
 }
