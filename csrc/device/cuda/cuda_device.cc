@@ -679,7 +679,7 @@ class CudaDevice final : public Device {
     ReduceGrid grid;
     if (sync != nullptr && sync->push_count == 0 && bytes > kernel_copy_max_ &&
         bytes <= grid_copy_max_)
-      grid = {arrivalsFor(cs), gridBlocks(bytes), grid_copy_max_};
+      grid = {arrivalsFor(cs), gridBlocks(bytes)};
     HIR_CUDA_CHECK(ordinal_, launchReduce(cs.native(), dst, srcs, static_cast<int>(sources), t,
                                           op, count, sync, max_blocks_, kernel_copy_max_, &grid));
     cs.noteWork();

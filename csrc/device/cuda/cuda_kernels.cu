@@ -1656,11 +1656,10 @@ cudaError_t launchReduce(cudaStream_t stream, void* dst, const void* const* srcs
   if (count == 0) return waits_or_signals ? launchSync(stream, y, n, true, true) : cudaSuccess;
   const bool wide = addresses % 16 == 0;
   // One kernel of one block when one block is enough for the elements; one
-  // grid kernel up to grid->max_bytes (no pushes: they go once, before any
-  // wait); else the waits, the grid's reduction, then the signals.
+  // grid kernel when the caller gives one (no pushes: they go once, before
+  // any wait); else the waits, the grid's reduction, then the signals.
   const bool gridded = waits_or_signals && !fuse && grid != nullptr &&
-                       grid->arrivals != nullptr && y.pushes == 0 &&
-                       count * dtypeSize(t) <= grid->max_bytes;
+                       grid->arrivals != nullptr && y.pushes == 0;
   if (waits_or_signals && !fuse && !gridded)
     if (cudaError_t e = launchSync(stream, y, n, true, false); e != cudaSuccess) return e;
   const SyncMode mode = fuse ? SyncMode::Fused : gridded ? SyncMode::Grid : SyncMode::Place;
@@ -1749,7 +1748,7 @@ cudaError_t preloadKernels() {
   lines.inline_flags[0] = true;
   MessageStep fused;  // a signal, no lines: reduceFusedKernel
   fused.signals[0] = word;
-  const ReduceGrid gridded{word, 2, 64};  // above fuse_max 0: reduceGridKernel
+  const ReduceGrid gridded{word, 2};  // above fuse_max 0: reduceGridKernel
   for (const auto& dtype : kDTypeNames) {
     const DType t = dtype.first;
     note(launchFill(nullptr, p, t, 1, 0, 0, 1));

@@ -106,17 +106,16 @@ cudaError_t launchAdd(cudaStream_t stream, void* out, const void* a, const void*
 // every source are 16-byte aligned. Uses at most `max_blocks` blocks
 // (grid-stride loop). With `sync` (MessageStep, device.h): its waits, the
 // reduction and its signals are one kernel of one block when the elements
-// take at most `fuse_max` bytes; above, with `grid` and up to its
-// max_bytes, and without pushes, one kernel of grid->blocks blocks (at
-// least 2) whose every block waits and whose last block to count itself in
-// *grid->arrivals (a word of device memory at 0, left at 0; as
-// launchGridSignaledCopy's) signals; else a wait kernel, the grid's
-// reduction and a signal kernel (also the wait and signal kernel alone for
-// no elements).
+// take at most `fuse_max` bytes; above, with `grid` (the caller gives it
+// for the sizes it wants in one grid kernel) and without pushes, one
+// kernel of grid->blocks blocks (at least 2) whose every block waits and
+// whose last block to count itself in *grid->arrivals (a word of device
+// memory at 0, left at 0; as launchGridSignaledCopy's) signals; else a wait
+// kernel, the grid's reduction and a signal kernel (also the wait and
+// signal kernel alone for no elements).
 struct ReduceGrid {
   uint32_t* arrivals = nullptr;
   int blocks = 0;
-  std::size_t max_bytes = 0;
 };
 cudaError_t launchReduce(cudaStream_t stream, void* dst, const void* const* srcs, int n, DType t,
                          ReduceOp op, std::size_t count, const MessageStep* sync, int max_blocks,
