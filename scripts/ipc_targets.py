@@ -101,6 +101,23 @@ class Verdicts:
         return [r for r in self.rows if r[5] == "**missed**"]
 
 
+def judge_rates(rows, bar):
+    """rows: (size, {backend: (time, rate, ...)}, ipc key, nccl key).
+    Returns (verdict, [(size, ipc rate, nccl rate, ipc / nccl)]): met when
+    every size's ratio is at least `bar`; None (not measured) when there is
+    no size or a size lacks either rate."""
+    judged, ok = [], True
+    for size, r, ipc, nccl in rows:
+        if ipc not in r or nccl not in r or r[nccl][1] <= 0:
+            ok = None
+            continue
+        i, n = r[ipc][1], r[nccl][1]
+        judged.append((size, i, n, i / n))
+        if ok is not None:
+            ok = ok and i / n >= bar
+    return (ok if rows else None), judged
+
+
 def fmt(v, p=2):
     return "-" if v is None else f"{v:.{p}f}"
 
@@ -140,38 +157,25 @@ def main():
 
     # 3. and 4. send/recv bandwidth, streamed, the default protocol.
     def bandwidth(lo, hi, bar, label):
-        ratios, figures, ok = [], [], True
         sizes = sorted(b for (t, b) in p2p if t == "bandwidth" and lo <= b <= hi)
-        for b in sizes:
-            r = p2p[("bandwidth", b)]
-            if "ipc-auto" not in r or "nccl" not in r:
-                ok = None
-                continue
-            x = r["ipc-auto"][1] / r["nccl"][1]
-            ratios.append(f"{size_text(b)} {x:.3f}x")
-            figures.append(f"{size_text(b)} {r['ipc-auto'][1]:.1f} / {r['nccl'][1]:.1f}")
-            ok = ok and x >= bar if ok is not None else None
-        if not sizes:
-            ok = None
-        v.add(label, "; ".join(figures) + " GB/s (ipc / nccl)" if figures else "-", "same row",
-              ", ".join(ratios) or "-", f">= {bar}x bandwidth", ok)
+        ok, judged = judge_rates([(b, p2p[("bandwidth", b)], "ipc-auto", "nccl")
+                                  for b in sizes], bar)
+        v.add(label,
+              "; ".join(f"{size_text(b)} {i:.1f} / {n:.1f}" for b, i, n, _ in judged)
+              + " GB/s (ipc / nccl)" if judged else "-", "same row",
+              ", ".join(f"{size_text(b)} {x:.3f}x" for b, _, _, x in judged) or "-",
+              f">= {bar}x bandwidth", ok)
 
     bandwidth(1 * MiB, 16 * MiB, 1.0, "1 - 16 MiB send/recv, streamed, defaults")
     bandwidth(256 * MiB, 1 << 40, 1.08, "256 MiB and up send/recv, streamed, defaults")
 
     # 5. allgather at 64 MiB and up: at least 1.05x NCCL's busbw.
-    ratios, ok = [], True
     big = sorted(s for (op, mode, s) in colls if op == "allgather" and mode == "eager" and s >= 64 * MiB)
-    for s in big:
-        r = colls[("allgather", "eager", s)]
-        if "ipc" not in r or "nccl" not in r or r["nccl"][1] <= 0:
-            ok = None
-            continue
-        x = r["ipc"][1] / r["nccl"][1]
-        ratios.append(f"{size_text(s)} {r['ipc'][1]:.1f} / {r['nccl'][1]:.1f} GB/s, {x:.3f}x")
-        ok = ok and x >= 1.05 if ok is not None else None
-    v.add("allgather 64 MiB and up, busbw", "; ".join(ratios) or "-", "same row", "-", ">= 1.05x",
-          ok if big else None)
+    ok, judged = judge_rates([(s, colls[("allgather", "eager", s)], "ipc", "nccl")
+                              for s in big], 1.05)
+    v.add("allgather 64 MiB and up, busbw",
+          "; ".join(f"{size_text(s)} {i:.1f} / {n:.1f} GB/s, {x:.3f}x" for s, i, n, x in judged)
+          or "-", "same row", "-", ">= 1.05x", ok)
 
     # 6. 8 B allreduce eagerly: below NCCL's.
     ipc, nccl = lat.get(("ipc", "allreduce", 8, "eager")), lat.get(("nccl", "allreduce", 8, "eager"))
