@@ -66,6 +66,9 @@ fi
 export NCCL_NVLS_ENABLE=0 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 out=${OUT:-$root/gpu-out}/targets
 mkdir -p "$out"
+# A part that does not run this time must be "not measured", not judged
+# from an earlier run's file.
+rm -f "$out/p2p.csv" "$out/ipc-collectives.csv" "$out/ipc-latency.txt"
 has() { case " $parts " in *" $1 "*) return 0 ;; esac; return 1; }
 mps_flag=()
 [ "$mps" = 1 ] && mps_flag=(--mps)
