@@ -11,7 +11,7 @@
 # bin/ (hir and the benchmarks), tests/ (the GPU and MPI test binaries and
 # the example kernels), libhostir.so.0, and lib/ with the shared libraries
 # whose versions differ on the GPU machines (spdlog: 1.10 here, 1.12 there;
-# fmt with it; libcudart for nccl-tests). --nccl-tests DIR adds
+# fmt with it; Google Benchmark; libcudart for nccl-tests). --nccl-tests DIR adds
 # all_reduce_perf, all_gather_perf and sendrecv_perf from DIR (nccl-tests
 # built here with MPI=1) as nccl-tests/. MANIFEST says the commit, and the
 # source and build paths compiled into the tests.
@@ -48,8 +48,10 @@ for f in hostir_gpu_tests hostir_mpi_tests libhostir_example_kernels.so; do
   strip --strip-debug -o "$out/tests/$f" "$build/tests/$f"
 done
 strip --strip-debug -o "$out/libhostir.so.0" "$(readlink -f "$build/libhostir.so.0")"
-# The libraries whose versions differ there, as this machine resolves them.
-ldd "$build/bin/hir" | awk '/libspdlog|libfmt/ { print $3 }' | while read -r lib; do
+# The libraries whose versions differ there, as this machine resolves them
+# (Google Benchmark: Debian's is libbenchmark.so.1debian).
+ldd "$build/bin/hir" "$build/bin/hir_evaluator_bench" |
+  awk '/libspdlog|libfmt|libbenchmark/ { print $3 }' | sort -u | while read -r lib; do
   cp -L "$lib" "$out/lib/"
 done
 if [ -n "$nccl_tests" ]; then
