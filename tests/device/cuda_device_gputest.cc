@@ -1144,6 +1144,104 @@ TEST(CudaDevice, MessageStepPushesPullsAndCopiesAtEachReplay) {
   }
 }
 
+// A step of any number of parts, up to kMaxReduceSources: a message step
+// of `parts` pushes and as many pulls (one kernel), and a reduction of
+// `parts` sources that waits for each and signals each (one block, a grid,
+// and the three kernels above a grid), must move every part to its place,
+// leave the places of the parts it does not have alone, and signal every
+// part with its number, eagerly.
+TEST(CudaDevice, AStepMovesAndSignalsEveryPartWhateverTheirNumber) {
+  HIR_REQUIRE_GPUS(1);
+  auto device = makeCudaDevice();
+  auto s = device->createStream();
+  constexpr std::size_t kMax = kMaxReduceSources, kBytes = 48;
+  for (const std::size_t parts : {std::size_t{1}, std::size_t{2}, std::size_t{4},
+                                  std::size_t{5}, kMax}) {
+    // Words: [0, kMax) pushes' waits, [kMax, 2 kMax) their signals, then
+    // the pulls' waits and signals.
+    Buffer words(*device, 4 * kMax * sizeof(uint32_t)), src(*device, 2 * kMax * kBytes),
+        dst(*device, 2 * kMax * kBytes);
+    auto* w = static_cast<uint32_t*>(words.data());
+    std::vector<uint32_t> start(4 * kMax, 0);
+    for (std::size_t k = 0; k < kMax; ++k) start[k] = start[2 * kMax + k] = 100 + k;
+    upload(w, start.data(), start.size() * sizeof(uint32_t));
+    std::vector<unsigned char> bytes(2 * kMax * kBytes), poison(2 * kMax * kBytes, 0xEE);
+    for (std::size_t k = 0; k < bytes.size(); ++k) bytes[k] = static_cast<unsigned char>(k * 7);
+    upload(src.data(), bytes.data(), bytes.size());
+    upload(dst.data(), poison.data(), poison.size());
+    MessageStep m;
+    m.push_count = m.pull_count = parts;
+    for (std::size_t k = 0; k < parts; ++k) {
+      auto part = [&](std::size_t at, std::size_t word) {
+        return MessageStep::Copy{.number = static_cast<uint32_t>(100 + k), .wait = w + word + k,
+                                 .dst = static_cast<char*>(dst.data()) + at * kBytes,
+                                 .src = static_cast<const char*>(src.data()) + at * kBytes,
+                                 .bytes = kBytes, .signal = w + word + kMax + k};
+      };
+      m.pushes[k] = part(k, 0);
+      m.pulls[k] = part(kMax + k, 2 * kMax);
+    }
+    device->messageStep(*s, m);
+    device->synchronize(*s, testTimeout());
+    const std::vector<std::byte> moved = readBack(dst.data(), 2 * kMax * kBytes);
+    const std::vector<std::byte> signals = readBack(w, 4 * kMax * sizeof(uint32_t));
+    for (std::size_t k = 0; k < kMax; ++k) {
+      for (const std::size_t at : {k, kMax + k}) {
+        const unsigned char* want = k < parts ? bytes.data() + at * kBytes : poison.data();
+        EXPECT_EQ(std::memcmp(moved.data() + at * kBytes, want, kBytes), 0)
+            << parts << " parts: " << (at < kMax ? "push " : "pull ") << k
+            << (k < parts ? " did not move its bytes" : " is not a part, yet its place changed");
+      }
+      for (const std::size_t word : {kMax + k, 3 * kMax + k}) {
+        uint32_t seen = 0;
+        std::memcpy(&seen, signals.data() + word * sizeof(uint32_t), sizeof seen);
+        EXPECT_EQ(seen, k < parts ? 100 + k : 0u)
+            << parts << " parts: the signal of " << (word < 2 * kMax ? "push " : "pull ") << k;
+      }
+    }
+
+    for (const std::size_t count :
+         {std::size_t{5}, std::size_t{1} << 16, std::size_t{1} << 20}) {
+      const std::size_t size = count * sizeof(int32_t);
+      std::vector<std::unique_ptr<Buffer>> sources;
+      std::vector<const void*> srcs;
+      for (std::size_t j = 0; j < parts; ++j) {
+        sources.push_back(std::make_unique<Buffer>(*device, size));
+        const std::vector<int32_t> values(count, static_cast<int32_t>(j + 1));
+        upload(sources.back()->data(), values.data(), size);
+        srcs.push_back(sources.back()->data());
+      }
+      Buffer out(*device, size);
+      const std::vector<int32_t> bad(count, -7);
+      upload(out.data(), bad.data(), size);
+      upload(w + kMax, start.data() + kMax, kMax * sizeof(uint32_t));  // signals back to 0
+      MessageStep sync;
+      for (std::size_t j = 0; j < parts; ++j) {
+        sync.numbers[j] = static_cast<uint32_t>(100 + j);
+        sync.waits[j] = w + j;
+        sync.signals[j] = w + kMax + j;
+      }
+      device->reduce(*s, out.data(), srcs.data(), parts, DType::Int32, ReduceOp::Sum, count,
+                     &sync);
+      device->synchronize(*s, testTimeout());
+      const std::vector<std::byte> got = readBack(out.data(), size);
+      const auto sum = static_cast<int32_t>(parts * (parts + 1) / 2);
+      for (const std::size_t k : {std::size_t{0}, count / 2, count - 1}) {
+        int32_t e = 0;
+        std::memcpy(&e, got.data() + k * sizeof e, sizeof e);
+        EXPECT_EQ(e, sum) << parts << " sources of " << count << " elements: element " << k;
+      }
+      const std::vector<std::byte> after = readBack(w + kMax, kMax * sizeof(uint32_t));
+      for (std::size_t j = 0; j < kMax; ++j) {
+        uint32_t seen = 0;
+        std::memcpy(&seen, after.data() + j * sizeof seen, sizeof seen);
+        EXPECT_EQ(seen, j < parts ? 100 + j : 0u)
+            << parts << " sources of " << count << " elements: the signal of source " << j;
+      }
+    }
+  }
+}
+
 // Direct delivery (device.h), counted parts over a ring of 2 slots, as
 // HostDeviceReduce.AMessageWhosePullPostedFirstSkipsTheSlot: a pull running
 // first posts, its push writes straight into its buffer and marks the
