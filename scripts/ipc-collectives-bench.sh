@@ -100,6 +100,8 @@ if [ "$mps" = 1 ]; then
   # shellcheck source=mps-env.sh
   . scripts/mps-env.sh
   mps_start "$tmp" || exit 2
+  # More than 2 clients need fewer connections each (mps-env.sh).
+  [ "$np" -gt 2 ] && export CUDA_DEVICE_MAX_CONNECTIONS=8
 fi
 csv="$out/ipc-collectives.csv"
 : >"$csv"

@@ -13,31 +13,37 @@
 #            16 MiB) ping-pong, plus the 8 B latency row
 #   colls    ipc-collectives-bench.sh: allreduce, allgather, reduce_scatter,
 #            broadcast and alltoall, 8 B - 1 GiB by 8x, ipc and nccl, eager
-#            and (up to 32 KiB) with --graph, 20 collectives per run
+#            and (up to 32 KiB) with --graph, 20 collectives per run; at 2
+#            ranks, and again at each world size of --colls-np
 # On one H100 (--mps, ipc only, --reps 2) the three took 58 s.
 #
-#   bash scripts/ipc-targets.sh [--build DIR] [--reps N] [--parts "latency p2p colls"] [--mps]
+#   bash scripts/ipc-targets.sh [--build DIR] [--reps N] [--parts "latency p2p colls"]
+#        [--colls-np "2 4"] [--mps]
 #
 # --build DIR: the binaries (default build-carry, scripts/gpu-pack.sh); builds
 #   nothing. --reps N: repetitions of each measurement, medians (default 5).
 # --parts: which parts to run (default all three); the verdicts name what
-#   was not measured. --mps: on a machine of one GPU, 2 ranks share it under
-#   MPS, ipc only: a check of the script, whose figures judge nothing (no
-#   NCCL to compare with).
-# Writes ${OUT:-gpu-out}/targets/: each part's own files and output, and
-# targets.md (the verdicts and the tables, also printed last). Exit status:
+#   was not measured. --colls-np: the world sizes of the colls part (default
+#   2, and 4 on a machine of 4 GPUs or more: the issue's "4 when lent");
+#   the collectives' targets are judged at each. --mps: on a machine of one
+#   GPU, 2 ranks share it under MPS, ipc only: a check of the script, whose
+#   figures judge nothing (no NCCL to compare with).
+# Writes ${OUT:-gpu-out}/targets/: each part's own files and output (a
+# world size N other than 2 under npN/), and targets.md (the verdicts and
+# the tables, also printed last). Exit status:
 # 0 when every part ran, 1 when one failed, 2 on bad usage.
 # NCCL_NVLS_ENABLE=0 always.
 set -u -o pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
-build=$root/build-carry reps=5 parts="latency p2p colls" mps=0
+build=$root/build-carry reps=5 parts="latency p2p colls" mps=0 colls_np=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --build) shift; build=${1:-} ;;
     --reps) shift; reps=${1:-} ;;
     --parts) shift; parts=${1:-} ;;
+    --colls-np) shift; colls_np=${1:-}; [ -n "$colls_np" ] || colls_np=" " ;;
     --mps) mps=1 ;;
-    -h|--help) sed -n '2,30p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,35p' "$0"; exit 0 ;;
     *) echo "ipc-targets: unknown option $1 (see --help)" >&2; exit 2 ;;
   esac
   shift
@@ -52,6 +58,12 @@ for p in $parts; do
     *) echo "ipc-targets: unknown part '$p' (the parts: latency p2p colls)" >&2; exit 2 ;;
   esac
 done
+for n in $colls_np; do
+  case $n in
+    ''|*[!0-9]*|0|1) echo "ipc-targets: --colls-np expects world sizes of 2 or more, got '$n'" >&2; exit 2 ;;
+  esac
+done
+[ "$colls_np" != " " ] || { echo "ipc-targets: --colls-np names no world size (e.g. \"2 4\")" >&2; exit 2; }
 build=$(readlink -f "$build" 2>/dev/null) && [ -x "$build/bin/hir" ] ||
   { echo "ipc-targets: no build with bin/hir at '$build' (scripts/gpu-pack.sh)" >&2; exit 2; }
 gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
@@ -61,6 +73,14 @@ if [ "$mps" = 1 ]; then
 else
   [ "$gpus" -ge 2 ] || { echo "ipc-targets: needs 2 GPUs (or --mps), found $gpus" >&2; exit 2; }
 fi
+if [ -z "$colls_np" ]; then
+  colls_np=2
+  [ "$mps" = 0 ] && [ "$gpus" -ge 4 ] && colls_np="2 4"
+fi
+for n in $colls_np; do
+  [ "$mps" = 1 ] || [ "$n" -le "$gpus" ] ||
+    { echo "ipc-targets: --colls-np $n needs $n GPUs, found $gpus" >&2; exit 2; }
+done
 [ -f "$build/MANIFEST" ] && [ -f "$root/scripts/prebuilt-env.sh" ] &&
   { . "$root/scripts/prebuilt-env.sh" "$build" || exit 2; }
 export NCCL_NVLS_ENABLE=0 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
@@ -68,7 +88,7 @@ out=${OUT:-$root/gpu-out}/targets
 mkdir -p "$out"
 # A part that does not run this time must be "not measured", not judged
 # from an earlier run's file.
-rm -f "$out/p2p.csv" "$out/ipc-collectives.csv" "$out/ipc-latency.txt"
+rm -f "$out/p2p.csv" "$out/ipc-collectives.csv" "$out/ipc-latency.txt" "$out"/np*/ipc-collectives.csv
 has() { case " $parts " in *" $1 "*) return 0 ;; esac; return 1; }
 mps_flag=()
 [ "$mps" = 1 ] && mps_flag=(--mps)
@@ -105,14 +125,23 @@ if has p2p; then
     unset HIR_SHARE_GPUS CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY CUDA_DEVICE_MAX_CONNECTIONS
   fi
 fi
+at_ranks=()  # the collectives of world sizes other than 2, for the verdicts
 if has colls; then
-  OUT=$out part colls bash "$root/scripts/ipc-collectives-bench.sh" --build "$build" --np 2 \
-    -b 8 -e 1G -f 8 -n "$((reps + 2))" -w 2 --graph-max 32K --eager-sweep-max 0 \
-    --reps-per-run 20 "${mps_flag[@]}"
+  for n in $colls_np; do
+    dir=$out name=colls
+    if [ "$n" != 2 ]; then
+      dir=$out/np$n name=colls-np$n
+      mkdir -p "$dir"
+      at_ranks+=(--collectives-at "$n=$dir/ipc-collectives.csv")
+    fi
+    OUT=$dir part "$name" bash "$root/scripts/ipc-collectives-bench.sh" --build "$build" --np "$n" \
+      -b 8 -e 1G -f 8 -n "$((reps + 2))" -w 2 --graph-max 32K --eager-sweep-max 0 \
+      --reps-per-run 20 "${mps_flag[@]}"
+  done
 fi
 
 python3 "$root/scripts/ipc_targets.py" --p2p "$out/p2p.csv" \
-  --collectives "$out/ipc-collectives.csv" --latency "$out/ipc-latency.txt" \
+  --collectives "$out/ipc-collectives.csv" --latency "$out/ipc-latency.txt" "${at_ranks[@]}" \
   --gpus "$gpus" $([ "$mps" = 1 ] && echo --shared) >"$out/targets.md" || status=1
 cat "$out/targets.md"
 exit $status

@@ -8,9 +8,13 @@ target with the figure, NCCL's in the same run, the ratio, the bar and the
 verdict.
 
   ipc_targets.py --p2p p2p.csv --collectives ipc-collectives.csv \\
-      --latency ipc-latency.txt [--gpus N] [--shared]
+      --latency ipc-latency.txt [--collectives-at N=PATH]... [--gpus N] [--shared]
 
 --shared: the ranks shared one GPU (no NCCL): every verdict is "not judged".
+--collectives-at N=PATH: the collectives of N ranks (a machine of N GPUs;
+the issue's "4 when lent"): their table, and the collectives' targets again
+at N ranks, the 8 B allreduce's from that table (2 ranks take it from the
+latency probe).
 Inputs:
   p2p.csv          hir_p2p_bench --csv: world,test,bytes,variant,us,gbps,...
                    (variants nccl, ipc-auto, raw)
@@ -118,6 +122,68 @@ def judge_rates(rows, bar):
     return (ok if rows else None), judged
 
 
+OPS = ["allreduce", "allgather", "reduce_scatter", "broadcast", "alltoall"]
+
+
+def judge_allgather(v, colls, suffix):
+    """Target 5: allgather at 64 MiB and up at least 1.05x NCCL's busbw."""
+    big = sorted(s for (op, mode, s) in colls if op == "allgather" and mode == "eager" and s >= 64 * MiB)
+    ok, judged = judge_rates([(s, colls[("allgather", "eager", s)], "ipc", "nccl")
+                              for s in big], 1.05)
+    v.add("allgather 64 MiB and up, busbw" + suffix,
+          "; ".join(f"{size_text(s)} {i:.1f} / {n:.1f} GB/s, {x:.3f}x" for s, i, n, x in judged)
+          or "-", "same row", "-", ">= 1.05x", ok)
+
+
+def judge_table(v, colls, suffix, ranks, p2p_sizes, has_latency):
+    """Target 8: every op at each of its sizes, from its smallest (one
+    float32 per rank: 8 B at 2 ranks, 16 B at 4 for the ops that split
+    their buffer by rank) to 1 GiB, ipc and nccl, no wrong element; and
+    send/recv's sizes when p2p_sizes is not None."""
+    smallest = max(8, 4 * ranks)
+    holes, sizes = [], set()
+    for op in OPS:
+        op_sizes = sorted(s for (o, mode, s) in colls if o == op and mode == "eager")
+        sizes.update(op_sizes)
+        if not op_sizes or op_sizes[0] > smallest or op_sizes[-1] < 1 << 30:
+            holes.append(f"{op} sizes short of {size_text(smallest)} - 1 GiB")
+        holes += [f"{op} {size_text(s)}" for s in op_sizes
+                  if not {"ipc", "nccl"} <= set(colls[(op, "eager", s)])]
+    if p2p_sizes is not None and not (p2p_sizes and p2p_sizes[-1] >= 1 << 30 and has_latency):
+        holes.append("send/recv sizes short of 8 B - 1 GiB")
+    wrong = sum(w for r in colls.values() for (_, _, w) in r.values())
+    sizes = sorted(sizes)
+    complete = not holes and wrong == 0
+    v.add("the table: every op, 8 B - 1 GiB" + suffix,
+          f"{len(OPS)} ops x {len(sizes)} sizes"
+          + (f" ({size_text(sizes[0])} - {size_text(sizes[-1])})" if sizes else "")
+          + (f", send/recv {len(p2p_sizes)} sizes" if p2p_sizes is not None else "")
+          + f", #wrong {wrong}"
+          + (f"; missing: {', '.join(holes[:6])}{' ...' if len(holes) > 6 else ''}" if holes else ""),
+          "-", "-", "complete, #wrong 0", complete if (sizes or p2p_sizes) else None)
+
+
+def print_collectives(colls, suffix):
+    if not colls:
+        return
+    print()
+    print(f"## collectives{suffix} (ipc-collectives-bench.sh): us per collective, busbw GB/s; "
+          "ratio = ipc time / nccl time (< 1: ipc faster)")
+    print()
+    print("| op | mode | size | nccl us | ipc us | ipc / nccl | nccl busbw | ipc busbw | #wrong |")
+    print("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+    for op in OPS:
+        for mode in ("eager", "graph"):
+            for s in sorted(k[2] for k in colls if k[0] == op and k[1] == mode):
+                r = colls[(op, mode, s)]
+                n, i = r.get("nccl"), r.get("ipc")
+                ratio = fmt(i[0] / n[0], 3) if n and i and n[0] > 0 else "-"
+                w = sum(x[2] for x in r.values())
+                print(f"| {op} | {mode} | {size_text(s)} | {fmt(n and n[0])} | "
+                      f"{fmt(i and i[0])} | {ratio} | {fmt(n and n[1])} | {fmt(i and i[1])} "
+                      f"| {w} |")
+
+
 def fmt(v, p=2):
     return "-" if v is None else f"{v:.{p}f}"
 
@@ -131,12 +197,19 @@ def main():
     ap.add_argument("--p2p")
     ap.add_argument("--collectives")
     ap.add_argument("--latency")
+    ap.add_argument("--collectives-at", action="append", default=[], metavar="N=PATH")
     ap.add_argument("--gpus", default="?")
     ap.add_argument("--shared", action="store_true")
     a = ap.parse_args()
     p2p = read_p2p(a.p2p)
     colls = read_collectives(a.collectives)
     lat = read_latency(a.latency)
+    at_ranks = []
+    for spec in a.collectives_at:
+        n, sep, path = spec.partition("=")
+        if not sep or not n.isdigit():
+            ap.error(f"--collectives-at expects N=PATH, got '{spec}'")
+        at_ranks.append((int(n), read_collectives(path)))
     v = Verdicts(a.shared)
 
     # 1. 8 B one way, eager: at most 0.8x NCCL's time (hir run's ping-pong,
@@ -169,13 +242,7 @@ def main():
     bandwidth(1 * MiB, 16 * MiB, 1.0, "1 - 16 MiB send/recv, streamed, defaults")
     bandwidth(256 * MiB, 1 << 40, 1.08, "256 MiB and up send/recv, streamed, defaults")
 
-    # 5. allgather at 64 MiB and up: at least 1.05x NCCL's busbw.
-    big = sorted(s for (op, mode, s) in colls if op == "allgather" and mode == "eager" and s >= 64 * MiB)
-    ok, judged = judge_rates([(s, colls[("allgather", "eager", s)], "ipc", "nccl")
-                              for s in big], 1.05)
-    v.add("allgather 64 MiB and up, busbw",
-          "; ".join(f"{size_text(s)} {i:.1f} / {n:.1f} GB/s, {x:.3f}x" for s, i, n, x in judged)
-          or "-", "same row", "-", ">= 1.05x", ok)
+    judge_allgather(v, colls, "")
 
     # 6. 8 B allreduce eagerly: below NCCL's.
     ipc, nccl = lat.get(("ipc", "allreduce", 8, "eager")), lat.get(("nccl", "allreduce", 8, "eager"))
@@ -189,27 +256,27 @@ def main():
     v.add("8 B allreduce, --graph", us(ipc), us(nccl), "-",
           "< 3.45 us", None if ipc is None else ipc < 3.45)
 
-    # 8. The table: every op at every size, no wrong element.
-    ops = ["allreduce", "allgather", "reduce_scatter", "broadcast", "alltoall"]
-    sizes = sorted({s for (_, mode, s) in colls if mode == "eager"})
-    holes = [f"{op} {size_text(s)}" for op in ops for s in sizes
-             if not {"ipc", "nccl"} <= set(colls.get((op, "eager", s), {}))]
-    wrong = sum(w for r in colls.values() for (_, _, w) in r.values())
+    # 8. The table: every op at every size, no wrong element (and send/recv's).
     p2p_sizes = sorted(b for (t, b) in p2p if t == "bandwidth")
-    spans = (bool(sizes) and sizes[0] <= 8 and sizes[-1] >= 1 << 30 and bool(p2p_sizes)
-             and p2p_sizes[-1] >= 1 << 30 and ("latency", 8) in p2p)
-    if not spans:
-        holes.append("sizes short of 8 B - 1 GiB")
-    complete = not holes and wrong == 0
-    v.add("the table: every op, 8 B - 1 GiB",
-          f"{len(ops)} ops x {len(sizes)} sizes"
-          + (f" ({size_text(sizes[0])} - {size_text(sizes[-1])})" if sizes else "")
-          + f", send/recv {len(p2p_sizes)} sizes, #wrong {wrong}"
-          + (f"; missing: {', '.join(holes[:6])}{' ...' if len(holes) > 6 else ''}" if holes else ""),
-          "-", "-", "complete, #wrong 0", complete if (sizes or p2p) else None)
+    judge_table(v, colls, "", 2, p2p_sizes, ("latency", 8) in p2p)
+
+    # The same at N ranks, the 8 B allreduce from the collectives' table.
+    for n, other in at_ranks:
+        suffix = f" ({n} ranks)"
+        judge_allgather(v, other, suffix)
+        for mode, label, bar, met in (
+                ("eager", "8 B allreduce, eager", "< nccl", lambda i, c: c is not None and i < c),
+                ("graph", "8 B allreduce, --graph", "< 3.45 us", lambda i, c: i < 3.45)):
+            r = other.get(("allreduce", mode, 8), {})
+            i, c = r.get("ipc", (None,))[0], r.get("nccl", (None,))[0]
+            v.add(label + suffix, us(i), us(c),
+                  f"{fmt(i / c, 3)}x time" if i and c else "-", bar,
+                  None if i is None or (mode == "eager" and c is None) else met(i, c))
+        judge_table(v, other, suffix, n, None, True)
 
     print(f"# Issue #13 in one run: 2 ranks, {a.gpus} GPU(s)"
-          + (" (shared under MPS: ipc only)" if a.shared else ""))
+          + (" (shared under MPS: ipc only)" if a.shared else "")
+          + "".join(f"; collectives also at {n} ranks" for n, _ in at_ranks))
     if p2p:
         print()
         print("## send/recv (hir_p2p_bench --protocols auto,put): us per message (latency, "
@@ -227,23 +294,9 @@ def main():
                   f"{fmt(p and p[0])} | {fmt(w and w[0])} | {fmt(n and n[1], 1)} | "
                   f"{fmt(i and i[1], 1)} | {x} |")
 
-    if colls:
-        print()
-        print("## collectives (ipc-collectives-bench.sh): us per collective, busbw GB/s; "
-              "ratio = ipc time / nccl time (< 1: ipc faster)")
-        print()
-        print("| op | mode | size | nccl us | ipc us | ipc / nccl | nccl busbw | ipc busbw | #wrong |")
-        print("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
-        for op in ops:
-            for mode in ("eager", "graph"):
-                for s in sorted(k[2] for k in colls if k[0] == op and k[1] == mode):
-                    r = colls[(op, mode, s)]
-                    n, i = r.get("nccl"), r.get("ipc")
-                    ratio = fmt(i[0] / n[0], 3) if n and i and n[0] > 0 else "-"
-                    w = sum(x[2] for x in r.values())
-                    print(f"| {op} | {mode} | {size_text(s)} | {fmt(n and n[0])} | "
-                          f"{fmt(i and i[0])} | {ratio} | {fmt(n and n[1])} | {fmt(i and i[1])} "
-                          f"| {w} |")
+    print_collectives(colls, "")
+    for n, other in at_ranks:
+        print_collectives(other, f", {n} ranks")
     print()
     print("## The targets (last, so that a log's tail shows them)")
     print()

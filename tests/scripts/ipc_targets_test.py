@@ -2,8 +2,9 @@
 """scripts/ipc_targets.py judges issue #13's targets from one run of
 scripts/ipc-targets.sh: these tests feed it made-up tables (a run where
 every target is met, then one where each bar is missed by a little) and
-check every verdict, the "not measured" of a missing part and the "not
-judged" of ranks sharing a GPU.
+check every verdict, the "not measured" of a missing part, the "not
+judged" of ranks sharing a GPU, and the collectives judged again at 4
+ranks.
 
   python3 tests/scripts/ipc_targets_test.py SCRIPT   (ctest: scripts.ipc_targets)
 """
@@ -34,13 +35,21 @@ def write_p2p(path, ipc_over_nccl=1.2, latency=(5.0, 10.0)):
             f.write(f"2,bandwidth,{b},ipc-auto,{us / x:.3f},{100 * x:.2f},{x}\n")
 
 
-def write_collectives(path, allgather_busbw=1.1, wrong=0, skip=()):
+def write_collectives(path, allgather_busbw=1.1, wrong=0, skip=(), graph_us=None, ranks=2):
     """nccl: 10 us and 100 GB/s busbw for every op and size; ipc: the same,
     but the allgather's busbw at allgather_busbw times nccl's. `skip`: the
-    (op, size) rows ipc lacks."""
+    (op, size) rows ipc lacks. graph_us: also an 8 B allreduce with
+    --graph, nccl at 3.30 us and ipc at graph_us. At 4 ranks the ops that
+    split their buffer by rank start at 16 B (one float32 per rank), as
+    ipc-collectives-bench.sh sweeps them."""
     with open(path, "w") as f:
+        if graph_us is not None:
+            f.write("allreduce,nccl,graph,8,2,float32,sum,-1,3.30,0.0,0.0,0,1,20\n")
+            f.write(f"allreduce,ipc,graph,8,2,float32,sum,-1,{graph_us},0.0,0.0,0,1,20\n")
         for op in OPS:
             for s in SIZES:
+                if ranks * 4 > s and op in ("allgather", "reduce_scatter", "alltoall"):
+                    s = ranks * 4
                 # op,backend,mode,size,count,type,redop,root,time_us,algbw,busbw,wrong,...
                 f.write(f"{op},nccl,eager,{s},{s // 4},float32,sum,-1,10.0,100.0,100.0,0,1,20\n")
                 if (op, s) in skip:
@@ -86,16 +95,16 @@ class IpcTargets(unittest.TestCase):
     def tearDown(self):
         self.dir.cleanup()
 
-    def verdicts(self, *extra):
+    def verdicts(self, *extra, targets=TARGETS):
         out = subprocess.run([sys.executable, SCRIPT, "--p2p", self.p2p, "--collectives",
                               self.colls, "--latency", self.lat, "--gpus", "2", *extra],
                              capture_output=True, text=True, check=True).stdout
         rows = {}
         for line in out.splitlines():
             cells = [c.strip() for c in line.strip().strip("|").split("|")]
-            if cells and cells[0] in TARGETS:
+            if cells and cells[0] in targets:
                 rows[cells[0]] = cells[-1]
-        self.assertEqual(sorted(rows), sorted(TARGETS), out)
+        self.assertEqual(sorted(rows), sorted(targets), out)
         return rows, out
 
     def test_a_run_that_meets_every_bar_meets_every_target(self):
@@ -145,6 +154,39 @@ class IpcTargets(unittest.TestCase):
         rows, out = self.verdicts("--shared")
         for t in TARGETS:
             self.assertEqual(rows[t], "not judged (no NCCL: ranks share a GPU)", f"{t}\n{out}")
+
+    def test_the_collectives_of_four_ranks_are_judged_again_from_their_own_table(self):
+        at4 = [t + " (4 ranks)" for t in ["allgather 64 MiB and up, busbw", "8 B allreduce, eager",
+                                           "8 B allreduce, --graph",
+                                           "the table: every op, 8 B - 1 GiB"]]
+        colls4 = os.path.join(self.dir.name, "colls4.csv")
+        write_p2p(self.p2p)
+        write_collectives(self.colls)
+        write_latency(self.lat, GOOD_LATENCY)
+        # 8 B allreduce eager: ipc 9.0, nccl 10.0; allgather from 16 B.
+        write_collectives(colls4, graph_us="2.90", ranks=4)
+        rows, out = self.verdicts("--collectives-at", f"4={colls4}", targets=TARGETS + at4)
+        for t in TARGETS + at4:
+            self.assertEqual(rows[t], "**met**", f"{t}\n{out}")
+        self.assertIn("## collectives, 4 ranks", out)
+        self.assertIn("0 missed, 0 not measured, 12 met.", out)
+        # At 4 ranks only: the allgather at 1.04x, the graph at 3.45 us, and
+        # a missing row; the 2 ranks' verdicts stand.
+        write_collectives(colls4, allgather_busbw=1.04, skip={("broadcast", 64)}, graph_us="3.45",
+                          ranks=4)
+        rows, out = self.verdicts("--collectives-at", f"4={colls4}", targets=TARGETS + at4)
+        for t in TARGETS:
+            self.assertEqual(rows[t], "**met**", f"{t}\n{out}")
+        for t in at4:
+            expected = "**met**" if t.startswith("8 B allreduce, eager") else "**missed**"
+            self.assertEqual(rows[t], expected, f"{t}\n{out}")
+        self.assertIn("missing: broadcast 64 B", out)
+
+    def test_collectives_at_without_a_rank_count_is_a_usage_error(self):
+        r = subprocess.run([sys.executable, SCRIPT, "--collectives-at", "four.csv"],
+                           capture_output=True, text=True)
+        self.assertEqual(r.returncode, 2, r.stderr)
+        self.assertIn("--collectives-at expects N=PATH, got 'four.csv'", r.stderr)
 
 
 if __name__ == "__main__":
