@@ -2,8 +2,10 @@
 // backend, the GPU tests, the benchmarks): the native handles behind Stream
 // and Event, the device ordinal behind a Device, the work counter of a
 // tracked stream, and CUDA error checking. The device's own implementation
-// stays in device/cuda/, private to device/. Includes the CUDA runtime
-// headers, so only GPU-only code includes it.
+// stays in device/cuda/, private to device/; what is declared here is
+// implemented in device/cuda/cuda_interop.cc (deviceOrdinal, which needs the
+// device's class, in cuda_device.cc). Includes the CUDA runtime headers, so
+// only GPU-only code includes it.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -90,6 +92,9 @@ int deviceOrdinal(const Device& d);
 // Makes `ordinal` the calling thread's current device, only calling
 // cudaSetDevice when it is not already (cudaGetDevice is a cheap TLS read).
 void activate(int ordinal);
+// The same for destructors: never throws, ignores failures (after a sticky
+// error every call fails, and a destructor has nobody to report to).
+void activateQuietly(int ordinal);
 
 // Throws BackendError "cuda: <call> failed on device N: <text> (<name>)".
 // `call` may be the full call text; only the function name is kept.

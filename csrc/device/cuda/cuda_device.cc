@@ -1,5 +1,5 @@
 // The CUDA device. See cuda_device.h for the behaviour and cuda_interop.h for
-// what other GPU code may use of it. One file of about 700 lines: one
+// what other GPU code may use of it (implemented in cuda_interop.cc). One
 // implementation of the Device interface (kernels are in cuda_kernels.cu,
 // cuBLAS in cuda_compute.cc, driver entry points in driver_api.cc).
 #include "device/cuda/cuda_device.h"
@@ -15,7 +15,6 @@
 #include <mutex>
 #include <new>
 #include <string_view>
-#include <thread>
 #include <unordered_map>
 
 #include "common/check.h"
@@ -33,23 +32,6 @@ namespace hir::cuda {
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
-
-// "cudaMalloc(&p, n)" -> "cudaMalloc".
-std::string_view functionName(const char* call) {
-  std::string_view text(call);
-  std::size_t paren = text.find('(');
-  return paren == std::string_view::npos ? text : text.substr(0, paren);
-}
-
-// For destructors: never throws, ignores failures (after a sticky error
-// every call fails, and a destructor has nobody to report to).
-void activateQuietly(int ordinal) {
-  int current = -1;
-  if (cudaGetDevice(&current) != cudaSuccess || current != ordinal) (void)cudaSetDevice(ordinal);
-  (void)cudaGetLastError();
-}
-
 // Size of a zero-byte allocation: a real, unique block of CUDA's alignment.
 constexpr std::size_t kZeroByteAllocation = 256;
 // How long allocate() waits for its zeroing, and the destructor for the
@@ -62,70 +44,6 @@ constexpr Duration kHousekeepingTimeout = std::chrono::seconds(60);
 constexpr Duration kCancelledDrainTimeout = std::chrono::seconds(2);
 
 }  // namespace
-
-// ------------------------------------------------------------ shared helpers
-
-CudaStream::~CudaStream() {
-  if (!owned_) return;
-  activateQuietly(ordinal_);
-  (void)cudaStreamDestroy(native_);
-  (void)cudaGetLastError();
-}
-
-CudaEvent::~CudaEvent() {
-  activateQuietly(ordinal_);
-  (void)cudaEventDestroy(native_);
-  (void)cudaGetLastError();
-}
-
-CudaStream& cudaStream(Stream& s, const char* what) {
-  auto* cs = dynamic_cast<CudaStream*>(&s);
-  HIR_INTERNAL_ASSERT(cs != nullptr, "{}: the stream does not belong to a cuda device", what);
-  return *cs;
-}
-
-cudaStream_t nativeStream(Stream& s, const char* what) { return cudaStream(s, what).native(); }
-
-cudaEvent_t nativeEvent(Event& e, const char* what) {
-  auto* ce = dynamic_cast<CudaEvent*>(&e);
-  HIR_INTERNAL_ASSERT(ce != nullptr, "{}: the event does not belong to a cuda device", what);
-  return ce->native();
-}
-
-void activate(int ordinal) {
-  int current = -1;
-  if (cudaGetDevice(&current) == cudaSuccess && current == ordinal) return;
-  HIR_CUDA_CHECK(ordinal, cudaSetDevice(ordinal));
-}
-
-void throwCudaError(cudaError_t err, const char* call, int ordinal) {
-  // Clears the error if it is not sticky, so it does not resurface later.
-  (void)cudaGetLastError();
-  throw BackendError(fmt::format("cuda: {} failed on device {}: {} ({})", functionName(call),
-                                 ordinal, cudaGetErrorString(err), cudaGetErrorName(err)));
-}
-
-bool pollEvent(cudaEvent_t event, Duration timeout, int ordinal) {
-  const auto start = Clock::now();
-  const auto deadline = start + timeout;
-  auto pause = std::chrono::microseconds(2);
-  for (;;) {
-    cudaError_t err = cudaEventQuery(event);
-    if (err == cudaSuccess) return true;
-    if (err != cudaErrorNotReady) throwCudaError(err, "cudaEventQuery", ordinal);
-    const auto now = Clock::now();
-    if (now >= deadline) return false;
-    const auto waited = now - start;
-    if (waited < std::chrono::microseconds(50)) continue;  // short waits: spin
-    if (waited < std::chrono::milliseconds(1)) {
-      std::this_thread::yield();
-      continue;
-    }
-    auto left = std::chrono::duration_cast<std::chrono::microseconds>(deadline - now);
-    std::this_thread::sleep_for(std::min(pause, left));
-    pause = std::min(pause * 2, std::chrono::microseconds(1000));
-  }
-}
 
 // ----------------------------------------------------------------- the device
 
