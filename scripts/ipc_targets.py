@@ -135,24 +135,30 @@ def judge_allgather(v, colls, suffix):
           or "-", "same row", "-", ">= 1.05x", ok)
 
 
+# The ops whose buffer is split by rank: their sizes start at one float32
+# per rank (16 B at 4 ranks), where ipc-collectives-bench.sh sweeps them.
+SPLIT_OPS = {"allgather", "reduce_scatter", "alltoall"}
+
+
 def judge_table(v, colls, suffix, ranks, p2p_sizes, has_latency):
-    """Target 8: every op at each of its sizes, from its smallest (one
-    float32 per rank: 8 B at 2 ranks, 16 B at 4 for the ops that split
-    their buffer by rank) to 1 GiB, ipc and nccl, no wrong element; and
+    """Target 8: every op at every size of the sweep, 8 B - 1 GiB (a split
+    op from its own smallest), ipc and nccl, no wrong element; and
     send/recv's sizes when p2p_sizes is not None."""
-    smallest = max(8, 4 * ranks)
-    holes, sizes = [], set()
+    split_least = max(8, 4 * ranks)
+    # The sweep's sizes: a split op's smallest is its own (rounded up) one.
+    sizes = sorted({s for (op, mode, s) in colls if mode == "eager"
+                    and (op not in SPLIT_OPS or s > split_least)})
+    holes = []
     for op in OPS:
-        op_sizes = sorted(s for (o, mode, s) in colls if o == op and mode == "eager")
-        sizes.update(op_sizes)
-        if not op_sizes or op_sizes[0] > smallest or op_sizes[-1] < 1 << 30:
-            holes.append(f"{op} sizes short of {size_text(smallest)} - 1 GiB")
-        holes += [f"{op} {size_text(s)}" for s in op_sizes
-                  if not {"ipc", "nccl"} <= set(colls[(op, "eager", s)])]
-    if p2p_sizes is not None and not (p2p_sizes and p2p_sizes[-1] >= 1 << 30 and has_latency):
-        holes.append("send/recv sizes short of 8 B - 1 GiB")
+        least = split_least if op in SPLIT_OPS else 8
+        holes += [f"{op} {size_text(s)}" for s in sorted({max(s, least) for s in sizes})
+                  if not {"ipc", "nccl"} <= set(colls.get((op, "eager", s), {}))]
+    spans = bool(sizes) and sizes[0] <= 8 and sizes[-1] >= 1 << 30
+    if p2p_sizes is not None:
+        spans = spans and bool(p2p_sizes) and p2p_sizes[-1] >= 1 << 30 and has_latency
+    if not spans:
+        holes.append("sizes short of 8 B - 1 GiB")
     wrong = sum(w for r in colls.values() for (_, _, w) in r.values())
-    sizes = sorted(sizes)
     complete = not holes and wrong == 0
     v.add("the table: every op, 8 B - 1 GiB" + suffix,
           f"{len(OPS)} ops x {len(sizes)} sizes"

@@ -35,10 +35,11 @@ def write_p2p(path, ipc_over_nccl=1.2, latency=(5.0, 10.0)):
             f.write(f"2,bandwidth,{b},ipc-auto,{us / x:.3f},{100 * x:.2f},{x}\n")
 
 
-def write_collectives(path, allgather_busbw=1.1, wrong=0, skip=(), graph_us=None, ranks=2):
+def write_collectives(path, allgather_busbw=1.1, wrong=0, skip=(), graph_us=None, ranks=2,
+                      drop=()):
     """nccl: 10 us and 100 GB/s busbw for every op and size; ipc: the same,
     but the allgather's busbw at allgather_busbw times nccl's. `skip`: the
-    (op, size) rows ipc lacks. graph_us: also an 8 B allreduce with
+    (op, size) rows ipc lacks; `drop`: those that both lack. graph_us: also an 8 B allreduce with
     --graph, nccl at 3.30 us and ipc at graph_us. At 4 ranks the ops that
     split their buffer by rank start at 16 B (one float32 per rank), as
     ipc-collectives-bench.sh sweeps them."""
@@ -50,6 +51,8 @@ def write_collectives(path, allgather_busbw=1.1, wrong=0, skip=(), graph_us=None
             for s in SIZES:
                 if ranks * 4 > s and op in ("allgather", "reduce_scatter", "alltoall"):
                     s = ranks * 4
+                if (op, s) in drop:
+                    continue
                 # op,backend,mode,size,count,type,redop,root,time_us,algbw,busbw,wrong,...
                 f.write(f"{op},nccl,eager,{s},{s // 4},float32,sum,-1,10.0,100.0,100.0,0,1,20\n")
                 if (op, s) in skip:
@@ -181,6 +184,11 @@ class IpcTargets(unittest.TestCase):
             expected = "**met**" if t.startswith("8 B allreduce, eager") else "**missed**"
             self.assertEqual(rows[t], expected, f"{t}\n{out}")
         self.assertIn("missing: broadcast 64 B", out)
+        # A size an op lacks on both backends (its sweep stopped) is a hole too.
+        write_collectives(colls4, graph_us="2.90", ranks=4, drop={("alltoall", 1 << 21)})
+        rows, out = self.verdicts("--collectives-at", f"4={colls4}", targets=TARGETS + at4)
+        self.assertEqual(rows["the table: every op, 8 B - 1 GiB (4 ranks)"], "**missed**", out)
+        self.assertIn("missing: alltoall 2 MiB", out)
 
     def test_collectives_at_without_a_rank_count_is_a_usage_error(self):
         r = subprocess.run([sys.executable, SCRIPT, "--collectives-at", "four.csv"],
