@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
 # ipc under several settings side by side: each measurement runs once per
-# variant (a set of environment variables), in turns, --rounds times:
+# variant (a set of environment variables), in turns, --rounds times (every
+# other round in the reverse order, so that a drift of the machine falls on
+# every variant alike: on one GPU the raw copy's column moved by up to
+# 1.5 us from round to round):
 #   - hir_p2p_bench (put, get, eager against the base: NCCL on 2 GPUs; on
 #     one GPU, ipc's auto protocol, since NCCL refuses a shared GPU), with
 #     ping-pong rows up to --pingpong-max;
@@ -40,7 +43,7 @@ while [ $# -gt 0 ]; do
     --variants) shift; variants=$1 ;;
     --probe-ops) shift; probe_ops=$1 ;;
     --probe-with) shift; probe_with=$1 ;;
-    -h|--help) sed -n '2,25p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,27p' "$0"; exit 0 ;;
     *) echo "ipc-ab: unknown option $1" >&2; exit 2 ;;
   esac
   shift
@@ -87,8 +90,14 @@ pingpong=()
 status=0
 say() { printf '%s\n' "$*" | tee -a "$txt"; }
 say "# ipc-ab: $( [ "$mps" = 1 ] && echo "2 ranks sharing one GPU under MPS" || echo "2 GPUs" ), $rounds rounds, base $base"
+read -r -a order <<<"$variants"
 for ((r = 1; r <= rounds; r++)); do
-  for v in $variants; do
+  round=("${order[@]}")
+  if ((r % 2 == 0)); then
+    round=()
+    for ((i = ${#order[@]} - 1; i >= 0; i--)); do round+=("${order[i]}"); done
+  fi
+  for v in "${round[@]}"; do
     env_args=() x_args=()
     if [ "$v" != default ]; then
       IFS=, read -r -a env_args <<<"$v"
