@@ -35,13 +35,13 @@
 # NCCL_NVLS_ENABLE=0 always.
 set -u -o pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
-build=$root/build-carry reps=5 parts="latency p2p colls" mps=0 colls_np=""
+build=$root/build-carry reps=5 parts="latency p2p colls" mps=0 colls_np="" colls_np_given=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --build) shift; build=${1:-} ;;
     --reps) shift; reps=${1:-} ;;
     --parts) shift; parts=${1:-} ;;
-    --colls-np) shift; colls_np=${1:-}; [ -n "$colls_np" ] || colls_np=" " ;;
+    --colls-np) shift; colls_np=${1:-}; colls_np_given=1 ;;
     --mps) mps=1 ;;
     -h|--help) sed -n '2,35p' "$0"; exit 0 ;;
     *) echo "ipc-targets: unknown option $1 (see --help)" >&2; exit 2 ;;
@@ -63,7 +63,7 @@ for n in $colls_np; do
     ''|*[!0-9]*|0|1) echo "ipc-targets: --colls-np expects world sizes of 2 or more, got '$n'" >&2; exit 2 ;;
   esac
 done
-[ "$colls_np" != " " ] || { echo "ipc-targets: --colls-np names no world size (e.g. \"2 4\")" >&2; exit 2; }
+[ "$colls_np_given" = 0 ] || [ -n "${colls_np// /}" ] || { echo "ipc-targets: --colls-np names no world size (e.g. \"2 4\")" >&2; exit 2; }
 build=$(readlink -f "$build" 2>/dev/null) && [ -x "$build/bin/hir" ] ||
   { echo "ipc-targets: no build with bin/hir at '$build' (scripts/gpu-pack.sh)" >&2; exit 2; }
 gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
@@ -73,7 +73,7 @@ if [ "$mps" = 1 ]; then
 else
   [ "$gpus" -ge 2 ] || { echo "ipc-targets: needs 2 GPUs (or --mps), found $gpus" >&2; exit 2; }
 fi
-if [ -z "$colls_np" ]; then
+if [ "$colls_np_given" = 0 ]; then
   colls_np=2
   [ "$mps" = 0 ] && [ "$gpus" -ge 4 ] && colls_np="2 4"
 fi

@@ -135,6 +135,19 @@ def judge_allgather(v, colls, suffix):
           or "-", "same row", "-", ">= 1.05x", ok)
 
 
+def judge_small_allreduce(v, times, suffix):
+    """Targets 6 and 7: the 8 B allreduce below NCCL's eagerly, and with a
+    graph below nccl-tests' symmetric kernels (3.45 us). times: {mode:
+    (ipc us, nccl us)}, None where not measured."""
+    ipc, nccl = times["eager"]
+    v.add("8 B allreduce, eager" + suffix, us(ipc), us(nccl),
+          f"{fmt(ipc / nccl, 3)}x time" if ipc and nccl else "-", "< nccl",
+          None if ipc is None or nccl is None else ipc < nccl)
+    ipc, nccl = times["graph"]
+    v.add("8 B allreduce, --graph" + suffix, us(ipc), us(nccl), "-",
+          "< 3.45 us", None if ipc is None else ipc < 3.45)
+
+
 # The ops whose buffer is split by rank: their sizes start at one float32
 # per rank (16 B at 4 ranks), where ipc-collectives-bench.sh sweeps them.
 SPLIT_OPS = {"allgather", "reduce_scatter", "alltoall"}
@@ -250,17 +263,10 @@ def main():
 
     judge_allgather(v, colls, "")
 
-    # 6. 8 B allreduce eagerly: below NCCL's.
-    ipc, nccl = lat.get(("ipc", "allreduce", 8, "eager")), lat.get(("nccl", "allreduce", 8, "eager"))
-    v.add("8 B allreduce, eager", us(ipc), us(nccl),
-          f"{fmt(ipc / nccl, 3)}x time" if ipc and nccl else "-", "< nccl",
-          None if ipc is None or nccl is None else ipc < nccl)
-
-    # 7. 8 B allreduce with a graph: below nccl-tests' symmetric kernels (3.45 us).
-    ipc = lat.get(("ipc", "allreduce", 8, "graph"))
-    nccl = lat.get(("nccl", "allreduce", 8, "graph"))
-    v.add("8 B allreduce, --graph", us(ipc), us(nccl), "-",
-          "< 3.45 us", None if ipc is None else ipc < 3.45)
+    # 6. and 7. the 8 B allreduce, from the latency probe.
+    judge_small_allreduce(v, {m: (lat.get(("ipc", "allreduce", 8, m)),
+                                  lat.get(("nccl", "allreduce", 8, m)))
+                              for m in ("eager", "graph")}, "")
 
     # 8. The table: every op at every size, no wrong element (and send/recv's).
     p2p_sizes = sorted(b for (t, b) in p2p if t == "bandwidth")
@@ -270,14 +276,9 @@ def main():
     for n, other in at_ranks:
         suffix = f" ({n} ranks)"
         judge_allgather(v, other, suffix)
-        for mode, label, bar, met in (
-                ("eager", "8 B allreduce, eager", "< nccl", lambda i, c: c is not None and i < c),
-                ("graph", "8 B allreduce, --graph", "< 3.45 us", lambda i, c: i < 3.45)):
-            r = other.get(("allreduce", mode, 8), {})
-            i, c = r.get("ipc", (None,))[0], r.get("nccl", (None,))[0]
-            v.add(label + suffix, us(i), us(c),
-                  f"{fmt(i / c, 3)}x time" if i and c else "-", bar,
-                  None if i is None or (mode == "eager" and c is None) else met(i, c))
+        rows = {m: other.get(("allreduce", m, 8), {}) for m in ("eager", "graph")}
+        judge_small_allreduce(v, {m: (r.get("ipc", (None,))[0], r.get("nccl", (None,))[0])
+                                  for m, r in rows.items()}, suffix)
         judge_table(v, other, suffix, n, None, True)
 
     print(f"# Issue #13 in one run: 2 ranks, {a.gpus} GPU(s)"
