@@ -227,9 +227,16 @@ struct IpcBackend::State {
 
   // world x kSignals counters, written by peers, then (at marks_offset)
   // eager_slots direct-delivery marks per sender rank, then (at
-  // slots_offset) the eager slots: eager_slots of slot_bytes per sender.
+  // slots_offset) the eager slots: eager_slots of slot_bytes per sender,
+  // then (at lines_offset, when lines are on) the slots' line areas:
+  // eager_slots of line_bytes per sender. A message in lines goes to the
+  // line area of its slot, never to the slot itself: the slot may hold a
+  // larger message's data, whose words a line's flag half could equal (the
+  // flags a line area can hold are 0 and the flags of the slot's earlier
+  // messages in lines, none of them the next one's: device.h).
   uint32_t* page = nullptr;
   std::size_t eager_max = 0, slot_bytes = 0, marks_offset = 0, slots_offset = 0;
+  std::size_t line_bytes = 0, lines_offset = 0;
   uint32_t eager_slots = 0;
   bool direct = true;  // HIR_IPC_DIRECT
   // Eager messages of 1 to inline_max bytes travel in lines (flags inline,
@@ -285,6 +292,10 @@ struct IpcBackend::State {
   char* slotsOf(uint32_t* any_page, int sender) const {
     return reinterpret_cast<char*>(any_page) + slots_offset +
            static_cast<std::size_t>(sender) * eager_slots * slot_bytes;
+  }
+  char* linesOf(uint32_t* any_page, int sender) const {
+    return reinterpret_cast<char*>(any_page) + lines_offset +
+           static_cast<std::size_t>(sender) * eager_slots * line_bytes;
   }
   const Import* importOf(int peer, int slot) const {
     const std::vector<Import>& of_peer = imports[static_cast<std::size_t>(peer)];
@@ -458,18 +469,22 @@ Step IpcBackend::State::resolveEager(const PostArgs& a, Step s, uint32_t* peer_p
                 static_cast<std::size_t>(peer);
     s.slots = eager_slots;
   }
-  // The sender writes our row of the peer's page, the receiver reads the
-  // peer's row of its own; counted steps find the slot on the device.
-  char* ring = send ? slotsOf(peer_page, me) : slotsOf(page, peer);
-  char* at = counted ? ring : ring + slot * slot_bytes;
-  const std::size_t stride = counted ? slot_bytes : 0;
-  s.await = page + peer * kSignals + (send ? kEagerFree : kEagerDone);
-  s.signal = peer_page + me * kSignals + (send ? kEagerDone : kEagerFree);
   // In lines, the receiver waits for the lines' flags, not for "done". The
   // sender still stores "done" (the device orders nothing before it then),
   // so that the lane's next message not in lines compares with a recent
   // number.
   s.inline_flags = s.bytes > 0 && s.bytes <= inline_max;
+  // The sender writes our row of the peer's page, the receiver reads the
+  // peer's row of its own, in the slots or, for lines, in the slots' line
+  // areas; counted steps find the slot on the device.
+  uint32_t* row_page = send ? peer_page : page;
+  const int row = send ? me : peer;
+  char* ring = s.inline_flags ? linesOf(row_page, row) : slotsOf(row_page, row);
+  const std::size_t unit = s.inline_flags ? line_bytes : slot_bytes;
+  char* at = counted ? ring : ring + slot * unit;
+  const std::size_t stride = counted ? unit : 0;
+  s.await = page + peer * kSignals + (send ? kEagerFree : kEagerDone);
+  s.signal = peer_page + me * kSignals + (send ? kEagerDone : kEagerFree);
   if (s.inline_flags && !send) s.await = nullptr;
   if (send) {
     s.wait_seq = s.seq - eager_slots;  // the slot's previous message was copied out
@@ -965,10 +980,10 @@ void IpcBackend::setup(const BackendContext& ctx) {
   const IpcEagerSlots slots = ipcEagerSlotsFor(ctx.largest_eager_send);
   st.slot_bytes = std::max<std::size_t>(slots.bytes, 16);
   st.eager_slots = std::max<uint32_t>(slots.count, 1);
-  // Lines take twice the message's bytes (rounded up to 4) in its slot.
+  // Lines take twice the message's bytes (rounded up to 4), in their
+  // slot's line area.
   if (st.eager_max > 0 && d.supports(DeviceFeature::InlineFlags))
-    st.inline_max = std::min({ipcInlineMaxBytes(), st.eager_max, st.slot_bytes / 2,
-                              d.inlineFlagsMax()});
+    st.inline_max = std::min({ipcInlineMaxBytes(), st.eager_max, d.inlineFlagsMax()});
   agreeOnEagerSlots(*ctx.bootstrap, EagerLayout{st.eager_max, send_max, asked_slots,
                                                 st.inline_max, st.slot_bytes, st.eager_slots});
   HIR_LOG_DEBUG(Subsys::Ipc, "eager slots: {} per sender of {} bytes ({})", st.eager_slots,
@@ -980,14 +995,16 @@ void IpcBackend::setup(const BackendContext& ctx) {
                                   ctx.largest_eager_send));
   st.direct = ipcDirect();
   const std::size_t counters = static_cast<std::size_t>(st.world) * kSignals * sizeof(uint32_t);
-  const std::size_t marks =
-      st.eager_max > 0 ? static_cast<std::size_t>(st.world) * st.eager_slots * sizeof(uint32_t)
-                       : 0;
+  const std::size_t rows = static_cast<std::size_t>(st.world) * st.eager_slots;
+  const std::size_t marks = st.eager_max > 0 ? rows * sizeof(uint32_t) : 0;
+  auto aligned = [](std::size_t n) { return (n + kSlotAlign - 1) / kSlotAlign * kSlotAlign; };
   st.marks_offset = counters;
-  st.slots_offset = (counters + marks + kSlotAlign - 1) / kSlotAlign * kSlotAlign;
-  st.page_bytes = st.slots_offset + (st.eager_max > 0 ? static_cast<std::size_t>(st.world) *
-                                                            st.eager_slots * st.slot_bytes
-                                                      : 0);
+  st.slots_offset = aligned(counters + marks);
+  st.lines_offset = aligned(st.slots_offset + (st.eager_max > 0 ? rows * st.slot_bytes : 0));
+  st.line_bytes = st.inline_max > 0 ? aligned(inlineLineBytes(st.inline_max)) : 0;
+  // Device memory starts zeroed (Device::allocate): no line holds a flag
+  // before its first message.
+  st.page_bytes = st.lines_offset + rows * st.line_bytes;
   st.control = d.createStream();
   st.join = d.createStream();
   st.phased.resize(ctx.teams.size());

@@ -98,6 +98,9 @@ inline constexpr std::size_t kMaxReduceSources = 16;
 // between the data and a signal, no signal word, no wait on one. The flag
 // is never 0 (what the memory held before the first message) and differs
 // from the flag of the slot's previous message (v - slots, slots <= 2^30).
+// So the memory a receiver polls must hold nothing but lines: bytes of
+// another kind (a larger message's data) could hold any flag (ipc keeps a
+// line area per slot, apart from the slot).
 inline constexpr std::size_t inlineLineBytes(std::size_t bytes) { return (bytes + 3) / 4 * 8; }
 inline constexpr uint32_t inlineFlag(uint32_t v) { return v != 0 ? v : 0x80000000u; }
 // What a pull stores into its mark before it posts (MessageStep's direct
@@ -282,7 +285,7 @@ class Device {
   virtual std::string describe() const = 0;   // e.g. "cuda:1 (NVIDIA H200)"
   virtual bool supports(DeviceFeature f) const = 0;
 
-  // Memory. allocate() returns memory usable by the data kernels and
+  // Memory. allocate() returns zeroed memory usable by the data kernels and
   // communication backends; zero bytes gives a valid unique pointer.
   virtual void* allocate(std::size_t bytes) = 0;
   virtual void deallocate(void* p) = 0;

@@ -30,6 +30,7 @@
 #include "device/gpus.h"
 #include "device/host_device.h"
 #include <hostir/json.h>
+#include <hostir/kernel.h>
 #include "lower/lower.h"
 #include "plan/plan.h"
 #include <hostir/evaluator.h>
@@ -885,6 +886,66 @@ TEST(IpcEager, MessagesInLinesAndNotShareALaneInOrder) {
     RunReport r = runProgram(program("lines_and_not", "", body), 2);
     EXPECT_TRUE(r.ok()) << "start " << start << ": " << r.format();
     EXPECT_EQ(r.checks_run, 100u) << "start " << start;
+  }
+}
+
+// A message in lines must not take the bytes that a larger message (not in
+// lines) left in its slot for its own lines. With one slot, rank 0 sends a
+// message of 300 int32 not in lines, every word of it the number of the
+// lane's next message (the flag of that message's lines), then, 100 ms
+// later, a message in lines; rank 1 polls for the second as soon as it has
+// the first. When lines shared the slot, every line "arrived" at once with
+// a stale word. Direct delivery is off, so the first message goes through
+// the slot; from 0 and across the wrap at 2^32.
+TEST(IpcEager, MessagesInLinesIgnoreWhatALargerMessageLeftInTheirSlot) {
+  HIR_REQUIRE_WORLD_AT_LEAST(2);
+  static const bool registered = [] {
+    registerKernel({"ipc_test_pause", {"host", "cuda"}, [](const KernelLaunch& k) {
+                      const auto ms = std::chrono::milliseconds(k.arg("ms"));
+                      k.device.launchHostFunc(k.stream, [ms] { std::this_thread::sleep_for(ms); });
+                    }});
+    return true;
+  }();
+  (void)registered;
+  ScopedEnv lines("HIR_IPC_INLINE_MAX", "64");
+  ScopedEnv slots("HIR_IPC_EAGER_SLOTS", "1");
+  ScopedEnv direct("HIR_IPC_DIRECT", "0");
+  const int rank = test::world().rank();
+  for (const uint32_t start : {0u, 4294967291u}) {
+    ScopedEnv seq("HIR_IPC_SEQ_START", std::to_string(start));
+    // Iteration i's large message is number start + 2i + 1, its message in
+    // lines start + 2i + 2 (as an int32, for the fill).
+    const auto flag = static_cast<int32_t>(start + 2);
+    const std::string body = fmt::format(R"(
+      {{"op": "allocate", "name": "small", "dtype": "int32", "shape": [13]}},
+      {{"op": "allocate", "name": "big", "dtype": "int32", "shape": [300]}},
+      {{"op": "allocate", "name": "pause", "dtype": "int32", "shape": [1]}},
+      {{"op": "for", "index": "i", "start": 0, "stop": 5, "body": [
+        {{"op": "if", "cond": "rank == 0", "then": [
+          {{"op": "fill", "tensor": "big", "value": "{} + 2 * i"}},
+          {{"op": "communication", "name": "s1", "type": "send", "tensor": "big", "peer": 1,
+           "backend": "ipc", "protocol": "eager"}},
+          {{"op": "wait", "communication": "s1"}},
+          {{"op": "kernel", "name": "ipc_test_pause", "writes": ["pause"], "args": {{"ms": 100}}}},
+          {{"op": "fill", "tensor": "small", "value": "1000 + i", "step": 3}},
+          {{"op": "communication", "name": "s2", "type": "send", "tensor": "small", "peer": 1,
+           "backend": "ipc", "protocol": "eager"}},
+          {{"op": "wait", "communication": "s2"}}]}},
+        {{"op": "if", "cond": "rank == 1", "then": [
+          {{"op": "fill", "tensor": "small", "value": -1}},
+          {{"op": "communication", "name": "r1", "type": "recv", "tensor": "big", "peer": 0,
+           "backend": "ipc", "protocol": "eager"}},
+          {{"op": "wait", "communication": "r1"}},
+          {{"op": "communication", "name": "r2", "type": "recv", "tensor": "small", "peer": 0,
+           "backend": "ipc", "protocol": "eager"}},
+          {{"op": "wait", "communication": "r2"}},
+          {{"op": "check", "tensor": "big", "value": "{} + 2 * i"}},
+          {{"op": "check", "tensor": "small", "value": "1000 + i", "step": 3}}]}}
+      ]}})",
+                                         flag, flag);
+    RunReport r = runProgram(program("stale_slot", "", body), 1);
+    EXPECT_TRUE(r.ok()) << "start " << start << ": " << r.format();
+    EXPECT_EQ(r.checks_run, rank == 1 ? 10u : 0u) << "start " << start;
   }
 }
 

@@ -397,17 +397,18 @@ __device__ __forceinline__ void waitAtLeast(const uint32_t* word, uint32_t at_le
 }
 
 // Inline lines (device.h): 8 bytes, the data word low, the flag high, in
-// one store and one load at system scope (NCCL's LL protocol relies on the
-// same: an aligned 8-byte access is not torn, over NVLink too).
+// one store and one load at system scope. Each is a single 64-bit access,
+// not a vector of two 32-bit ones, which the PTX memory model may split:
+// an aligned 8-byte access is not torn, over NVLink too (NCCL's LL
+// protocol relies on the same).
 __device__ __forceinline__ void storeLine(void* p, uint32_t data, uint32_t flag) {
-  asm volatile("st.volatile.global.v2.u32 [%0], {%1, %2};" ::"l"(p), "r"(data), "r"(flag)
-               : "memory");
+  const unsigned long long line = (static_cast<unsigned long long>(flag) << 32) | data;
+  asm volatile("st.volatile.global.b64 [%0], %1;" ::"l"(p), "l"(line) : "memory");
 }
 __device__ __forceinline__ uint2 loadLine(const void* p) {
-  uint2 x;
-  asm volatile("ld.volatile.global.v2.u32 {%0, %1}, [%2];" : "=r"(x.x), "=r"(x.y) : "l"(p)
-               : "memory");
-  return x;
+  unsigned long long line;
+  asm volatile("ld.volatile.global.b64 %0, [%1];" : "=l"(line) : "l"(p) : "memory");
+  return make_uint2(static_cast<uint32_t>(line), static_cast<uint32_t>(line >> 32));
 }
 
 // device.h's inlineFlag, on the device (a constexpr host function there).
