@@ -227,16 +227,17 @@ struct IpcBackend::State {
 
   // world x kSignals counters, written by peers, then (at marks_offset)
   // eager_slots direct-delivery marks per sender rank, then (at
-  // slots_offset) the eager slots: eager_slots of slot_bytes per sender,
-  // then (at lines_offset, when lines are on) the slots' line areas:
-  // eager_slots of line_bytes per sender. A message in lines goes to the
-  // line area of its slot, never to the slot itself: the slot may hold a
-  // larger message's data, whose words a line's flag half could equal (the
-  // flags a line area can hold are 0 and the flags of the slot's earlier
-  // messages in lines, none of them the next one's: device.h).
+  // slots_offset) the eager slots: eager_slots per sender, each of
+  // slot_bytes followed, when lines are on, by its line area of line_bytes
+  // (slot_stride in all). A message in lines goes to the line area of its
+  // slot, never to the slot itself: the slot may hold a larger message's
+  // data, whose words a line's flag half could equal (the flags a line area
+  // can hold are 0 and the flags of the slot's earlier messages in lines,
+  // none of them the next one's: device.h). One stride for both keeps a
+  // counted step's parts in one ring (MessageStep::stride).
   uint32_t* page = nullptr;
   std::size_t eager_max = 0, slot_bytes = 0, marks_offset = 0, slots_offset = 0;
-  std::size_t line_bytes = 0, lines_offset = 0;
+  std::size_t line_bytes = 0, slot_stride = 0;
   uint32_t eager_slots = 0;
   bool direct = true;  // HIR_IPC_DIRECT
   // Eager messages of 1 to inline_max bytes travel in lines (flags inline,
@@ -291,11 +292,7 @@ struct IpcBackend::State {
   }
   char* slotsOf(uint32_t* any_page, int sender) const {
     return reinterpret_cast<char*>(any_page) + slots_offset +
-           static_cast<std::size_t>(sender) * eager_slots * slot_bytes;
-  }
-  char* linesOf(uint32_t* any_page, int sender) const {
-    return reinterpret_cast<char*>(any_page) + lines_offset +
-           static_cast<std::size_t>(sender) * eager_slots * line_bytes;
+           static_cast<std::size_t>(sender) * eager_slots * slot_stride;
   }
   const Import* importOf(int peer, int slot) const {
     const std::vector<Import>& of_peer = imports[static_cast<std::size_t>(peer)];
@@ -475,14 +472,12 @@ Step IpcBackend::State::resolveEager(const PostArgs& a, Step s, uint32_t* peer_p
   // number.
   s.inline_flags = s.bytes > 0 && s.bytes <= inline_max;
   // The sender writes our row of the peer's page, the receiver reads the
-  // peer's row of its own, in the slots or, for lines, in the slots' line
-  // areas; counted steps find the slot on the device.
-  uint32_t* row_page = send ? peer_page : page;
-  const int row = send ? me : peer;
-  char* ring = s.inline_flags ? linesOf(row_page, row) : slotsOf(row_page, row);
-  const std::size_t unit = s.inline_flags ? line_bytes : slot_bytes;
-  char* at = counted ? ring : ring + slot * unit;
-  const std::size_t stride = counted ? unit : 0;
+  // peer's row of its own, in the slot or, for lines, in the slot's line
+  // area; counted steps find the slot on the device.
+  char* ring = (send ? slotsOf(peer_page, me) : slotsOf(page, peer)) +
+               (s.inline_flags ? slot_bytes : 0);
+  char* at = counted ? ring : ring + slot * slot_stride;
+  const std::size_t stride = counted ? slot_stride : 0;
   s.await = page + peer * kSignals + (send ? kEagerFree : kEagerDone);
   s.signal = peer_page + me * kSignals + (send ? kEagerDone : kEagerFree);
   if (s.inline_flags && !send) s.await = nullptr;
@@ -1000,11 +995,11 @@ void IpcBackend::setup(const BackendContext& ctx) {
   auto aligned = [](std::size_t n) { return (n + kSlotAlign - 1) / kSlotAlign * kSlotAlign; };
   st.marks_offset = counters;
   st.slots_offset = aligned(counters + marks);
-  st.lines_offset = aligned(st.slots_offset + (st.eager_max > 0 ? rows * st.slot_bytes : 0));
   st.line_bytes = st.inline_max > 0 ? aligned(inlineLineBytes(st.inline_max)) : 0;
+  st.slot_stride = st.slot_bytes + st.line_bytes;
   // Device memory starts zeroed (Device::allocate): no line holds a flag
   // before its first message.
-  st.page_bytes = st.lines_offset + rows * st.line_bytes;
+  st.page_bytes = st.slots_offset + (st.eager_max > 0 ? rows * st.slot_stride : 0);
   st.control = d.createStream();
   st.join = d.createStream();
   st.phased.resize(ctx.teams.size());
@@ -1154,15 +1149,16 @@ void IpcBackend::State::enqueuePhased(Work& w, Stream& on, const Stream* covered
     }
     return;
   }
-  // The peers wait for these signals, and for the eager sends (which wait
-  // only for earlier posts' messages, see eagerLoad()); the local copies
-  // touch only the member's own chunk, which no peer reads or writes.
-  for (const Step& s : w.steps) {
-    if (s.early)
-      transfer(on, s);
-    else
-      announce(on, s);
-  }
+  // The peers wait for these signals, then for the eager sends (which wait
+  // only for earlier posts' messages, see eagerLoad()). Every signal goes
+  // first: an eager send may wait for its slot, which the peer frees only
+  // once its own post got past a put that waits for one of our signals.
+  // The local copies touch only the member's own chunk, which no peer
+  // reads or writes.
+  for (const Step& s : w.steps)
+    if (!s.early) announce(on, s);
+  for (const Step& s : w.steps)
+    if (s.early) transfer(on, s);
   for (const LocalCopy& c : w.copies) dev->copy(on, c.dst, c.src, c.bytes);
   for (std::size_t u = 0; u < w.units.size(); ++u)
     if (w.units[u].first_step < 0) reduce(on, w, static_cast<int>(u));  // a team of one

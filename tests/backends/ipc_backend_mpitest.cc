@@ -849,15 +849,24 @@ TEST(IpcEager, LimitsThatDifferAcrossRanksFailOnEveryRank) {
 }
 
 // Eager messages in lines (small) and not (above HIR_IPC_INLINE_MAX) on one
-// lane, alternating, over the slots' ring and across the wrap at 2^32: the
-// receiver of a message not in lines waits for "done", which messages in
-// lines store too, so its number is never far behind; each message arrives
-// whole, in order, with data seeded by rank and iteration.
+// lane, alternating, over the slots' ring and across the wrap at 2^32,
+// host-numbered and counted (where one step holds both kinds, in one ring
+// of slots and their line areas): the receiver of a message not in lines
+// waits for "done", which messages in lines store too, so its number is
+// never far behind; each message arrives whole, in order, with data seeded
+// by rank and iteration.
 TEST(IpcEager, MessagesInLinesAndNotShareALaneInOrder) {
   ScopedEnv lines("HIR_IPC_INLINE_MAX", "64");
   ScopedEnv slots("HIR_IPC_EAGER_SLOTS", "2");
-  for (const char* start : {"0", "4294967291"}) {
-    ScopedEnv seq("HIR_IPC_SEQ_START", start);
+  struct Case {
+    const char* counted;
+    const char* start;
+  };
+  for (const Case c : {Case{"0", "0"}, Case{"0", "4294967291"}, Case{"1", "0"},
+                       Case{"1", "4294967291"}}) {
+    ScopedEnv counted("HIR_IPC_COUNTED", c.counted);
+    ScopedEnv seq("HIR_IPC_SEQ_START", c.start);
+    const std::string where = fmt::format("counted {}, start {}", c.counted, c.start);
     const std::string body = R"(
       {"op": "allocate", "name": "small", "dtype": "int32", "shape": [13]},
       {"op": "allocate", "name": "big", "dtype": "int32", "shape": [300]},
@@ -884,8 +893,8 @@ TEST(IpcEager, MessagesInLinesAndNotShareALaneInOrder) {
          "value": "(rank - 1 + world) % world * 100000 + i * 7", "step": 1}
       ]})";
     RunReport r = runProgram(program("lines_and_not", "", body), 2);
-    EXPECT_TRUE(r.ok()) << "start " << start << ": " << r.format();
-    EXPECT_EQ(r.checks_run, 100u) << "start " << start;
+    EXPECT_TRUE(r.ok()) << where << ": " << r.format();
+    EXPECT_EQ(r.checks_run, 100u) << where;
   }
 }
 
@@ -947,6 +956,56 @@ TEST(IpcEager, MessagesInLinesIgnoreWhatALargerMessageLeftInTheirSlot) {
     EXPECT_TRUE(r.ok()) << "start " << start << ": " << r.format();
     EXPECT_EQ(r.checks_run, rank == 1 ? 10u : 0u) << "start " << start;
   }
+}
+
+// A joined post gives the signals of its receives (a put's "free") before
+// its eager sends, which may wait for their slot. With one slot, rank 0
+// sends m0 without waiting, then posts {send m1, recv x by put} and waits
+// on it; rank 1 posts {send y by put, recv m0} and waits, then receives
+// m1. Rank 0's send of m1 waits for rank 1's copy of m0 out of the slot,
+// which rank 1's post runs after its put of y, which waits for rank 0's
+// "free": given after the send of m1, that was a deadlock (the run timed
+// out).
+TEST(IpcEager, AJoinedPostSignalsItsReceivesBeforeItsEagerSendsWait) {
+  HIR_REQUIRE_WORLD_AT_LEAST(2);
+  ScopedEnv slots("HIR_IPC_EAGER_SLOTS", "1");
+  const std::string body = R"(
+      {"op": "allocate", "name": "m", "dtype": "int32", "shape": [16]},
+      {"op": "allocate", "name": "m_in", "dtype": "int32", "shape": [2, 16]},
+      {"op": "allocate", "name": "x", "dtype": "int32", "shape": [64]},
+      {"op": "for", "index": "i", "start": 0, "stop": 5, "body": [
+        {"op": "if", "cond": "rank == 0", "then": [
+          {"op": "fill", "tensor": "m", "value": "i * 100", "step": 1},
+          {"op": "fill", "tensor": "x", "value": -1},
+          {"op": "communication", "name": "s0", "type": "send", "tensor": "m", "peer": 1,
+           "backend": "ipc", "protocol": "eager"},
+          {"op": "group", "name": "g0", "body": [
+            {"op": "communication", "name": "s1", "type": "send", "tensor": "m", "peer": 1,
+             "backend": "ipc", "protocol": "eager"},
+            {"op": "communication", "name": "r0", "type": "recv", "tensor": "x", "peer": 1,
+             "backend": "ipc", "protocol": "put"}]},
+          {"op": "wait", "communication": "g0"},
+          {"op": "wait", "communication": "s0"},
+          {"op": "check", "tensor": "x", "value": "i * 1000", "step": 1}]},
+        {"op": "if", "cond": "rank == 1", "then": [
+          {"op": "fill", "tensor": "x", "value": "i * 1000", "step": 1},
+          {"op": "fill", "tensor": "m_in", "value": -1},
+          {"op": "group", "name": "g1", "body": [
+            {"op": "communication", "name": "t0", "type": "send", "tensor": "x", "peer": 0,
+             "backend": "ipc", "protocol": "put"},
+            {"op": "communication", "name": "q0", "type": "recv", "tensor": "m_in[0]", "peer": 0,
+             "backend": "ipc", "protocol": "eager"}]},
+          {"op": "wait", "communication": "g1"},
+          {"op": "communication", "name": "q1", "type": "recv", "tensor": "m_in[1]", "peer": 0,
+           "backend": "ipc", "protocol": "eager"},
+          {"op": "wait", "communication": "q1"},
+          {"op": "check", "tensor": "m_in[0]", "value": "i * 100", "step": 1},
+          {"op": "check", "tensor": "m_in[1]", "value": "i * 100", "step": 1}]}
+      ]})";
+  RunReport r = runProgram(program("announce_first", "", body), 1);
+  EXPECT_TRUE(r.ok()) << r.format();
+  const int rank = test::world().rank();
+  EXPECT_EQ(r.checks_run, rank == 0 ? 5u : rank == 1 ? 10u : 0u);
 }
 
 // Eager messages above the lines (16 KiB; and 256 KiB, which a cuda device
