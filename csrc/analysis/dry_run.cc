@@ -208,7 +208,8 @@ class RankRun {
 
   void operator()(const instr::GroupBegin& g, int pc) {
     group_seen_[g.group] = true;
-    notCapturableBackend(plan_.groups[g.group].backend, std::nullopt);
+    // A group that holds no communication posts nothing (no backend).
+    if (const int b = plan_.groups[g.group].backend; b >= 0) notCapturableBackend(b, std::nullopt);
     ord_.post(groupUnit(g.group), stream_);
     pending_node_[groupUnit(g.group)] = node_;
     graph_.groupBegin(g.group, stream_, pc, site());

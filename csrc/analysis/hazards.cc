@@ -131,9 +131,14 @@ void Shadow::record(int alloc, int64_t lo, int64_t hi, Access kind, const Access
     if (it->first > at) gaps.push_back({at, it->first});
     Segment& seg = it->second;
     // Readers ordered before this one are implied by it (happens-before is
-    // transitive), and so is an earlier read by the same accessor.
+    // transitive), and so is an earlier read by the same accessor, and an
+    // earlier post of the same unit: its posts complete in order, so an
+    // access ordered after the later post is ordered after the earlier one
+    // (a loop of pending posts that read one buffer keeps one reader, not
+    // one per iteration, each scanned by the next).
     std::erase_if(seg.readers, [&](const Accessor& r) {
-      return r.same(who) || ord.before(r, s);
+      return r.same(who) || (who.isPost() && r.unit == who.unit && r.epoch < who.epoch) ||
+             ord.before(r, s);
     });
     seg.readers.push_back(who);
     at = seg.end;

@@ -110,6 +110,26 @@ TEST(ScheduleCheck, NonMembersSkipATeamCollective) {
   EXPECT_EQ(result.communications, 2);  // ranks 1 and 3 only
 }
 
+// A group whose body holds no communication (empty, or a loop of no
+// iteration) posts nothing, and a wait on it returns at once; the check
+// crashed on it (it looked up the backend of a group that has none).
+TEST(ScheduleCheck, AGroupWithoutCommunicationsPostsNothing) {
+  for (const std::string inner :
+       {std::string(), std::string(R"({"op": "for", "index": "j", "stop": 0, "body": []})")}) {
+    const std::string body = R"({"op": "for", "index": "i", "stop": 3, "body": [
+        {"op": "group", "name": "g", "body": [)" + inner + R"(]},)" +
+                             wait("g") + "]}";
+    for (int world : {1, 2}) {
+      SCOPED_TRACE("world " + std::to_string(world) + ", body [" + inner + "]");
+      ScheduleCheckResult result;
+      ASSERT_NO_THROW(result = checkSchedule(planOf(body, world)))
+          << show(scheduleIssues(planOf(body, world)));
+      EXPECT_EQ(result.communications, 0);
+      EXPECT_TRUE(result.notes.empty()) << result.notes[0].message;
+    }
+  }
+}
+
 // ------------------------------------------------------------ across ranks
 
 TEST(ScheduleCheck, ACommunicationNeverWaitedOnIsANoteNotAnError) {
@@ -626,6 +646,27 @@ TEST(ScheduleCheck, ThousandsOfPendingPostsOnDisjointRowsAreCheckedInLinearTime)
   EXPECT_TRUE(hasIssue(issues, "/body/6",
                        {"writes 'o' (elements [0, 40000) of 'o') while communication 'r' "
                         "(/body/3/body/0, j=0) that writes it is still pending"}));
+}
+
+// 20,000 pending allreduces that all read one buffer: a segment kept a
+// reader per post, and each new post scanned them all (200,000 took 77 s).
+// The latest post of the communication stands for the earlier ones (they
+// complete in order), so a write to the buffer before the wait is still
+// found, naming that post, and none after it.
+TEST(ScheduleCheck, PendingPostsThatReadOneBufferKeepOneReader) {
+  auto body = [](const std::string& before_fill) {
+    return alloc("x", R"([4])") + "," + alloc("y", R"(["20000", "4"])") + R"(,
+    {"op": "for", "index": "i", "start": 0, "stop": 20000, "body": [)" +
+           comm(R"("name": "ar", "type": "allreduce", "input": "x", "output": "y[i]",
+                   "reduce": "sum")") +
+           "]}," + before_fill + R"({"op": "fill", "tensor": "x", "value": 0})" + "," + wait("ar");
+  };
+  EXPECT_NO_THROW(checkSchedule(planOf(body(wait("ar") + ","), 1)));
+  Issues issues = scheduleIssues(planOf(body(""), 1));
+  ASSERT_EQ(issues.size(), 1u) << show(issues);
+  EXPECT_TRUE(hasIssue(issues, "/body/3",
+                       {"writes 'x'", "communication 'ar' (/body/2/body/0, i=19999) that reads "
+                                      "it is still pending"}));
 }
 
 // -------------------------------------------------------------- deadlocks
