@@ -217,6 +217,7 @@ struct IpcBackend::State {
   struct Import {
     void* ptr = nullptr;
     std::vector<uint8_t> handle;
+    std::size_t bytes = 0;  // the block's size, as its owner offered it
     bool own = false;  // our own block (a message to ourselves): not a mapping
   };
 
@@ -368,7 +369,7 @@ struct IpcBackend::State {
   void transfer(Stream& on, const Step& s);
   void await(Stream& on, const Step& s);
   void importPage(int peer, const Table& table);
-  void importBlock(int peer, int slot, const std::vector<uint8_t>& handle);
+  void importBlock(int peer, int slot, const ipc::Offer& offer);
   std::string exportError(const ShareItem& item, const std::string& what) const;
   void unblock();
   void checkNotAborted(std::span<const PostArgs> ops) const {
@@ -422,6 +423,15 @@ Step IpcBackend::State::resolve(const PostArgs& a) {
             "before this post",
             a.path, direction(a.type), peer, toString(get ? Protocol::Get : Protocol::Put), peer,
             a.remote.alloc);
+  // The load-time trace placed the message in the peer's block; a peer
+  // whose block is smaller (another program or other params on that rank,
+  // which a check of one rank's view cannot see) must not be written past.
+  HIR_CHECK(a.remote.offset <= im->bytes && s.bytes <= im->bytes - a.remote.offset,
+            "ipc: {}: {} rank {} ({}) of {} bytes at byte {} of rank {}'s allocation #{}, which "
+            "has {} bytes: the ranks disagree on the message (do they run the same program with "
+            "the same params?)",
+            a.path, direction(a.type), peer, toString(get ? Protocol::Get : Protocol::Put),
+            s.bytes, a.remote.offset, peer, a.remote.alloc, im->bytes);
   char* remote = static_cast<char*>(im->ptr) + a.remote.offset;
   if (send) {
     s.dst = remote;
@@ -504,7 +514,12 @@ Step IpcBackend::State::resolveEager(const PostArgs& a, Step s, uint32_t* peer_p
     s.mark = counted ? marks : marks + slot;
     if (send) {
       s.posted = page + peer * kSignals + kEagerPosted;
-      if (const Import* im = importOf(peer, a.remote.alloc); im != nullptr)
+      // Never past the receiver's block (ranks that disagree on the message,
+      // see resolve()): such a message goes through the slot, which the
+      // receiver copies out by its own view of the message.
+      const Import* im = importOf(peer, a.remote.alloc);
+      if (im != nullptr && a.remote.offset <= im->bytes &&
+          s.bytes <= im->bytes - a.remote.offset)
         s.direct = static_cast<char*>(im->ptr) + a.remote.offset;
       else
         s.mark = s.posted = nullptr;
@@ -757,7 +772,7 @@ void IpcBackend::State::importPage(int peer, const Table& table) {
   HIR_INTERNAL_ASSERT(it != table.handles.end(), "ipc: rank {} sent no signal page", peer);
   void* p = nullptr;
   try {
-    p = dev->importMemory(MemoryHandle{it->second});
+    p = dev->importMemory(MemoryHandle{it->second.handle});
   } catch (const Error& e) {
     throw BackendError(fmt::format("ipc: rank {} cannot map the signal page of rank {}: {}", rank,
                                    peer, e.what()));
@@ -766,14 +781,17 @@ void IpcBackend::State::importPage(int peer, const Table& table) {
   peer_pages[peer] = static_cast<uint32_t*>(p);
 }
 
-void IpcBackend::State::importBlock(int peer, int slot, const std::vector<uint8_t>& handle) {
+void IpcBackend::State::importBlock(int peer, int slot, const ipc::Offer& offer) {
+  const std::vector<uint8_t>& handle = offer.handle;
   std::vector<Import>& of_peer = imports[static_cast<std::size_t>(peer)];
   if (of_peer.size() <= static_cast<std::size_t>(slot))
     of_peer.resize(static_cast<std::size_t>(slot) + 1);
   Import& known = of_peer[static_cast<std::size_t>(slot)];
-  if (known.ptr != nullptr && known.handle == handle) return;  // mapped: a no-op
+  if (known.ptr != nullptr && known.handle == handle && known.bytes == offer.bytes)
+    return;  // mapped: a no-op
   Import next;
   next.handle = handle;
+  next.bytes = offer.bytes;
   if (peer == rank) {
     next.ptr = exports.at(slot).base;
     next.own = true;
@@ -1295,7 +1313,12 @@ void IpcBackend::shareMemHandles(std::span<const ShareItem> items) {
 
   // What we offer: our signal page, and each block a peer copies to or from
   // (exported once per block).
-  std::vector<std::pair<int64_t, const std::vector<uint8_t>*>> entries;
+  struct Entry {
+    int64_t slot;
+    std::size_t bytes;
+    const std::vector<uint8_t>* handle;
+  };
+  std::vector<Entry> entries;
   if (st.page_handle.empty()) {
     try {
       st.page_handle = st.dev->exportMemory(st.page).bytes;
@@ -1303,7 +1326,7 @@ void IpcBackend::shareMemHandles(std::span<const ShareItem> items) {
       problem(fmt::format("cannot export the signal page: {}", e.what()));
     }
   }
-  if (!st.page_handle.empty()) entries.emplace_back(kPageSlot, &st.page_handle);
+  if (!st.page_handle.empty()) entries.push_back({kPageSlot, st.page_bytes, &st.page_handle});
   for (const auto& [slot, item] : to_export) {
     if (item->base == nullptr) continue;  // no memory yet: a later exchange covers it
     if (item->caller_owned) {
@@ -1323,14 +1346,15 @@ void IpcBackend::shareMemHandles(std::span<const ShareItem> items) {
         continue;
       }
     }
-    entries.emplace_back(slot, &e.handle.bytes);
+    entries.push_back({slot, item->bytes, &e.handle.bytes});
   }
   TableWriter out;
   out.blob(error.data(), error.size());
   out.i64(static_cast<int64_t>(entries.size()));
-  for (const auto& [slot, handle] : entries) {
-    out.i64(slot);
-    out.blob(handle->data(), handle->size());
+  for (const Entry& e : entries) {
+    out.i64(e.slot);
+    out.i64(static_cast<int64_t>(e.bytes));
+    out.blob(e.handle->data(), e.handle->size());
   }
 
   Bootstrap& boot = *st.ctx.bootstrap;

@@ -55,7 +55,9 @@ std::vector<Table> allgatherTables(Bootstrap& boot, const std::vector<uint8_t>& 
     out[r].error.assign(error.begin(), error.end());
     for (int64_t n = in.i64(); n > 0; --n) {
       const int64_t slot = in.i64();
-      out[r].handles[slot] = in.blob();
+      Offer& offer = out[r].handles[slot];
+      offer.bytes = static_cast<std::size_t>(in.i64());
+      offer.handle = in.blob();
     }
   }
   return out;

@@ -15,8 +15,8 @@
 
 namespace hir::ipc {
 
-// One rank's exchange table: [error][entries: slot, handle bytes], each
-// field length-prefixed.
+// One rank's exchange table: [error][entries: slot, block bytes, handle
+// bytes], each field length-prefixed.
 class TableWriter {
  public:
   void i64(int64_t v) { raw(&v, sizeof v); }
@@ -34,9 +34,16 @@ class TableWriter {
   std::vector<uint8_t> bytes_;
 };
 
+// A block a rank offers: its handle, and its size, which bounds what a
+// peer may copy into or out of it.
+struct Offer {
+  std::vector<uint8_t> handle;
+  std::size_t bytes = 0;
+};
+
 struct Table {
-  std::string error;                                // this rank's problem, or empty
-  std::map<int64_t, std::vector<uint8_t>> handles;  // slot (kPageSlot: page) -> handle
+  std::string error;                    // this rank's problem, or empty
+  std::map<int64_t, Offer> handles;     // slot (kPageSlot: page) -> its offer
 };
 
 // Two allgathers: the sizes, then the tables padded to the largest.

@@ -823,6 +823,53 @@ TEST(IpcEager, SendLimitsOrSlotsThatDifferAcrossRanksFailOnEveryRank) {
   test::world().barrier();
 }
 
+// Ranks that disagree on a message's size (another program, or other params
+// on one rank, which each rank's own check cannot see) must not copy past
+// the peer's block. The side that copies (put's sender, get's receiver)
+// sees 4096 float32 where its peer's block holds one: it fails naming the
+// message, its size and the likely cause, instead of writing or reading
+// 16 KiB past the block (which crashed the sender); its peer fails by its
+// timeout.
+TEST(Ipc, APeerBlockSmallerThanTheMessageIsNotCopiedPast) {
+  HIR_REQUIRE_WORLD_AT_LEAST(2);
+  const int rank = test::world().rank();
+  for (const std::string protocol : {"put", "get"}) {
+    const int copier = protocol == "put" ? 0 : 1;
+    const std::string body = fmt::format(R"(
+      {{"op": "allocate", "name": "a", "dtype": "float32", "shape": [{0}]}},
+      {{"op": "fill", "tensor": "a", "value": 1}},
+      {{"op": "if", "cond": "rank == 0", "then": [
+        {{"op": "communication", "name": "s", "type": "send", "tensor": "a", "peer": 1,
+         "backend": "ipc", "protocol": "{1}"}},
+        {{"op": "wait", "communication": "s"}}]}},
+      {{"op": "if", "cond": "rank == 1", "then": [
+        {{"op": "communication", "name": "r", "type": "recv", "tensor": "a", "peer": 0,
+         "backend": "ipc", "protocol": "{1}"}},
+        {{"op": "wait", "communication": "r"}}]}})",
+                                         rank == copier ? 4096 : 1, protocol);
+    Session session(test::world(), SessionOptions{testDevice()});
+    EvaluatorOptions o = options();
+    o.timeout = std::chrono::seconds(2);
+    std::string what;
+    try {
+      Evaluator ev(session, parseProgram(program("disagree", "", body)), o);
+      ev.run();
+      ev.synchronize();
+    } catch (const Error& e) {
+      what = e.what();
+    }
+    if (rank == copier) {
+      EXPECT_THAT(what, HasSubstr(fmt::format("of 16384 bytes at byte 0 of rank {}'s allocation",
+                                              1 - copier)))
+          << protocol;
+      EXPECT_THAT(what, HasSubstr("the ranks disagree on the message")) << protocol;
+    } else if (rank < 2) {
+      EXPECT_FALSE(what.empty()) << protocol << ": rank " << rank << " ran, its peer failed";
+    }
+    test::world().barrier();
+  }
+}
+
 // The slots, and which messages go in lines, must be alike everywhere: a
 // rank with another limit fails the backend's setup on every rank, saying
 // which.
