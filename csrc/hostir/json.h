@@ -4,7 +4,9 @@
 // JSON pointer. Writing then reading gives an equal Program.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
+#include <iosfwd>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -20,6 +22,14 @@ inline constexpr std::string_view kFormatName = "hostir/1";
 Program parseProgram(std::string_view text, std::string_view source = "<program>");
 // Reads and parses a file; an unreadable file is a ParseError too.
 Program loadProgram(const std::string& path);
+// The most bytes a program's text may have: longer input (a device file
+// such as /dev/zero, a runaway generator) is refused as it is read, before
+// it fills the memory.
+inline constexpr std::size_t kMaxProgramBytes = std::size_t{256} << 20;
+// All of `in` (a file's or standard input's text, named `source` in
+// errors); a ParseError past `max` bytes or when reading fails.
+std::string readProgramText(std::istream& in, std::string_view source,
+                            std::size_t max = kMaxProgramBytes);
 // Serializes; `indent` < 0 gives one line.
 std::string saveProgram(const Program& program, int indent = 2);
 

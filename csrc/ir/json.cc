@@ -602,6 +602,14 @@ std::string parseErrorDetail(const std::string& what) {
 }
 
 Json parseJson(std::string_view text, std::string_view source) {
+  // The parser takes a NUL byte for the end of the text: what follows would
+  // be ignored unseen.
+  if (const std::size_t nul = text.find('\0'); nul != std::string_view::npos) {
+    auto [line, column] = lineColumn(text, nul + 1);
+    throw ParseError("", fmt::format("{}: invalid JSON at line {}, column {}: a NUL byte (a "
+                                     "program is text)",
+                                     source, line, column));
+  }
   Json out;
   StrictSax sax(out);
   try {
@@ -642,10 +650,22 @@ Program loadProgram(const std::string& path) {
                                      path));
   std::ifstream in(path, std::ios::binary);
   if (!in) throw ParseError("", fmt::format("cannot read '{}': {}", path, std::strerror(errno)));
-  std::ostringstream text;
-  text << in.rdbuf();
-  if (in.bad()) throw ParseError("", fmt::format("cannot read '{}': {}", path, std::strerror(errno)));
-  return parseProgram(text.str(), path);
+  return parseProgram(readProgramText(in, path), path);
+}
+
+std::string readProgramText(std::istream& in, std::string_view source, std::size_t max) {
+  std::string text;
+  std::vector<char> chunk(std::min(max + 1, std::size_t{1} << 20));
+  while (in) {
+    in.read(chunk.data(), static_cast<std::streamsize>(chunk.size()));
+    text.append(chunk.data(), static_cast<std::size_t>(in.gcount()));
+    if (text.size() > max)
+      throw ParseError("", fmt::format("cannot read '{}': it is longer than {} bytes, the most a "
+                                       "program may have",
+                                       source, max));
+  }
+  if (in.bad()) throw ParseError("", fmt::format("cannot read '{}': {}", source, std::strerror(errno)));
+  return text;
 }
 
 std::string saveProgram(const Program& program, int indent) {

@@ -453,10 +453,7 @@ std::string readStandardInput() {
   if (isatty(STDIN_FILENO))
     throw UsageError("PROG is - but standard input is a terminal; pipe the program in "
                      "(hir check - --world 2 < prog.json)");
-  std::ostringstream text;
-  text << std::cin.rdbuf();
-  if (std::cin.bad()) throw UsageError("cannot read the program from standard input");
-  return text.str();
+  return readProgramText(std::cin, "<stdin>");
 }
 
 // Kernels first: validation checks kernel nodes against the registry. With

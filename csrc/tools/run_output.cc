@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <nlohmann/json.hpp>
@@ -425,6 +426,9 @@ void checkWritable(const std::string& flag, const std::string& path) {
   if (path.empty()) throw UsageError(fmt::format("{} expects a file name (or - for standard "
                                                  "output)", flag));
   if (path == "-") return;
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec))
+    throw UsageError(fmt::format("{}: cannot write '{}': it is a directory", flag, path));
   const auto slash = path.rfind('/');
   const std::string dir = slash == std::string::npos ? "." : path.substr(0, slash + 1);
   if (access(dir.c_str(), W_OK) != 0)

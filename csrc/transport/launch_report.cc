@@ -213,7 +213,11 @@ std::string rankList(const std::vector<int>& ranks) {
 LaunchOutcome launchOutcome(int wait_status, const std::vector<RankReport>& reports) {
   const bool mpirun_exited = WIFEXITED(wait_status);
   const int code = mpirun_exited ? WEXITSTATUS(wait_status) : -1;
-  if (mpirun_exited && code == 0) return {kExitOk, ""};
+  // mpirun's 0 counts when every rank started: a launcher that ran nothing
+  // (HIR_MPIRUN=true) exits 0 too.
+  if (mpirun_exited && code == 0 &&
+      std::all_of(reports.begin(), reports.end(), [](const RankReport& r) { return r.pid != 0; }))
+    return {kExitOk, ""};
   if (mpirun_exited && code >= 1 && code <= kExitInternal)
     for (const RankReport& r : reports)
       if (r.exited && r.exit_code == code && r.signal == 0) return {code, ""};
@@ -272,6 +276,8 @@ LaunchOutcome launchOutcome(int wait_status, const std::vector<RankReport>& repo
                        failed->exit_code);
   } else if (!mpirun_exited) {
     what = "the ranks ended with mpirun";
+  } else if (code == 0) {
+    what = "mpirun ended without starting every rank";
   } else if (interrupted && interrupted_count == started && !(code > 128 && code < 128 + NSIG)) {
     // mpirun passes on a rank's signal as 128 + N; any other status: it was
     // interrupted itself and ended every rank.

@@ -5,6 +5,7 @@
 
 #include <cstdio>
 #include <fstream>
+#include <sstream>
 
 #include "common/check.h"
 #include "ir/ir_samples.h"
@@ -120,6 +121,31 @@ TEST(Json, MalformedJsonNamesLineAndColumn) {
   EXPECT_TRUE(contains(e.what(), "invalid literal")) << e.what();
   ParseError end = parseError("{\"format\": \"hostir/1\"");
   EXPECT_TRUE(contains(end.what(), "line 1, column 22")) << end.what();
+}
+
+// The parser takes a NUL byte for the end of the text, so a program with
+// one went through with whatever followed it unread.
+TEST(Json, ANulByteIsRejectedAtItsPlace) {
+  std::string text = "{\"format\": \"hostir/1\", \"name\": \"x\", \"body\": []}";
+  text += std::string(1, '\0') + "\n{\"this is\": not json";
+  ParseError e = parseError(text);
+  EXPECT_TRUE(contains(e.what(), "test.json: invalid JSON at line 1, column 48: a NUL byte"))
+      << e.what();
+}
+
+// Input longer than the limit (a device file such as /dev/zero) is refused
+// as it is read, not parsed once it filled the memory.
+TEST(Json, TextLongerThanTheLimitIsRefusedAsItIsRead) {
+  std::istringstream small(std::string(100, ' '));
+  EXPECT_EQ(readProgramText(small, "small.json", 100).size(), 100u);
+  std::istringstream large(std::string(101, ' '));
+  try {
+    readProgramText(large, "large.json", 100);
+    ADD_FAILURE() << "101 bytes read under a limit of 100";
+  } catch (const ParseError& e) {
+    EXPECT_TRUE(contains(e.what(), "cannot read 'large.json': it is longer than 100 bytes"))
+        << e.what();
+  }
 }
 
 TEST(Json, DuplicateKeysAreRejected) {

@@ -464,6 +464,34 @@ TEST(HirCli, AnMpirunThatCannotStartIsNamed) {
   EXPECT_NE(failing.err.find("hir: error: mpirun ended (mpirun exit 1) before any rank started"),
             std::string::npos)
       << failing.err;
+  // A launcher that starts nothing and exits 0: not a success either.
+  CommandResult nothing = shell("HIR_MPIRUN=true " + bin + " run " + prog + " --np 2 --device host");
+  EXPECT_EQ(nothing.exit_code, 3) << nothing.out << nothing.err;
+  EXPECT_NE(nothing.err.find("hir: error: mpirun ended (mpirun exit 0) before any rank started"),
+            std::string::npos)
+      << nothing.err;
+}
+
+// Where the result cannot go is bad usage before the run, not a runtime
+// failure after it: --json naming a directory was accepted, the program
+// ran, and writing failed at the end (exit 3).
+TEST(HirCli, AResultFileThatIsADirectoryIsRefusedBeforeTheRun) {
+  const std::string dir = std::filesystem::temp_directory_path().string();
+  CommandResult r = hir({"run", example("allreduce.json"), "--device", "host", "--json", dir});
+  EXPECT_EQ(r.exit_code, 2) << r.out << r.err;
+  EXPECT_NE(r.err.find("--json: cannot write '" + dir + "': it is a directory"), std::string::npos)
+      << r.err;
+  EXPECT_EQ(r.out.find("hir: ok"), std::string::npos) << r.out;
+}
+
+// A device file that never ends is refused once past the size limit, not
+// read until the memory is gone.
+TEST(HirCli, AnEndlessInputIsRefusedAtTheSizeLimit) {
+  CommandResult r = hir({"check", "/dev/zero", "--world", "2"}, 60);
+  EXPECT_EQ(r.exit_code, 2) << r.out << r.err;
+  EXPECT_NE(r.err.find("cannot read '/dev/zero': it is longer than 268435456 bytes"),
+            std::string::npos)
+      << r.err;
 }
 
 // 2^50 bytes: a valid program (the check), an allocation no machine here

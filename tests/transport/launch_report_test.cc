@@ -56,6 +56,21 @@ TEST(RankReport, ParsesPidExitAndTheFirstSignal) {
   EXPECT_EQ(parseRankReport(1, "").pid, 0);  // never started
 }
 
+// mpirun's exit 0 is success only when every rank started: a launcher that
+// starts nothing (HIR_MPIRUN=true) exits 0 too, and hir said "ok".
+TEST(LaunchOutcome, MpirunsZeroWithoutEveryRankIsAFailure) {
+  LaunchOutcome none = launchOutcome(exitStatus(0), {started(0, 0), started(1, 0)});
+  EXPECT_EQ(none.exit_code, 3);
+  EXPECT_NE(none.message.find("mpirun ended (mpirun exit 0) before any rank started"),
+            std::string::npos)
+      << none.message;
+  LaunchOutcome one = launchOutcome(exitStatus(0), {exited(0, 10, 0), started(1, 0)});
+  EXPECT_EQ(one.exit_code, 3);
+  EXPECT_EQ(one.message,
+            "the job failed: mpirun ended without starting every rank (mpirun exit 0); rank 1 "
+            "never started");
+}
+
 TEST(LaunchOutcome, TheRanksOwnCodesPassThroughSilently) {
   EXPECT_EQ(launchOutcome(exitStatus(0), {exited(0, 10, 0), exited(1, 11, 0)}).exit_code, 0);
   // A failed check: every rank exits 1.
