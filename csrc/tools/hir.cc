@@ -17,6 +17,7 @@
 #include <exception>
 #include <iostream>
 #include <map>
+#include <new>
 #include <optional>
 #include <set>
 #include <sstream>
@@ -882,6 +883,14 @@ int main(int argc, char** argv) {
   } catch (const InternalError& e) {
     writeError(fmt::format("hir: {}\n", e.what()));
     return kExitInternal;
+  } catch (const std::bad_alloc&) {
+    // This machine's memory ran out (a check at a large --world, a huge
+    // program): a runtime failure, not a bug of hir.
+    writeError(fmt::format("hir: error: out of host memory in '{}': the program, its world size "
+                           "and the cross-rank check need more than this machine gives (a smaller "
+                           "--world, or --no-schedule-check, needs less)\n",
+                           argc > 1 ? argv[1] : "hir"));
+    return kExitRuntimeFailure;
   } catch (const std::exception& e) {
     writeError(fmt::format("hir: internal error: {}\n", e.what()));
     return kExitInternal;

@@ -484,6 +484,19 @@ TEST(HirCli, AResultFileThatIsADirectoryIsRefusedBeforeTheRun) {
   EXPECT_EQ(r.out.find("hir: ok"), std::string::npos) << r.out;
 }
 
+// The check at a world too large for the memory it may use: an error that
+// says so (exit 3), not "internal error: std::bad_alloc" (exit 4).
+TEST(HirCli, RunningOutOfHostMemoryIsARuntimeFailure) {
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+  GTEST_SKIP() << "a sanitizer reserves more address space than the limit this test sets";
+#endif
+  CommandResult r = shell("ulimit -v 2000000 && " + shellQuoted(hirBinary()) + " check " +
+                              shellQuoted(example("ring_allgather.json")) + " --world 100000",
+                          120);
+  EXPECT_EQ(r.exit_code, 3) << r.out << r.err;
+  EXPECT_NE(r.err.find("hir: error: out of host memory in 'check'"), std::string::npos) << r.err;
+}
+
 // A device file that never ends is refused once past the size limit, not
 // read until the memory is gone.
 TEST(HirCli, AnEndlessInputIsRefusedAtTheSizeLimit) {
