@@ -10,6 +10,12 @@
 // reads and writes listed in the node are what the checks and dependencies
 // use: a kernel must touch nothing else.
 //
+// What the function throws is reported at its node (path and rank): a
+// UsageError (an arg the node does not give, reads or writes the kernel
+// does not take) as the node's fault, a ProgramError (exit 2); hostir's
+// other errors as they are (a BackendError: exit 3); any other exception
+// as the kernel's failure, a RuntimeError (exit 3).
+//
 // `hir run --plugin lib.so` loads a shared library first; its function
 //   extern "C" void hostir_register_kernels();
 // registers its kernels (an example is tests/plugin/example_kernels.cc).

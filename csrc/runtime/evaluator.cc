@@ -703,7 +703,19 @@ struct Evaluator::Impl {
     Stream& s = stream(current);
     const KernelLaunch launch{dev,         s,           dev.nativeStream(s), call.reads,
                               call.writes, call.args,   call.info->name};
-    call.info->fn(launch);
+    // What the kernel throws gets the node's place (the run's catch adds
+    // it to ProgramError and RuntimeError): a UsageError (an arg its node
+    // does not give, reads or writes it does not take) is the node's fault,
+    // an exception of the kernel's own its failure.
+    try {
+      call.info->fn(launch);
+    } catch (const UsageError& e) {
+      throw ProgramError(e.what());
+    } catch (const Error&) {
+      throw;
+    } catch (const std::exception& e) {
+      throw RuntimeError(fmt::format("kernel '{}' failed: {}", call.info->name, e.what()));
+    }
   }
 
   // ------------------------------------------------------------------ run

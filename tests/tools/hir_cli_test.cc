@@ -300,6 +300,25 @@ TEST(HirCli, PluginKernelsRunOnEveryRankAndAreNeededToLoad) {
 
 // Counts are checked against their range, never truncated to 32 bits (a
 // 2^32 + 2 --np once ran 2 ranks, and --iters 2^32 ran none and said ok).
+// A kernel's complaint about its node names the node: a plugin's error
+// used to reach the user without any place.
+TEST(HirCli, AKernelsErrorNamesItsNode) {
+  const std::string prog = (std::filesystem::temp_directory_path() /
+                            ("hir_no_shift_" + std::to_string(getpid()) + ".json"))
+                               .string();
+  std::ofstream(prog) << R"({"format": "hostir/1", "name": "no_shift", "body": [
+    {"op": "allocate", "name": "a", "dtype": "float32", "shape": [4, 2]},
+    {"op": "allocate", "name": "b", "dtype": "float32", "shape": [4, 2]},
+    {"op": "kernel", "name": "rotate_rows", "reads": ["a"], "writes": ["b"]}]})";
+  CommandResult r = hir({"run", prog, "--device", "host", "--plugin", HIR_EXAMPLE_PLUGIN});
+  std::filesystem::remove(prog);
+  EXPECT_EQ(r.exit_code, 2) << r.out << r.err;
+  EXPECT_NE(r.err.find("/body/2: on rank 0: kernel 'rotate_rows' asked for arg 'shift', which "
+                       "its node does not give"),
+            std::string::npos)
+      << r.err;
+}
+
 TEST(HirCli, CountFlagsOutsideTheirRangeAreBadUsage) {
   for (const auto& [flag, value] : std::vector<std::pair<std::string, std::string>>{
            {"--iters", "4294967296"}, {"--np", "4294967298"}, {"--timeout", "2147483648"},
