@@ -219,6 +219,10 @@ struct IpcBackend::State {
     std::vector<uint8_t> handle;
     std::size_t bytes = 0;  // the block's size, as its owner offered it
     bool own = false;  // our own block (a message to ourselves): not a mapping
+    // Whether [offset, offset + n) lies within the block.
+    bool holds(std::size_t offset, std::size_t n) const {
+      return offset <= bytes && n <= bytes - offset;
+    }
   };
 
   BackendContext ctx;
@@ -426,7 +430,7 @@ Step IpcBackend::State::resolve(const PostArgs& a) {
   // The load-time trace placed the message in the peer's block; a peer
   // whose block is smaller (another program or other params on that rank,
   // which a check of one rank's view cannot see) must not be written past.
-  HIR_CHECK(a.remote.offset <= im->bytes && s.bytes <= im->bytes - a.remote.offset,
+  HIR_CHECK(im->holds(a.remote.offset, s.bytes),
             "ipc: {}: {} rank {} ({}) of {} bytes at byte {} of rank {}'s allocation #{}, which "
             "has {} bytes: the ranks disagree on the message (do they run the same program with "
             "the same params?)",
@@ -518,8 +522,7 @@ Step IpcBackend::State::resolveEager(const PostArgs& a, Step s, uint32_t* peer_p
       // see resolve()): such a message goes through the slot, which the
       // receiver copies out by its own view of the message.
       const Import* im = importOf(peer, a.remote.alloc);
-      if (im != nullptr && a.remote.offset <= im->bytes &&
-          s.bytes <= im->bytes - a.remote.offset)
+      if (im != nullptr && im->holds(a.remote.offset, s.bytes))
         s.direct = static_cast<char*>(im->ptr) + a.remote.offset;
       else
         s.mark = s.posted = nullptr;

@@ -18,7 +18,6 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
-#include <sstream>
 #include <unordered_set>
 
 #include "common/check.h"

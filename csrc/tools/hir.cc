@@ -20,7 +20,6 @@
 #include <new>
 #include <optional>
 #include <set>
-#include <sstream>
 #include <string>
 #include <string_view>
 #include <vector>
