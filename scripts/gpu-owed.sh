@@ -38,6 +38,9 @@
 #             100,000 iterations takes 6 s on 2 H200s, mostly start-up: too
 #             short to tell a leak from the warm-up)                   (100 s)
 #   graph     graph-bench.sh --np 2 --k 1000 --nccl-tests: #12's table (150 s)
+#   tests     gpu-check.sh --prebuilt --no-examples --no-bench: the GPU
+#             tests and the cuda half of the MPI suite at 1, 2 and all GPUs,
+#             the check of the code a targets run measured           (150 s)
 #   check     gpu-check.sh --prebuilt: GPU tests at 1 and 2 ranks, examples,
 #             hir_p2p_bench (1 KiB - 1 GiB, and put above 16 KiB) and
 #             hir_comm_bench (the examples take 4 min)                (330 s)
@@ -64,7 +67,7 @@ set -u -o pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 out=${OUT:-$root/gpu-out}
 build=$root/build-carry budget=560
-all="targets oneshot mid direct sem grid faults soak graph check colls colls2 probe probe-mid"
+all="targets tests oneshot mid direct sem grid faults soak graph check colls colls2 probe probe-mid"
 steps=$all
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -101,7 +104,7 @@ estimate() {
   case $1 in
     targets) if [ "$gpus" -ge 4 ]; then echo 420; else echo 300; fi ;;
     oneshot) echo 150 ;;
-    check) echo 330 ;; colls|mid) echo 300 ;; grid) echo 250 ;; sem|colls2|direct) echo 200 ;;
+    tests) echo 150 ;; check) echo 330 ;; colls|mid) echo 300 ;; grid) echo 250 ;; sem|colls2|direct) echo 200 ;;
     graph) echo 150 ;;
     probe) echo 120 ;; *) echo 100 ;;
   esac
@@ -117,6 +120,7 @@ run_step() {
                  --ops allreduce -b 256K -e 256M -f 4 -n 5 -w 2 --graph-max 4M \
                  --eager-sweep-max 0 --reps-per-run 100 | tail -n 12
              done ;;
+    tests) bash "$root/scripts/gpu-check.sh" --prebuilt "$build" --no-examples --no-bench ;;
     check) bash "$root/scripts/gpu-check.sh" --prebuilt "$build" ;;
     mid) for v in default put16K; do
            echo "== hir_p2p_bench, $v"
