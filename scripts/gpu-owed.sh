@@ -17,6 +17,11 @@
 #             one-shot up to 16 MiB (the default) against two-shot above
 #             256 KiB (HIR_IPC_ONE_SHOT_MAX=262144, the earlier default),
 #             eager and with --graph up to 4 MiB, nccl beside each   (150 s)
+#   bcast     ipc-collectives-bench.sh at every GPU (3 or more), broadcast
+#             256 KiB - 1 GiB: scatter-allgather from 4 MiB (the default)
+#             against it at every size (HIR_IPC_BROADCAST_SPLIT_MIN=0) and
+#             the root's copies at every size (=1 TiB, the earlier
+#             algorithm), nccl beside each; skipped below 3 GPUs    (200 s)
 #   mid       hir_p2p_bench 16 KiB - 256 MiB with ping-pong rows up to
 #             16 MiB, by default (sends eager up to 16 MiB) and with
 #             HIR_IPC_EAGER_SEND_MAX=0 (put above 16 KiB): #13's mid sizes,
@@ -67,7 +72,7 @@ set -u -o pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 out=${OUT:-$root/gpu-out}
 build=$root/build-carry budget=560
-all="targets tests oneshot mid direct sem grid faults soak graph check colls colls2 probe probe-mid"
+all="targets tests oneshot bcast mid direct sem grid faults soak graph check colls colls2 probe probe-mid"
 steps=$all
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -103,7 +108,7 @@ nccl_tests=()
 estimate() {
   case $1 in
     targets) if [ "$gpus" -ge 4 ]; then echo 420; else echo 300; fi ;;
-    oneshot) echo 150 ;;
+    oneshot) echo 150 ;; bcast) echo 200 ;;
     tests) echo 150 ;; check) echo 330 ;; colls|mid) echo 300 ;; grid) echo 250 ;; sem|colls2|direct) echo 200 ;;
     graph) echo 150 ;;
     probe) echo 120 ;; *) echo 100 ;;
@@ -121,6 +126,15 @@ run_step() {
                  --eager-sweep-max 0 --reps-per-run 100 | tail -n 12
              done ;;
     tests) bash "$root/scripts/gpu-check.sh" --prebuilt "$build" --no-examples --no-bench ;;
+    bcast) [ "$gpus" -ge 3 ] || { echo "bcast: needs 3 GPUs, found $gpus: skipped"; return 0; }
+           for v in default HIR_IPC_BROADCAST_SPLIT_MIN=0 HIR_IPC_BROADCAST_SPLIT_MIN=1099511627776; do
+             echo "== broadcast at $gpus ranks, $v"
+             mkdir -p "$OUT/bcast-${v##*=}"
+             env $([ "$v" = default ] || echo "$v") OUT="$OUT/bcast-${v##*=}" \
+               bash "$root/scripts/ipc-collectives-bench.sh" --build "$build" --np "$gpus" \
+               --ops broadcast -b 256K -e 1G -f 4 -n 5 -w 2 --graph-max 4M \
+               --eager-sweep-max 0 --reps-per-run 20 | tail -n 12
+           done ;;
     check) bash "$root/scripts/gpu-check.sh" --prebuilt "$build" ;;
     mid) for v in default put16K; do
            echo "== hir_p2p_bench, $v"
@@ -178,7 +192,7 @@ for s in $steps; do
   dir="$out/owed/$s"
   mkdir -p "$dir"
   t0=$(date +%s)
-  OUT=$dir timeout "$room" bash -c "$(declare -f run_step); $(declare -p root build nccl_tests); run_step $s" \
+  OUT=$dir timeout "$room" bash -c "$(declare -f run_step); $(declare -p root build nccl_tests gpus); run_step $s" \
     >"$dir/output.txt" 2>&1
   rc=$?
   [ "$rc" = 0 ] || failed=1

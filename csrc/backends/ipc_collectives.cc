@@ -14,6 +14,12 @@ std::size_t ipcOneShotMaxBytes(int members) {
   return static_cast<std::size_t>(parseInteger("HIR_IPC_ONE_SHOT_MAX", v, 0));
 }
 
+std::size_t ipcBroadcastSplitMinBytes() {
+  const char* v = std::getenv("HIR_IPC_BROADCAST_SPLIT_MIN");
+  if (v == nullptr || *v == '\0') return kIpcBroadcastSplitMin;
+  return static_cast<std::size_t>(parseInteger("HIR_IPC_BROADCAST_SPLIT_MIN", v, 0));
+}
+
 std::size_t ipcEagerMaxBytes() {
   const char* v = std::getenv("HIR_IPC_EAGER_MAX");
   if (v == nullptr || *v == '\0') return std::size_t{16} << 10;
@@ -115,6 +121,30 @@ std::string_view ipcCollectiveMessages(const CollectiveShape& s, std::vector<Col
     case CommType::Broadcast:
       HIR_INTERNAL_ASSERT(s.root >= 0 && s.root < n, "ipc broadcast from member {} of {}", s.root,
                           n);
+      if (!eager && n >= 3 && c * dtypeSize(s.dtype) >= ipcBroadcastSplitMinBytes()) {
+        // The members other than the root, in ring order from it: member
+        // at(p) holds chunk p of T - 1. It gets its chunk from the root, then
+        // puts it from its output into the others' (after the get on its
+        // stream: gets come first), sends and receives in ring order.
+        const int m = n - 1;
+        auto at = [&](int p) { return (s.root + 1 + p) % n; };
+        auto chunk = [&](int f, int t, int p, bool from_output, Protocol protocol) {
+          const std::size_t begin = chunkBegin(c, m, p);
+          add(f, t, from_output, begin, begin, chunkLength(c, m, p), protocol);
+        };
+        if (me == s.root) {
+          for (int p = 0; p < m; ++p) chunk(me, at(p), p, false, Protocol::Get);
+          return "scatter-allgather";
+        }
+        const int q = (me - s.root - 1 + n) % n;
+        chunk(s.root, me, q, false, Protocol::Get);
+        for (int k = 1; k < m; ++k) {
+          chunk(me, at((q + k) % m), q, true, Protocol::Put);
+          const int from_p = (q - k + m) % m;
+          chunk(at(from_p), me, from_p, true, Protocol::Put);
+        }
+        return "scatter-allgather";
+      }
       for (int k = 1; k < n; ++k) {
         const int peer = (s.root + k) % n;
         if (me == s.root)

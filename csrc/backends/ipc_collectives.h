@@ -11,6 +11,12 @@
 //   chooses how: on cuda a kernel up to HIR_CUDA_GRID_COPY_MAX, the copy
 //   engine above, where no SM does any of it); the member's own chunk is a
 //   local copy.
+// - broadcast of a team of 3 or more, from ipcBroadcastSplitMinBytes()
+//   ("scatter-allgather"): the root's copies would all leave through the
+//   root's links, (T - 1) N bytes; instead each other member gets (reads)
+//   its chunk of T - 1 from the root, then puts it into the other
+//   members' outputs: N bytes leave the root, (T - 2) N / (T - 1) each
+//   other member.
 // - reduce_scatter ("one-shot"): get messages, every member reads its chunk
 //   of each peer's input and reduces them, its own included, in team order,
 //   with one kernel (Device::reduce) into its output.
@@ -33,6 +39,18 @@
 #include <hostir/backend.h>
 
 namespace hir {
+
+// The smallest broadcast, in bytes, that a team of 3 or more runs as
+// scatter-allgather instead of copies from the root:
+// HIR_IPC_BROADCAST_SPLIT_MIN (read at each call, as ipcOneShotMaxBytes()
+// is; the same on every rank), default kIpcBroadcastSplitMin. Copies from
+// the root take (T - 1) N / B on the root's links (B their rate);
+// scatter-allgather N / B + (T - 2) N / ((T - 1) B) and one more phase:
+// on 4 H100s a 16 MiB - 1 GiB broadcast by copies ran at 0.34 - 0.41x
+// NCCL's rate (96 - 121 against 237 - 356 GB/s busbw), which the root's
+// links account for. Chunks small enough to go eager stay copies.
+inline constexpr std::size_t kIpcBroadcastSplitMin = std::size_t{4} << 20;
+std::size_t ipcBroadcastSplitMinBytes();
 
 // Team members whose buffers one reduction reads at most (Device::reduce).
 inline constexpr int kIpcMaxReduceMembers = 16;

@@ -44,24 +44,32 @@ std::string program(const std::string& params, const std::string& body) {
 // (HIR_IPC_EAGER_MAX=0), so that they run put and get; TwoShot forces
 // allreduce to two-shot (eager off too, which would take it first). Wrap:
 // message numbers start 6 below 2^32 (HIR_IPC_SEQ_START), so that two runs
-// of three collectives cross the wrap on every lane.
-enum class Mode { Default, NoEager, TwoShot, Counted, CountedNoEager, Wrap, WrapNoEager };
+// of three collectives cross the wrap on every lane. Split: a broadcast of
+// 3 ranks or more is scatter-allgather at any size (eager off too, which
+// would take the small ones first); CountedSplit the same, counted.
+enum class Mode {
+  Default, NoEager, TwoShot, Counted, CountedNoEager, Wrap, WrapNoEager, Split, CountedSplit
+};
 
 // Sets the environment of a mode for the lifetime of an evaluator.
 class ModeEnv {
  public:
   explicit ModeEnv(Mode m) {
     if (m == Mode::NoEager || m == Mode::TwoShot || m == Mode::CountedNoEager ||
-        m == Mode::WrapNoEager)
+        m == Mode::WrapNoEager || m == Mode::Split || m == Mode::CountedSplit)
       ::setenv("HIR_IPC_EAGER_MAX", "0", 1);
     if (m == Mode::TwoShot) ::setenv("HIR_IPC_ONE_SHOT_MAX", "0", 1);
-    if (m == Mode::Counted || m == Mode::CountedNoEager) ::setenv("HIR_IPC_COUNTED", "1", 1);
+    if (m == Mode::Split || m == Mode::CountedSplit)
+      ::setenv("HIR_IPC_BROADCAST_SPLIT_MIN", "0", 1);
+    if (m == Mode::Counted || m == Mode::CountedNoEager || m == Mode::CountedSplit)
+      ::setenv("HIR_IPC_COUNTED", "1", 1);
     if (m == Mode::Wrap || m == Mode::WrapNoEager)
       ::setenv("HIR_IPC_SEQ_START", "4294967290", 1);
   }
   ~ModeEnv() {
     ::unsetenv("HIR_IPC_EAGER_MAX");
     ::unsetenv("HIR_IPC_ONE_SHOT_MAX");
+    ::unsetenv("HIR_IPC_BROADCAST_SPLIT_MIN");
     ::unsetenv("HIR_IPC_COUNTED");
     ::unsetenv("HIR_IPC_SEQ_START");
   }
@@ -207,6 +215,17 @@ std::vector<Case> cases() {
       }
       out.push_back({CommType::ReduceScatter, ReduceOp::Max, DType::Int32, 8, in_place, m});
     }
+  // Broadcast by scatter-allgather (from 3 ranks; at 2, copies): every
+  // dtype, a count that splits unevenly over the members, and its default
+  // limit, 4 MiB, reached.
+  for (Mode m : {Mode::Split, Mode::CountedSplit})
+    for (bool in_place : {false, true}) {
+      for (DType t : kAll) out.push_back({CommType::Broadcast, ReduceOp::Sum, t, 8, in_place, m});
+      out.push_back({CommType::Broadcast, ReduceOp::Sum, DType::Int32, 70001, in_place, m});
+    }
+  for (bool in_place : {false, true})
+    out.push_back({CommType::Broadcast, ReduceOp::Sum, DType::Float32, (1 << 20) + 3, in_place,
+                   Mode::Default});
   // Across the wrap of the message numbers at 2^32, with host and counted
   // numbers alike (the counted ones start where the page does), eager or
   // not.
@@ -249,6 +268,8 @@ std::string caseName(const ::testing::TestParamInfo<Case>& info) {
     case Mode::CountedNoEager: name += "_counted_noeager"; break;
     case Mode::Wrap: name += "_wrap"; break;
     case Mode::WrapNoEager: name += "_wrap_noeager"; break;
+    case Mode::Split: name += "_split"; break;
+    case Mode::CountedSplit: name += "_counted_split"; break;
   }
   return name;
 }

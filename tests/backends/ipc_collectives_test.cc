@@ -43,21 +43,27 @@ bool operator==(const CollectiveMessage& a, const CollectiveMessage& b) {
 // Every shape the backend runs: team sizes 1..9, counts around the chunk
 // boundaries, every root, in and out of place (alltoall: out only); with
 // eager on (its limit 64 bytes: 16 floats, so that the larger counts are
-// put and get) and off.
+// put and get) and off; and broadcast by copies (its default at these
+// sizes) and by scatter-allgather (HIR_IPC_BROADCAST_SPLIT_MIN=0).
 template <class F>
 void forEveryShape(F&& f) {
-  for (const char* eager_max : {"64", "0"}) {
-    ::setenv("HIR_IPC_EAGER_MAX", eager_max, 1);
-    for (CommType type : kTypes)
-      for (int n = 1; n <= 9; ++n)
-        for (std::size_t count : {0, 1, 5, 7, 16, 17, 1000})
-          for (bool in_place : {false, true})
-            for (int root = 0; root < (type == CommType::Broadcast ? n : 1); ++root) {
-              if (type == CommType::Alltoall && in_place && n > 1) continue;
-              f(CollectiveShape{type, DType::Float32, count, n, 0, root, in_place});
-            }
+  for (const char* split_min : {"", "0"}) {
+    ::setenv("HIR_IPC_BROADCAST_SPLIT_MIN", split_min, 1);  // "": the default
+    for (const char* eager_max : {"64", "0"}) {
+      ::setenv("HIR_IPC_EAGER_MAX", eager_max, 1);
+      for (CommType type : kTypes)
+        for (int n = 1; n <= 9; ++n)
+          for (std::size_t count : {0, 1, 5, 7, 16, 17, 1000})
+            for (bool in_place : {false, true})
+              for (int root = 0; root < (type == CommType::Broadcast ? n : 1); ++root) {
+                if (type == CommType::Alltoall && in_place && n > 1) continue;
+                if (*split_min != '\0' && type != CommType::Broadcast) continue;
+                f(CollectiveShape{type, DType::Float32, count, n, 0, root, in_place});
+              }
+    }
   }
   ::unsetenv("HIR_IPC_EAGER_MAX");
+  ::unsetenv("HIR_IPC_BROADCAST_SPLIT_MIN");
 }
 
 TEST(IpcCollectives, EveryMemberListsEachPairsMessagesAlike) {
@@ -85,7 +91,8 @@ TEST(IpcCollectives, EveryMemberListsEachPairsMessagesAlike) {
 }
 
 // What lands in a member's output: the put (or eager) messages it
-// receives, its own chunk (copied locally, or reduced), and, for a
+// receives, the get messages outside a reduction (a broadcast's
+// scatter), its own chunk (copied locally, or reduced), and, for a
 // reduction, the chunk it reduces from get (or eager) messages. Each
 // element exactly once.
 TEST(IpcCollectives, WhatAMemberReceivesAndItsOwnChunkCoverItsOutputOnce) {
@@ -107,10 +114,10 @@ TEST(IpcCollectives, WhatAMemberReceivesAndItsOwnChunkCoverItsOutputOnce) {
       bool reduces = s.type == CommType::Allreduce || s.type == CommType::ReduceScatter;
       for (const CollectiveMessage& m : all[static_cast<std::size_t>(me)]) {
         if (m.to != me) continue;
-        const bool source = m.protocol == Protocol::Get || (reduces && m.protocol == Protocol::Eager);
+        const bool source =
+            reduces && (m.protocol == Protocol::Get || m.protocol == Protocol::Eager);
         if (!source) cover(m.to_offset, m.count);
         if (source) {
-          ASSERT_TRUE(reduces) << "a get message outside a reduction";
           reduced_begin = m.to_offset;
           reduced_count = m.count;
         }
@@ -178,6 +185,53 @@ TEST(IpcCollectives, AnAllreduceOfTwoIsOneShotUpTo16MiB) {
   EXPECT_EQ(ipcCollectiveMessages(s, out), "two-shot");
   ::unsetenv("HIR_IPC_ONE_SHOT_MAX");
   ::unsetenv("HIR_IPC_EAGER_MAX");
+}
+
+// A broadcast of 3 members or more from 4 MiB: each other member gets its
+// chunk of T - 1 from the root, then puts it into the others' outputs from
+// its own. The root's links carry N bytes where copies from it carried
+// (T - 1) N. A pair, and chunks that go eager, stay copies.
+TEST(IpcCollectives, ABroadcastOfThreeOrMoreFrom4MiBIsScatterAllgather) {
+  std::vector<CollectiveMessage> out;
+  const std::size_t c = (4 << 20) / 4;  // float32
+  CollectiveShape s{CommType::Broadcast, DType::Float32, c, 4, 1, 1, false};  // member 1, root 1
+  EXPECT_EQ(ipcCollectiveMessages(s, out), "scatter-allgather") << "the root";
+  std::size_t sent = 0;
+  for (const CollectiveMessage& m : out) {
+    EXPECT_EQ(m.from, 1);
+    EXPECT_EQ(m.protocol, Protocol::Get);
+    EXPECT_FALSE(m.from_output);
+    sent += m.count;
+  }
+  EXPECT_EQ(out.size(), 3u);
+  EXPECT_EQ(sent, c) << "the root's links carry the buffer once";
+  s.me = 2;
+  EXPECT_EQ(ipcCollectiveMessages(s, out), "scatter-allgather") << "a member";
+  ASSERT_EQ(out.size(), 5u);  // its chunk from the root, then to and from each of 2 members
+  EXPECT_EQ(out[0].from, 1);
+  EXPECT_EQ(out[0].protocol, Protocol::Get);
+  for (std::size_t k = 1; k < out.size(); ++k) {
+    EXPECT_EQ(out[k].protocol, Protocol::Put) << k;
+    EXPECT_TRUE(out[k].from_output) << "a member forwards what it got: " << k;
+    EXPECT_NE(out[k].from, 1) << k;
+    EXPECT_NE(out[k].to, 1) << k;
+  }
+  s.count = c - 1;
+  EXPECT_EQ(ipcCollectiveMessages(s, out), "copies") << "below 4 MiB";
+  s.count = 8 * c;
+  s.me = 0;
+  s.team_size = 2;
+  EXPECT_EQ(ipcCollectiveMessages(s, out), "copies") << "a pair";
+  s.team_size = 3;
+  EXPECT_EQ(ipcCollectiveMessages(s, out), "scatter-allgather") << "3 members";
+  ::setenv("HIR_IPC_BROADCAST_SPLIT_MIN", "0", 1);
+  s.count = 4096;  // 16 KiB: eager
+  EXPECT_EQ(ipcCollectiveMessages(s, out), "eager copies");
+  s.count = 4097;
+  EXPECT_EQ(ipcCollectiveMessages(s, out), "scatter-allgather");
+  ::setenv("HIR_IPC_BROADCAST_SPLIT_MIN", "-1", 1);
+  EXPECT_THROW(ipcCollectiveMessages(s, out), UsageError);
+  ::unsetenv("HIR_IPC_BROADCAST_SPLIT_MIN");
 }
 
 // Up to the eager limit (16 KiB by default), per message: a chunk that fits
