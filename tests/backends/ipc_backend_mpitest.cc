@@ -35,6 +35,7 @@
 #include "plan/plan.h"
 #include <hostir/evaluator.h>
 #include <hostir/session.h>
+#include "support/gate.h"
 #include "support/mpi_test.h"
 #include "support/test_util.h"
 
@@ -1464,6 +1465,116 @@ PostArgs sendToNext(void* data, std::size_t count) {
   a.remote.pair_seq = 1;
   a.path = "/body/7";
   return a;
+}
+
+namespace {
+
+// A host device whose copy to `gated` (set by the test) waits on its stream
+// until the test opens the gate.
+class GatedCopy : public HostDevice {
+ public:
+  using HostDevice::HostDevice;
+  void copy(Stream& s, void* dst, const void* src, std::size_t bytes) override {
+    if (dst == gated) launchHostFunc(s, gate.task());
+    HostDevice::copy(s, dst, src, bytes);
+  }
+  void* gated = nullptr;
+  test::Gate gate;
+};
+
+}  // namespace
+
+// An allgather of 4 MiB per rank, on the backend alone: its put messages go
+// to the peers while its local copy (the rank's own chunk) runs beside
+// them, on a stream of its own, which the collective's completion still
+// waits for. Rank 0's local copy is held: every other rank's allgather
+// completes all the same (rank 0's puts did not queue behind it), and rank
+// 0's does not until the copy is let go.
+TEST(IpcBackend, ALargeLocalCopyRunsBesideTheTransfersAndIsPartOfTheCollective) {
+  HIR_REQUIRE_WORLD_AT_LEAST(2);
+  const int rank = test::world().rank(), world = test::world().world();
+  GatedCopy device(testTimeout());
+  std::unique_ptr<Backend> backend = findBackend("ipc")->create();
+  BackendContext ctx;
+  ctx.device = &device;
+  ctx.bootstrap = &test::world();
+  ctx.teams = {{}};
+  for (int r = 0; r < world; ++r) ctx.teams[0].push_back(r);
+  ctx.timeout = testTimeout();
+  ctx.largest_eager_send = 0;
+  backend->setup(ctx);
+  const std::size_t c = (std::size_t{4} << 20) / sizeof(int32_t) + 3, size = sizeof(int32_t);
+  auto* in = static_cast<int32_t*>(device.allocate(c * size));
+  auto* out = static_cast<int32_t*>(device.allocate(world * c * size));
+  Stream& s = device.defaultStream();
+  device.fill(s, in, DType::Int32, c, rank * 100, 1);
+  device.fill(s, out, DType::Int32, world * c, -7, 0);
+  device.synchronize(s, testTimeout());
+  // Allocation 0 is every rank's input, 1 its output; each pair's first
+  // message is number 1.
+  std::vector<CollectiveMessage> messages;
+  ASSERT_EQ(ipcCollectiveMessages({CommType::Allgather, DType::Int32, c, world, rank, 0, false},
+                                  messages),
+            "copies");
+  std::vector<ShareItem> items;
+  std::vector<CollectivePiece> pieces;
+  for (const CollectiveMessage& m : messages) {
+    const bool send = m.from == rank;
+    ShareItem item;
+    item.comm = 0;
+    item.type = send ? CommType::Send : CommType::Recv;
+    item.peer = send ? m.to : m.from;
+    item.alloc = send ? 0 : 1;
+    item.base = send ? static_cast<void*>(in) : out;
+    item.bytes = send ? c * size : world * c * size;
+    item.peer_alloc = send ? 1 : 0;
+    item.protocol = m.protocol;
+    item.name = send ? "in" : "out";
+    item.largest_message = c * size;
+    items.push_back(item);
+    CollectivePiece piece;
+    piece.message = m;
+    piece.peer_rank = item.peer;
+    piece.peer.alloc = item.peer_alloc;
+    piece.peer.offset = (send ? m.to_offset : m.from_offset) * size;
+    piece.peer.pair_seq = 1;
+    pieces.push_back(piece);
+  }
+  backend->shareMemHandles(items);
+  PostArgs a;
+  a.type = CommType::Allgather;
+  a.dtype = DType::Int32;
+  a.input = in;
+  a.output = out;
+  a.count = c;
+  a.comm = 0;
+  a.input_alloc = 0;
+  a.output_alloc = 1;
+  a.path = "/body/2";
+  a.pieces = pieces;
+  if (rank == 0) device.gated = out;  // its own chunk, the first
+  std::unique_ptr<Event> done = device.createEvent();
+  backend->post({&a, 1}, s, *done);
+  if (rank != 0) {
+    device.gate.open();
+    EXPECT_NO_THROW(device.synchronize(*done, std::chrono::seconds(10)))
+        << "rank " << rank << "'s allgather did not complete while rank 0's local copy was held";
+  }
+  test::world().barrier();
+  if (rank == 0) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    EXPECT_FALSE(device.query(*done)) << "the allgather completed before its local copy ran";
+    device.gate.open();
+    device.synchronize(*done, testTimeout());
+  }
+  for (int r = 0; r < world; ++r) {
+    EXPECT_EQ(out[r * c], r * 100) << "chunk " << r;
+    EXPECT_EQ(out[r * c + c - 1], static_cast<int32_t>(r * 100 + c - 1)) << "chunk " << r;
+  }
+  test::world().barrier();
+  backend.reset();
+  device.deallocate(in);
+  device.deallocate(out);
 }
 
 TEST(IpcBackend, PostingBeforeAnyExchangeIsAClearError) {

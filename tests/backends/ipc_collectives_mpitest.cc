@@ -223,9 +223,17 @@ std::vector<Case> cases() {
       for (DType t : kAll) out.push_back({CommType::Broadcast, ReduceOp::Sum, t, 8, in_place, m});
       out.push_back({CommType::Broadcast, ReduceOp::Sum, DType::Int32, 70001, in_place, m});
     }
-  for (bool in_place : {false, true})
+  // And chunks of 4 MiB and more, whose local copy (the root's, a member's
+  // own chunk) runs on a stream beside the transfers and is joined back
+  // before the collective completes.
+  for (bool in_place : {false, true}) {
     out.push_back({CommType::Broadcast, ReduceOp::Sum, DType::Float32, (1 << 20) + 3, in_place,
                    Mode::Default});
+    out.push_back({CommType::Allgather, ReduceOp::Sum, DType::Float32, (1 << 20) + 3, in_place,
+                   Mode::Default});
+  }
+  out.push_back({CommType::Alltoall, ReduceOp::Sum, DType::Int32, (1 << 20) + 3, false,
+                 Mode::Default});
   // Across the wrap of the message numbers at 2^32, with host and counted
   // numbers alike (the counted ones start where the page does), eager or
   // not.
