@@ -12,7 +12,8 @@
 #   targets   ipc-targets.sh: every figure #13 judges, ipc beside nccl, and
 #             the verdict of each target, with the table of every op at
 #             every size: #13's "one script in one run"; on 4 GPUs or
-#             more, the collectives again at 4 ranks    (300 s; 4 GPUs: 420)
+#             more, the collectives again at 4 ranks    (300 s; 4 GPUs: 520,
+#             507 s on 4 H100s in session 23)
 #   oneshot   ipc-collectives-bench.sh, allreduce 256 KiB - 256 MiB: a pair's
 #             one-shot up to 16 MiB (the default) against two-shot above
 #             256 KiB (HIR_IPC_ONE_SHOT_MAX=262144, the earlier default),
@@ -107,7 +108,7 @@ nccl_tests=()
 
 estimate() {
   case $1 in
-    targets) if [ "$gpus" -ge 4 ]; then echo 420; else echo 300; fi ;;
+    targets) if [ "$gpus" -ge 4 ]; then echo 520; else echo 300; fi ;;
     oneshot) echo 150 ;; bcast) echo 200 ;;
     tests) echo 150 ;; check) echo 330 ;; colls|mid) echo 300 ;; grid) echo 250 ;; sem|colls2|direct) echo 200 ;;
     graph) echo 150 ;;
