@@ -46,7 +46,7 @@ namespace hir {
 // is; the same on every rank), default kIpcBroadcastSplitMin. Copies from
 // the root take (T - 1) N / B on the root's links (B their rate);
 // scatter-allgather N / B + (T - 2) N / ((T - 1) B) and one more phase:
-// on 4 H100s a 16 MiB - 1 GiB broadcast by copies ran at 0.34 - 0.41x
+// on 4 H100s (4 ranks) a 16 MiB - 1 GiB broadcast by copies ran at 0.34 - 0.41x
 // NCCL's rate (96 - 121 against 237 - 356 GB/s busbw), which the root's
 // links account for. Chunks small enough to go eager stay copies.
 inline constexpr std::size_t kIpcBroadcastSplitMin = std::size_t{4} << 20;
