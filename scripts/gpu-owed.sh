@@ -115,27 +115,31 @@ estimate() {
     probe) echo 120 ;; *) echo 100 ;;
   esac
 }
+# by_variant NAME "VARIANTS" LINES ARGS...: ipc-collectives-bench.sh ARGS
+# once per variant ("default", or NAME=VALUE set for that run), each
+# writing under $OUT/NAME-VARIANT, the last LINES lines of its table shown.
+by_variant() {
+  local name=$1 variants=$2 lines=$3 v
+  shift 3
+  for v in $variants; do
+    echo "== $name, $v"
+    mkdir -p "$OUT/$name-$v"
+    env $([ "$v" = default ] || echo "$v") OUT="$OUT/$name-$v" \
+      bash "$root/scripts/ipc-collectives-bench.sh" --build "$build" "$@" | tail -n "$lines"
+  done
+}
 run_step() {
   case $1 in
     targets) OUT=$OUT bash "$root/scripts/ipc-targets.sh" --build "$build" ;;
-    oneshot) for v in default HIR_IPC_ONE_SHOT_MAX=262144; do
-               echo "== allreduce, $v"
-               mkdir -p "$OUT/oneshot-${v%%=*}"
-               env $([ "$v" = default ] || echo "$v") OUT="$OUT/oneshot-${v%%=*}" \
-                 bash "$root/scripts/ipc-collectives-bench.sh" --build "$build" --np 2 \
-                 --ops allreduce -b 256K -e 256M -f 4 -n 5 -w 2 --graph-max 4M \
-                 --eager-sweep-max 0 --reps-per-run 100 | tail -n 12
-             done ;;
+    oneshot) by_variant oneshot "default HIR_IPC_ONE_SHOT_MAX=262144" 12 --np 2 \
+               --ops allreduce -b 256K -e 256M -f 4 -n 5 -w 2 --graph-max 4M \
+               --eager-sweep-max 0 --reps-per-run 100 ;;
     tests) bash "$root/scripts/gpu-check.sh" --prebuilt "$build" --no-examples --no-bench ;;
     bcast) [ "$gpus" -ge 3 ] || { echo "bcast: needs 3 GPUs, found $gpus: skipped"; return 0; }
-           for v in default HIR_IPC_BROADCAST_SPLIT_MIN=0 HIR_IPC_BROADCAST_SPLIT_MIN=1099511627776; do
-             echo "== broadcast at $gpus ranks, $v"
-             mkdir -p "$OUT/bcast-${v##*=}"
-             env $([ "$v" = default ] || echo "$v") OUT="$OUT/bcast-${v##*=}" \
-               bash "$root/scripts/ipc-collectives-bench.sh" --build "$build" --np "$gpus" \
-               --ops broadcast -b 256K -e 1G -f 4 -n 5 -w 2 --graph-max 4M \
-               --eager-sweep-max 0 --reps-per-run 20 | tail -n 12
-           done ;;
+           by_variant bcast \
+             "default HIR_IPC_BROADCAST_SPLIT_MIN=0 HIR_IPC_BROADCAST_SPLIT_MIN=1099511627776" 12 \
+             --np "$gpus" --ops broadcast -b 256K -e 1G -f 4 -n 5 -w 2 --graph-max 4M \
+             --eager-sweep-max 0 --reps-per-run 20 ;;
     check) bash "$root/scripts/gpu-check.sh" --prebuilt "$build" ;;
     mid) for v in default put16K; do
            echo "== hir_p2p_bench, $v"
@@ -154,14 +158,9 @@ run_step() {
     grid) bash "$root/scripts/ipc-ab.sh" --build "$build" --rounds 1 --min 64K --max 16M \
             --pingpong-max 16M --probe-ops none --variants \
             "default HIR_CUDA_GRID_COPY_MAX=0 HIR_CUDA_GRID_COPY_MAX=4194304,HIR_CUDA_GRID_COPY_BLOCKS=32"
-          for v in default HIR_CUDA_GRID_COPY_MAX=0; do
-            echo "== ipc-collectives-bench, $v"
-            mkdir -p "$OUT/colls-$v"
-            env $([ "$v" = default ] || echo "$v") OUT="$OUT/colls-$v" \
-              bash "$root/scripts/ipc-collectives-bench.sh" --build "$build" --np 2 \
-              --ops allgather,broadcast,alltoall -b 64K -e 4M -f 4 -n 10 -w 3 --graph-max 0 \
-              --eager-sweep-max 0 --reps-per-run 200 | tail -n 14
-          done ;;
+          by_variant colls "default HIR_CUDA_GRID_COPY_MAX=0" 14 --np 2 \
+            --ops allgather,broadcast,alltoall -b 64K -e 4M -f 4 -n 10 -w 3 --graph-max 0 \
+            --eager-sweep-max 0 --reps-per-run 200 ;;
     graph) bash "$root/scripts/graph-bench.sh" --build "$build" --np 2 --k 1000 --reps 3 \
              "${nccl_tests[@]}" ;;
     probe) bash "$root/scripts/ipc-latency-probe.sh" --build "$build" --n "2 2048" --modes graph \
@@ -193,7 +192,7 @@ for s in $steps; do
   dir="$out/owed/$s"
   mkdir -p "$dir"
   t0=$(date +%s)
-  OUT=$dir timeout "$room" bash -c "$(declare -f run_step); $(declare -p root build nccl_tests gpus); run_step $s" \
+  OUT=$dir timeout "$room" bash -c "$(declare -f run_step by_variant); $(declare -p root build nccl_tests gpus); run_step $s" \
     >"$dir/output.txt" 2>&1
   rc=$?
   [ "$rc" = 0 ] || failed=1
