@@ -285,7 +285,7 @@ struct IpcBackend::State {
   std::vector<std::unique_ptr<Stream>> phased;
   // Beside the stream of a phased post (a team's, or a joined post's
   // poster's): its large local copies, forked from that stream where the
-  // copies would have gone and joined back before its last waits.
+  // copies would have gone and joined back after its last waits.
   struct Aside {
     std::unique_ptr<Stream> stream;
     std::unique_ptr<Event> forked, done;
@@ -1167,7 +1167,7 @@ void countInGroup(std::vector<Step>& steps,
 }  // namespace
 
 // First the signals of the sides that do not copy, then the local copies
-// (from kAsideCopyMin bytes on a stream beside `on`, joined before the last
+// (from kAsideCopyMin bytes on a stream beside `on`, joined after the last
 // waits); then, in step order, the copies (each after its peer's signal) and the
 // reductions (each where its first source comes, after its sources'
 // signals); then the remaining waits. A reduction or a copy waits only for

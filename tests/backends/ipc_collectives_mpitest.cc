@@ -216,16 +216,16 @@ std::vector<Case> cases() {
       out.push_back({CommType::ReduceScatter, ReduceOp::Max, DType::Int32, 8, in_place, m});
     }
   // Broadcast by scatter-allgather (from 3 ranks; at 2, copies): every
-  // dtype, a count that splits unevenly over the members, and its default
-  // limit, 4 MiB, reached.
+  // dtype, and a count that splits unevenly over the members.
   for (Mode m : {Mode::Split, Mode::CountedSplit})
     for (bool in_place : {false, true}) {
       for (DType t : kAll) out.push_back({CommType::Broadcast, ReduceOp::Sum, t, 8, in_place, m});
       out.push_back({CommType::Broadcast, ReduceOp::Sum, DType::Int32, 70001, in_place, m});
     }
-  // And chunks of 4 MiB and more, whose local copy (the root's, a member's
-  // own chunk) runs on a stream beside the transfers and is joined back
-  // before the collective completes.
+  // Chunks of 4 MiB and more: the broadcast's default split limit reached,
+  // and a local copy (the root's, a member's own chunk) that runs on a
+  // stream beside the transfers and is joined back before the collective
+  // completes.
   for (bool in_place : {false, true}) {
     out.push_back({CommType::Broadcast, ReduceOp::Sum, DType::Float32, (1 << 20) + 3, in_place,
                    Mode::Default});
