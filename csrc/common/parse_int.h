@@ -28,12 +28,13 @@ inline int64_t parseInteger(const std::string& flag, const std::string& text, in
   return v;
 }
 
-// A 0/1 switch from the environment: unset, empty or "0" is false, "1" is
-// true, anything else a UsageError naming the variable, what it does and the
-// value.
-inline bool envSwitch(const char* name, std::string_view what) {
+// A 0/1 switch from the environment: "0" is false, "1" is true, unset or
+// empty is `unset` (false unless given), anything else a UsageError naming
+// the variable, what it does and the value.
+inline bool envSwitch(const char* name, std::string_view what, bool unset = false) {
   const char* v = std::getenv(name);
-  if (v == nullptr || *v == '\0' || std::string_view(v) == "0") return false;
+  if (v == nullptr || *v == '\0') return unset;
+  if (std::string_view(v) == "0") return false;
   if (std::string_view(v) != "1")
     throw UsageError(fmt::format("{} must be 0 or 1 (1: {}), got '{}'", name, what, v));
   return true;

@@ -1401,50 +1401,68 @@ TEST(CudaDevice, PartsInLinesAreTheHostDevicesLinesAtEachReplay) {
   }
 }
 
-// A reduction whose middle source is in lines, pushed by another stream
-// after the reduction was enqueued: for every dtype and op, at sizes of
-// one and of several batches of lines per thread, what the host device
-// gives for the same sources.
-TEST(CudaDevice, ReduceOfASourceInLinesMatchesTheHostDevice) {
+// A reduction of 4 sources, the last 3 in lines, pushed by another stream
+// after the reduction was enqueued (last source first): for every dtype and
+// op, what the host device gives for the same sources. With
+// HIR_CUDA_SPREAD_SOURCES on (the default) and off; the counts put the
+// units of every source (4 bytes, or an element of 8) at, just past and
+// far past one thread per source and unit (256 threads: 64 units a
+// source), where the spread path gives way to the batched one.
+TEST(CudaDevice, ReduceOfSourcesInLinesMatchesTheHostDevice) {
   HIR_REQUIRE_GPUS(1);
-  auto device = makeCudaDeviceWithCopyMax("65536");
-  auto s = device->createStream();
-  auto s2 = device->createStream();
+  constexpr int kSources = 4;
   uint32_t v = 0;
-  for (const auto& [t, name] : kDTypeNames) {
-    for (std::size_t count : {std::size_t{3}, std::size_t{5001}}) {
-      const std::size_t bytes = count * dtypeSize(t);
-      const Images images = reduceSources(t, 3, count, 33);
-      std::vector<std::unique_ptr<Buffer>> buffers;
-      for (const auto& image : images) {
-        buffers.push_back(std::make_unique<Buffer>(*device, bytes));
-        upload(buffers.back()->data(), image.data(), bytes);
+  for (const char* spread : {"1", "0"}) {
+    auto device = makeCudaDeviceWithEnv(
+        {{"HIR_CUDA_KERNEL_COPY_MAX", "65536"}, {"HIR_CUDA_SPREAD_SOURCES", spread}});
+    auto s = device->createStream();
+    auto s2 = device->createStream();
+    for (const auto& [t, name] : kDTypeNames) {
+      const std::size_t per_unit = dtypeSize(t) < 4 ? 4 / dtypeSize(t) : 1;
+      for (std::size_t count : {std::size_t{3}, 64 * per_unit, 64 * per_unit + 1,
+                                std::size_t{5001}}) {
+        const std::string what = fmt::format("HIR_CUDA_SPREAD_SOURCES={}, ", spread);
+        const std::size_t bytes = count * dtypeSize(t);
+        const Images images = reduceSources(t, kSources, count, 33);
+        std::vector<std::unique_ptr<Buffer>> buffers, lines;
+        for (const auto& image : images) {
+          buffers.push_back(std::make_unique<Buffer>(*device, bytes));
+          upload(buffers.back()->data(), image.data(), bytes);
+          lines.push_back(std::make_unique<Buffer>(*device, inlineLineBytes(bytes)));
+        }
+        Buffer out(*device, bytes), signals(*device, kSources * sizeof(uint32_t));
+        auto* signal = static_cast<uint32_t*>(signals.data());
+        for (ReduceOp op : kAllReduceOps) {
+          ++v;
+          MessageStep sync, push;
+          const void* from[kSources] = {buffers[0]->data()};
+          for (int j = 1; j < kSources; ++j) {
+            sync.numbers[j] = v;
+            sync.signals[j] = signal + j;
+            sync.inline_flags[j] = true;
+            from[j] = lines[j]->data();
+            push.pushes[kSources - 1 - j] = {.number = v, .dst = lines[j]->data(),
+                                             .src = buffers[j]->data(), .bytes = bytes,
+                                             .inline_flags = true};
+          }
+          push.push_count = kSources - 1;
+          device->reduce(*s, out.data(), from, kSources, t, op, count, &sync);
+          device->messageStep(*s2, push);
+          device->synchronize(*s, testTimeout());
+          const std::vector<std::byte> got = readBack(out.data(), bytes);
+          const std::vector<std::byte> want = hostDeviceReduce(images, t, op, count);
+          const int64_t k = firstDifference(got, want, t);
+          EXPECT_EQ(k, -1) << what << describeReduce(t, op, kSources, count) << ": element "
+                           << k;
+          std::vector<uint32_t> seen(kSources);
+          std::memcpy(seen.data(), readBack(signal, kSources * sizeof(uint32_t)).data(),
+                      kSources * sizeof(uint32_t));
+          for (int j = 1; j < kSources; ++j)
+            EXPECT_EQ(seen[j], v) << what << describeReduce(t, op, kSources, count)
+                                  << ", source " << j;
+        }
+        device->synchronize(*s2, testTimeout());
       }
-      Buffer lines(*device, inlineLineBytes(bytes)), out(*device, bytes),
-          signal(*device, sizeof(uint32_t));
-      for (ReduceOp op : kAllReduceOps) {
-        ++v;
-        MessageStep sync;
-        sync.numbers[1] = v;
-        sync.signals[1] = static_cast<uint32_t*>(signal.data());
-        sync.inline_flags[1] = true;
-        const void* from[3] = {buffers[0]->data(), lines.data(), buffers[2]->data()};
-        device->reduce(*s, out.data(), from, 3, t, op, count, &sync);
-        MessageStep push;
-        push.push_count = 1;
-        push.pushes[0] = {.number = v, .dst = lines.data(), .src = buffers[1]->data(),
-                          .bytes = bytes, .inline_flags = true};
-        device->messageStep(*s2, push);
-        device->synchronize(*s, testTimeout());
-        const std::vector<std::byte> got = readBack(out.data(), bytes);
-        const std::vector<std::byte> want = hostDeviceReduce(images, t, op, count);
-        const int64_t k = firstDifference(got, want, t);
-        EXPECT_EQ(k, -1) << describeReduce(t, op, 3, count) << ": element " << k;
-        uint32_t seen = 0;
-        std::memcpy(&seen, readBack(signal.data(), sizeof seen).data(), sizeof seen);
-        EXPECT_EQ(seen, v) << describeReduce(t, op, 3, count);
-      }
-      device->synchronize(*s2, testTimeout());
     }
   }
 }

@@ -213,6 +213,9 @@ class CudaDevice final : public Device {
     kernel_semaphores_ = kernelSemaphores();
     // Programmatic dependent launch exists from compute capability 9.0.
     setProgrammaticLaunch(programmaticLaunch() && props.major >= 9);
+    // HIR_CUDA_SPREAD_SOURCES (1 by default): setSpreadSources.
+    setSpreadSources(envSwitch("HIR_CUDA_SPREAD_SOURCES",
+                               "a small reduction's sources in lines are loaded at once", true));
     HIR_CUDA_CHECK(ordinal_, preloadKernels());
     cudaStream_t s = nullptr;
     HIR_CUDA_CHECK(ordinal_, cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));

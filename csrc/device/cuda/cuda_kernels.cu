@@ -31,6 +31,9 @@ thread_local bool preloading = false;
 // Whether one-block kernels are launched as programmatic dependents
 // (setProgrammaticLaunch).
 std::atomic<bool> programmatic{true};
+// Whether small reductions in lines load their sources at once
+// (setSpreadSources).
+std::atomic<bool> spreadSources{true};
 
 // Every launch of this file goes through here. A kernel of one block is
 // launched as a programmatic dependent of the kernel before it on its stream
@@ -1321,6 +1324,48 @@ __device__ void reduceLines(typename A::S* dst, const ReduceSources& given, cons
   }
 }
 
+// reduceLines for few elements, when every (source, unit) pair has a
+// thread of its own (n x units <= blockDim.x): thread t loads unit t % units
+// of source t / units (polling its lines, as reduceLines does) into shared
+// memory, so that every source is waited for at once, not one after the
+// other (reduceLines' loop over sources is one load and one poll per source:
+// n - 1 round trips to the memory after the last line lands); after a
+// barrier, thread u < units combines unit u in source order, as
+// reduceLines does, into the same bits.
+template <class A, ReduceOp Op>
+__device__ void reduceLinesSpread(typename A::S* dst, const ReduceSources& given,
+                                  const SyncSources& y, const uint32_t* v, int n,
+                                  std::size_t count) {
+  using S = typename A::S;
+  using Unit = LineUnit<S>;
+  __shared__ Unit stage[kBlockThreads];
+  const std::size_t units = (count + Unit::kElems - 1) / Unit::kElems;
+  const std::size_t t = threadIdx.x;
+  if (t < static_cast<std::size_t>(n) * units) {
+    const int j = static_cast<int>(t / units);
+    Unit x[kLineBatch]{};
+    // step = units: the batch's other units are past the end, so one load.
+    loadUnits<S>(x, sourceAt(given, y, v, j), ((y.inline_sources >> j) & 1u) != 0,
+                 lineFlag(v[j]), t % units, units, units, count, y.release);
+    stage[t] = x[0];
+  }
+  __syncthreads();
+  if (t >= units) return;
+  Unit acc = stage[t];
+#pragma unroll 1
+  for (int j = 1; j < n; ++j)
+#pragma unroll
+    for (int e = 0; e < Unit::kElems; ++e)
+      acc.e[e] = A::template combine<Op>(stage[j * units + t].e[e], acc.e[e]);
+#pragma unroll
+  for (int e = 0; e < Unit::kElems; ++e) {
+    const std::size_t k = t * Unit::kElems + e;
+    if (k >= count) continue;
+    if constexpr (Op == ReduceOp::Avg) acc.e[e] = A::divide(acc.e[e], n);
+    dst[k] = acc.e[e];
+  }
+}
+
 // 16 bytes of elements of type S.
 template <class S>
 union VecOf {
@@ -1495,16 +1540,21 @@ __global__ void __launch_bounds__(kBlockThreads)
 }
 
 // A fused reduction with sources in lines (small: one block): a kernel of
-// its own, without reduceKernel's vector and grid paths.
+// its own, without reduceKernel's vector and grid paths. spread: the
+// sources are loaded at once (reduceLinesSpread; the launch decides, from
+// the size and HIR_CUDA_SPREAD_SOURCES).
 template <class A, ReduceOp Op>
 __global__ void __launch_bounds__(kBlockThreads)
     reduceLinesKernel(typename A::S* dst, ReduceSources given, SyncSources sync, int n,
-                      std::size_t count) {
+                      std::size_t count, bool spread) {
   followPrevious();
   __shared__ uint32_t v[kMaxReduceSources];
   __shared__ StepNumbers numbers;
   oneBlockStart(sync, n, v, numbers);
-  reduceLines<A, Op>(dst, given, sync, v, n, count);
+  if (spread)
+    reduceLinesSpread<A, Op>(dst, given, sync, v, n, count);
+  else
+    reduceLines<A, Op>(dst, given, sync, v, n, count);
   syncSignal(sync, n, v);
 }
 
@@ -1518,7 +1568,11 @@ cudaError_t reduceAs(cudaStream_t stream, void* dst, ReduceSources srcs, SyncSou
   const std::size_t items = wide ? std::max(count / kPer, count % kPer) : count;
   S* typed = static_cast<S*>(dst);
   if (mode == SyncMode::Fused && sync.inline_sources != 0) {
-    void* args[] = {&typed, &srcs, &sync, &n, &count};
+    using Unit = LineUnit<S>;
+    bool spread = spreadSources.load(std::memory_order_relaxed) &&
+                  static_cast<std::size_t>(n) * ((count + Unit::kElems - 1) / Unit::kElems) <=
+                      std::size_t{kBlockThreads};
+    void* args[] = {&typed, &srcs, &sync, &n, &count, &spread};
     return launchKernel(reinterpret_cast<const void*>(&reduceLinesKernel<A, Op>), dim3(1),
                         dim3(kBlockThreads), args, stream);
   }
@@ -1731,6 +1785,7 @@ cudaError_t launchSpin(cudaStream_t stream, uint64_t nanoseconds) {
 }
 
 void setProgrammaticLaunch(bool on) { programmatic.store(on, std::memory_order_relaxed); }
+void setSpreadSources(bool on) { spreadSources.store(on, std::memory_order_relaxed); }
 
 // Every (dtype, op) instantiation of every kernel above (every value of
 // types.h's tables), through the launch functions with placeholder

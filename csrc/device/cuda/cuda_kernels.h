@@ -135,6 +135,13 @@ cudaError_t launchSpin(cudaStream_t stream, uint64_t nanoseconds);
 // from HIR_CUDA_PDL when it is created, and off below compute capability 9.0.
 void setProgrammaticLaunch(bool on);
 
+// Whether a small reduction whose sources are in lines loads every source at
+// once, one thread per source and unit, when there are at most as many of
+// those as the block has threads (on by default); off, each thread loads its
+// units source after source. Process-wide; CudaDevice sets it from
+// HIR_CUDA_SPREAD_SOURCES when it is created.
+void setSpreadSources(bool on);
+
 // Loads every kernel of this file into the current device's context
 // (cudaFuncGetAttributes), launching none. Under CUDA's lazy loading (the
 // default since CUDA 12.2) a kernel is otherwise loaded at its first launch,
