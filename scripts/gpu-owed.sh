@@ -60,6 +60,11 @@
 #             HIR_CUDA_PDL=0)                                          (120 s)
 #   probe-mid the same at 16 - 64 KiB: one block's batches, and 64 KiB slots
 #             (HIR_IPC_EAGER_MAX=65536)                               (100 s)
+#   probe-np  ipc-latency-probe.sh, the 8 B allreduce at every GPU (3 or
+#             more; eager and --graph, with nsys's kernel times and gaps)
+#             and at 2 (--graph), ipc's sources loaded at once (the
+#             default) against one after the other
+#             (HIR_CUDA_SPREAD_SOURCES=0), nccl beside them          (150 s)
 #
 # --budget S (default 560): a step starts only if its estimate fits in what
 # is left of S since this script started; the others are listed as left for
@@ -73,7 +78,7 @@ set -u -o pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 out=${OUT:-$root/gpu-out}
 build=$root/build-carry budget=560
-all="targets tests oneshot bcast mid direct sem grid faults soak graph check colls colls2 probe probe-mid"
+all="targets tests oneshot bcast probe-np mid direct sem grid faults soak graph check colls colls2 probe probe-mid"
 steps=$all
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -112,7 +117,7 @@ estimate() {
     oneshot) echo 150 ;; bcast) echo 200 ;;
     tests) echo 150 ;; check) echo 330 ;; colls|mid) echo 300 ;; grid) echo 250 ;; sem|colls2|direct) echo 200 ;;
     graph) echo 150 ;;
-    probe) echo 120 ;; *) echo 100 ;;
+    probe) echo 120 ;; probe-np) echo 150 ;; *) echo 100 ;;
   esac
 }
 # by_variant NAME "VARIANTS" LINES ARGS...: ipc-collectives-bench.sh ARGS
@@ -165,6 +170,14 @@ run_step() {
              "${nccl_tests[@]}" ;;
     probe) bash "$root/scripts/ipc-latency-probe.sh" --build "$build" --n "2 2048" --modes graph \
              --reps 2 --variants "default HIR_IPC_INLINE_MAX=0 HIR_IPC_INLINE_MAX=4096 HIR_CUDA_PDL=0" ;;
+    probe-np) local n
+      for n in 2 $([ "$gpus" -ge 3 ] && echo "$gpus"); do
+        echo "== $n ranks"
+        mkdir -p "$OUT/np$n"
+        OUT="$OUT/np$n" bash "$root/scripts/ipc-latency-probe.sh" --build "$build" --np "$n" \
+          --n 2 --ops allreduce --reps 3 --variants "default HIR_CUDA_SPREAD_SOURCES=0" \
+          $([ "$n" = 2 ] && echo --modes graph --no-nsys) | tail -n 30 || return 1
+      done ;;
     probe-mid) bash "$root/scripts/ipc-latency-probe.sh" --build "$build" \
                  --n "4096 8192 16384" --modes graph --reps 2 \
                  --variants "default HIR_IPC_EAGER_MAX=65536" ;;

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Where ipc's small-message time goes on 2 GPUs, in one short run: the 8 B
+# Where ipc's small-message time goes on 2 GPUs (or --np), in one short run: the 8 B
 # allreduce (bench/ipc/allreduce_loop.json, n=2), the allgather of as many
 # elements per rank (bench/ipc/allgather_loop.json) and the 8 B ping-pong
 # (bench/graph/pingpong_ipc_loop.json) through `hir run`, eager and with
@@ -19,14 +19,16 @@
 #
 #   bash scripts/ipc-latency-probe.sh [--build DIR] [--reps N] [--n "2 1024"] [--mps]
 #       [--variants "default HIR_IPC_INLINE_MAX=0 ..."] [--modes "eager graph"]
-#       [--ops "allreduce allgather pingpong"] [--no-nsys]
+#       [--ops "allreduce allgather pingpong"] [--np N] [--no-nsys]
 #
 # --n: the float32 elements per rank of each measurement (default 2: 8 B).
 # --variants: which of the variants above to run (default: all); a variant
 #   may set several variables, joined by commas (A=1,B=2).
 # --modes: eager, graph or both (the default).
 # --ops: which operations to measure (default: all three).
-# Needs 2 GPUs, or --mps: 2 ranks share GPU 0 under an MPS daemon that the
+# --np N: the ranks of the allreduce and the allgather (default 2; N GPUs,
+#   not with --mps); the ping-pong is always 2 ranks.
+# Needs --np GPUs (2), or --mps: 2 ranks share GPU 0 under an MPS daemon that the
 # script starts and stops (scripts/mps-env.sh), ipc only (NCCL refuses a
 # shared GPU). Without MPS, ranks
 # sharing a GPU measure its time slices, not ipc. Writes
@@ -36,7 +38,7 @@ set -u -o pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 out=${OUT:-$root/gpu-out}
 build=${BUILD_DIR:-$root/build-gpu}
-reps=3 sizes=2 mps=0 modes="eager graph" ops="allreduce allgather pingpong" profile=1
+reps=3 sizes=2 mps=0 modes="eager graph" ops="allreduce allgather pingpong" profile=1 np=2
 variants="default HIR_IPC_INLINE_MAX=0 HIR_CUDA_KERNEL_COPY_MAX=0 HIR_IPC_EAGER_MAX=0 HIR_IPC_COUNTED=1"
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -48,6 +50,7 @@ while [ $# -gt 0 ]; do
     --modes) shift; modes=$1 ;;
     --ops) shift; ops=$1 ;;
     --no-nsys) profile=0 ;;
+    --np) shift; np=${1:-} ;;
     -h|--help) sed -n '2,34p' "$0"; exit 0 ;;
     *) echo "ipc-latency-probe: unknown option $1" >&2; exit 2 ;;
   esac
@@ -57,6 +60,9 @@ case $reps in
   ''|*[!0-9]*|0) echo "ipc-latency-probe: --reps expects a positive integer, got '$reps'" >&2; exit 2 ;;
 esac
 export NCCL_NVLS_ENABLE=0 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+case $np in
+  ''|*[!0-9]*|0|1) echo "ipc-latency-probe: --np expects a number of ranks of 2 or more, got '$np'" >&2; exit 2 ;;
+esac
 hir="$build/bin/hir"
 [ -x "$hir" ] || { echo "ipc-latency-probe: no $hir" >&2; exit 2; }
 for n in $sizes; do
@@ -89,9 +95,10 @@ has() { case " $ops " in *" $1 "*) return 0 ;; esac; return 1; }
 gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
 if [ "$mps" = 1 ]; then
   [ "${gpus:-0}" -ge 1 ] || { echo "ipc-latency-probe: --mps needs a GPU, found none" >&2; exit 2; }
+  [ "$np" = 2 ] || { echo "ipc-latency-probe: --mps runs 2 ranks, not --np $np" >&2; exit 2; }
 else
-  [ "${gpus:-0}" -ge 2 ] ||
-    { echo "ipc-latency-probe: needs 2 GPUs (or --mps), found ${gpus:-0}" >&2; exit 2; }
+  [ "${gpus:-0}" -ge "$np" ] ||
+    { echo "ipc-latency-probe: needs $np GPUs (or --mps), found ${gpus:-0}" >&2; exit 2; }
 fi
 mkdir -p "$out"
 log="$out/ipc-latency.log"
@@ -110,9 +117,9 @@ sed 's/"backend": "ipc"/"backend": "nccl"/' "$root/bench/graph/pingpong_ipc_loop
 k=1000
 rows=()
 status=0
-# measure LABEL ENV PROGRAM KPARAM PER_OP_DIVISOR N
+# measure LABEL ENV PROGRAM KPARAM PER_OP_DIVISOR N RANKS
 measure() {
-  local label=$1 env=$2 prog=$3 kparam=$4 per=$5 n=$6 mode flag times r json us
+  local label=$1 env=$2 prog=$3 kparam=$4 per=$5 n=$6 ranks=$7 mode flag times r json us
   for mode in $modes; do
     flag=()
     [ "$mode" = graph ] && flag=(--graph)
@@ -121,7 +128,7 @@ measure() {
       json="$tmp/run.json"
       printf '\n===== %s %s %s (%s) =====\n' "$label" "${env:-default}" "$mode" "$r" >>"$log"
       # shellcheck disable=SC2086  # env: none, or NAME=VALUE words (commas made spaces)
-      if env ${env//,/ } timeout 120 "$hir" run "$prog" --np 2 --device cuda --param "n=$n" \
+      if env ${env//,/ } timeout 120 "$hir" run "$prog" --np "$ranks" --device cuda --param "n=$n" \
           --param "$kparam=$k" --iters 10 --warmup 3 --no-progress "${flag[@]}" \
           --json "$json" >>"$log" 2>&1; then
         times+=("$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["seconds_per_run"]["max"])' "$json")")
@@ -140,19 +147,19 @@ print(f"{statistics.median(float(l) for l in sys.stdin if l.strip()) * 1e6 / per
 for n in $sizes; do
   b="$((4 * n)) B"
   if [ "$mps" = 0 ]; then
-    has allreduce && measure "nccl allreduce $b" "" "$tmp/ar_nccl.json" reps "$k" "$n"
-    has allgather && measure "nccl allgather $b/rank" "" "$tmp/ag_nccl.json" reps "$k" "$n"
-    has pingpong && measure "nccl ping-pong $b" "" "$tmp/pp_nccl.json" k "$((2 * k))" "$n"
+    has allreduce && measure "nccl allreduce $b" "" "$tmp/ar_nccl.json" reps "$k" "$n" "$np"
+    has allgather && measure "nccl allgather $b/rank" "" "$tmp/ag_nccl.json" reps "$k" "$n" "$np"
+    has pingpong && measure "nccl ping-pong $b" "" "$tmp/pp_nccl.json" k "$((2 * k))" "$n" 2
   fi
   for v in $variants; do
     [ "$v" = default ] && v=
-    has allreduce && measure "ipc allreduce $b" "$v" "$root/bench/ipc/allreduce_loop.json" reps "$k" "$n"
-    has allgather && measure "ipc allgather $b/rank" "$v" "$root/bench/ipc/allgather_loop.json" reps "$k" "$n"
-    has pingpong && measure "ipc ping-pong $b" "$v" "$root/bench/graph/pingpong_ipc_loop.json" k "$((2 * k))" "$n"
+    has allreduce && measure "ipc allreduce $b" "$v" "$root/bench/ipc/allreduce_loop.json" reps "$k" "$n" "$np"
+    has allgather && measure "ipc allgather $b/rank" "$v" "$root/bench/ipc/allgather_loop.json" reps "$k" "$n" "$np"
+    has pingpong && measure "ipc ping-pong $b" "$v" "$root/bench/graph/pingpong_ipc_loop.json" k "$((2 * k))" "$n" 2
   done
 done
 {
-  echo "# us per operation (ping-pong: one way), medians of $reps runs of $k operations; hir run, 2 ranks$([ "$mps" = 1 ] && echo ' sharing GPU 0 under MPS')"
+  echo "# us per operation (ping-pong: one way), medians of $reps runs of $k operations; hir run, $np ranks (ping-pong 2)$([ "$mps" = 1 ] && echo ' sharing GPU 0 under MPS')"
   printf '%-22s %-28s %-6s %10s\n' "what" "variant" "mode" "us"
   printf '%s\n' "${rows[@]}"
 } >"$out/ipc-latency.txt"
@@ -166,7 +173,7 @@ if [ -n "$nsys" ]; then
     printf '\n===== nsys: ipc %s n=%s --graph =====\n' "$op" "$n1" >>"$log"
     rm -f "$tmp"/prof*.nsys-rep "$tmp"/prof*.sqlite
     if timeout 180 "$nsys" profile --trace=cuda --cuda-graph-trace=node --force-overwrite true \
-        -o "$tmp/prof" "$hir" run "$root/bench/ipc/${op}_loop.json" --np 2 --device cuda \
+        -o "$tmp/prof" "$hir" run "$root/bench/ipc/${op}_loop.json" --np "$np" --device cuda \
         --param "n=$n1" --param reps=200 --iters 3 --warmup 2 --no-progress --graph >>"$log" 2>&1; then
       for rep in "$tmp"/prof*.nsys-rep; do
         printf '# %s n=%s: %s\n' "$op" "$n1" "$(basename "$rep")"
