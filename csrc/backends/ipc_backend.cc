@@ -1164,13 +1164,20 @@ void countInGroup(std::vector<Step>& steps,
   }
 }
 
+// Whether [a, a + an) and [b, b + bn) share a byte.
+bool overlaps(const void* a, std::size_t an, const void* b, std::size_t bn) {
+  const auto x = reinterpret_cast<uintptr_t>(a), y = reinterpret_cast<uintptr_t>(b);
+  return an > 0 && bn > 0 && x < y + bn && y < x + an;
+}
+
 }  // namespace
 
 // First the signals of the sides that do not copy, then the local copies
 // (from kAsideCopyMin bytes on a stream beside `on`, joined after the last
-// waits); then, in step order, the copies (each after its peer's signal) and the
-// reductions (each where its first source comes, after its sources'
-// signals); then the remaining waits. A reduction or a copy waits only for
+// waits); then, in step order, the copies (each after its peer's signal;
+// consecutive puts and gets as one message step) and the reductions (each
+// where its first source comes, after its sources' signals); then the
+// remaining waits. A reduction or a copy waits only for
 // signals that its peers' posts give before any of their own waits, so a
 // group whose messages form a ring, or a collective, cannot deadlock. Step
 // order keeps each lane's signals in the order of its message numbers (a
@@ -1218,14 +1225,42 @@ void IpcBackend::State::enqueuePhased(Work& w, Stream& on, const Stream* covered
   if (aside != nullptr) dev->record(*aside->done, *aside->stream);
   for (std::size_t u = 0; u < w.units.size(); ++u)
     if (w.units[u].first_step < 0) reduce(on, w, static_cast<int>(u));  // a team of one
+  // This side's consecutive puts and gets are one message step of pushes,
+  // which a device may move at once (cuda: one grid, each push on its own
+  // link): each waits only for its peer's first signals, never for this
+  // post's work. A transfer that reads or writes what an earlier one of the
+  // step writes (a scatter-allgather broadcast forwards what its get
+  // brought) starts the next step, behind it.
+  MessageStep pushes;
+  pushes.release = stepRelease();
+  auto flush = [&] {
+    if (pushes.push_count > 0) dev->messageStep(on, pushes);
+    pushes.push_count = 0;
+  };
+  auto follows = [&](const Step& s) {
+    for (std::size_t i = 0; i < pushes.push_count; ++i) {
+      const MessageStep::Copy& c = pushes.pushes[i];
+      if (overlaps(s.src, s.bytes, c.dst, c.bytes) || overlaps(s.dst, s.bytes, c.dst, c.bytes) ||
+          overlaps(s.dst, s.bytes, c.src, c.bytes))
+        return true;
+    }
+    return false;
+  };
   for (std::size_t k = 0; k < w.steps.size(); ++k) {
     const Step& s = w.steps[k];
-    if (s.early) continue;
+    if (s.early || (s.unit < 0 && !s.copies)) continue;
+    if (s.unit < 0 && !s.eager) {
+      if (pushes.push_count == pushes.pushes.size() || follows(s)) flush();
+      pushes.pushes[pushes.push_count++] = copyOf(s, pushes);
+      continue;
+    }
+    flush();
     if (s.unit < 0)
       transfer(on, s);
     else if (w.units[static_cast<std::size_t>(s.unit)].first_step == static_cast<int>(k))
       reduce(on, w, s.unit);
   }
+  flush();
   for (const Step& s : w.steps) await(on, s);
   if (aside != nullptr) dev->wait(on, *aside->done);
   for (Lane* l : w.lanes) {

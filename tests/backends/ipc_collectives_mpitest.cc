@@ -234,6 +234,16 @@ std::vector<Case> cases() {
   }
   out.push_back({CommType::Alltoall, ReduceOp::Sum, DType::Int32, (1 << 20) + 3, false,
                  Mode::Default});
+  // Mid sizes: from 3 ranks each member's puts (or gets) are one message
+  // step above one kernel's size (cuda: one grid, every push on its own
+  // link), in 16-byte multiples and not (70001 below), with host and
+  // counted numbers.
+  for (Mode m : {Mode::Default, Mode::Counted})
+    for (int count : {1 << 16, 70001}) {
+      if (m == Mode::Default && count == 70001) continue;  // below
+      out.push_back({CommType::Allgather, ReduceOp::Sum, DType::Int32, count, false, m});
+      out.push_back({CommType::Alltoall, ReduceOp::Sum, DType::Int32, count, false, m});
+    }
   // Across the wrap of the message numbers at 2^32, with host and counted
   // numbers alike (the counted ones start where the page does), eager or
   // not.

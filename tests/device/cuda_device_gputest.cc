@@ -1690,6 +1690,81 @@ TEST(CudaDevice, GridSignaledCopiesInARowOnTwoStreamsEachSignalInTurn) {
   }
 }
 
+// A message step of pushes only, more than HIR_CUDA_KERNEL_COPY_MAX in
+// all (ipc's puts of one collective, each to its own peer), runs as one
+// grid (launchGridMessageStep) by default and part by part with
+// HIR_CUDA_GRID_COPY_MAX=0. Either way: each push waits for its own word
+// (released here last push first, from another stream), moves its bytes
+// (16-byte multiples, and a part that is not), stores its number, and the
+// counter two parts share ends past both. The grid stores no signal and
+// does not complete while a push still waits.
+TEST(CudaDevice, PushesAboveOneKernelMoveOnceEachHasItsSlotAndSignalInOrder) {
+  HIR_REQUIRE_GPUS(1);
+  for (const char* grid_max : {"", "0"}) {
+    SCOPED_TRACE(fmt::format("HIR_CUDA_GRID_COPY_MAX='{}'", grid_max));
+    const bool grid = *grid_max == '\0';
+    std::unique_ptr<Device> d = makeCudaDeviceWithEnv("HIR_CUDA_GRID_COPY_MAX", grid_max);
+    if (!d->supports(DeviceFeature::StreamSemaphore))
+      GTEST_SKIP() << "stream memory operations are not available";
+    for (const std::size_t odd : {std::size_t{0}, std::size_t{5}}) {
+      SCOPED_TRACE(fmt::format("{} bytes past a 16-byte multiple", odd));
+      constexpr int kParts = 3;
+      const std::size_t sizes[kParts] = {200 * 1024, 64 * 1024 + odd, 1024 * 1024};
+      std::size_t total = 0;
+      for (std::size_t b : sizes) total += b;
+      // Words: 3 waits, 2 signals (parts 0 and 1 share a lane's), 2 counters.
+      Buffer words(*d, 8 * sizeof(uint32_t)), src(*d, total), dst(*d, total);
+      auto* w = static_cast<uint32_t*>(words.data());
+      uint32_t *signal = w + 3, *counter = w + 5;
+      const std::vector<uint32_t> start = {0, 0, 0, 0, 0, 40, 70, 0};
+      upload(w, start.data(), start.size() * sizeof(uint32_t));
+      std::vector<unsigned char> bytes(total), poison(total, 0xEE);
+      for (std::size_t k = 0; k < total; ++k) bytes[k] = static_cast<unsigned char>(k * 13 + 1);
+      upload(src.data(), bytes.data(), total);
+      upload(dst.data(), poison.data(), total);
+      MessageStep m;
+      m.push_count = kParts;
+      std::size_t at = 0;
+      // Part k: number counter + offset; parts 0 and 1 on counter 0 (1 and
+      // 2, the second advancing it by 2), part 2 on counter 1 (number 71).
+      const uint32_t offsets[kParts] = {1, 2, 1}, advances[kParts] = {0, 2, 1};
+      const uint32_t numbers[kParts] = {41, 42, 71};
+      for (int k = 0; k < kParts; ++k) {
+        m.pushes[k] = MessageStep::Copy{.counter = counter + (k < 2 ? 0 : 1),
+                                        .number = offsets[k],
+                                        .advance = advances[k],
+                                        .wait_back = 3,
+                                        .wait = w + k,
+                                        .dst = static_cast<char*>(dst.data()) + at,
+                                        .src = static_cast<const char*>(src.data()) + at,
+                                        .bytes = sizes[k],
+                                        .signal = signal + (k < 2 ? 0 : 1)};
+        at += sizes[k];
+      }
+      auto s = d->createStream(), releaser = d->createStream();
+      auto done = d->createEvent();
+      SemaphoreRelease guard0(*d, w), guard1(*d, w + 1), guard2(*d, w + 2);
+      d->messageStep(*s, m);
+      d->record(*done, *s);
+      for (int k = kParts - 1; k >= 0; --k) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(30));
+        if (grid) EXPECT_FALSE(d->query(*done)) << "done before push " << k << " had its slot";
+        d->writeValue(*releaser, w + k, numbers[k] - 3);  // v - wait_back
+        d->synchronize(*releaser, testTimeout());
+      }
+      d->synchronize(*s, testTimeout());
+      const std::vector<std::byte> moved = readBack(dst.data(), total);
+      EXPECT_EQ(std::memcmp(moved.data(), bytes.data(), total), 0) << "a push moved wrong bytes";
+      std::vector<uint32_t> after(8);
+      std::memcpy(after.data(), readBack(w, 8 * sizeof(uint32_t)).data(), 8 * sizeof(uint32_t));
+      EXPECT_EQ(after[3], 42u) << "the lane's signal must end at its last number";
+      EXPECT_EQ(after[4], 71u);
+      EXPECT_EQ(after[5], 42u) << "parts 0 and 1 advance their counter past both";
+      EXPECT_EQ(after[6], 71u);
+    }
+  }
+}
+
 // HIR_CUDA_KERNEL_COPY_MAX and HIR_CUDA_GRID_COPY_MAX are numbers of bytes,
 // HIR_CUDA_GRID_COPY_BLOCKS one of 2 to 256 and HIR_CUDA_GRID_COPY_WAIT
 // stream or kernel; anything else is a usage error that names the variable

@@ -7,6 +7,7 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
@@ -626,6 +627,7 @@ class CudaDevice final : public Device {
     // Direct delivery in the one-block kernel only (larger parts ignore it).
     direct = direct && fusable(step);
     if (!lines && !direct && step.pull_count == 1 && parts == 1 && gridPull(s, step)) return;
+    if (!lines && step.pull_count == 0 && step.push_count > 1 && gridPushes(s, step)) return;
     if (!lines && ((parts <= 1 && !direct) || !fusable(step)))
       return Device::messageStep(s, step);
     if (!fusable(step)) {
@@ -920,6 +922,40 @@ class CudaDevice final : public Device {
     cs.noteWork();
     return true;
   }
+
+  // Pushes only (ipc's puts and gets of one post, each to or from its own
+  // peer), more than HIR_CUDA_KERNEL_COPY_MAX in all and each at most
+  // HIR_CUDA_GRID_COPY_MAX: one grid kernel (launchGridMessageStep) whose
+  // blocks are split among the pushes, gridBlocks of each (at most
+  // kGridPushBlocks in all), so that they move at once on their links
+  // instead of one after the other. Their waits are in the kernel whatever
+  // HIR_CUDA_GRID_COPY_WAIT says. False: not done (another size, lines or
+  // direct delivery, or no arrivals word under capture).
+  bool gridPushes(Stream& s, const MessageStep& step) {
+    std::size_t total = 0;
+    for (std::size_t k = 0; k < step.push_count; ++k) {
+      const MessageStep::Copy& c = step.pushes[k];
+      if (c.bytes > grid_copy_max_ || c.inline_flags || asksDirect(c, true)) return false;
+      total += c.bytes;
+    }
+    if (total <= kernel_copy_max_) return false;
+    for (std::size_t k = 0; k < step.push_count; ++k)
+      for (const uint32_t* word : {step.pushes[k].wait,
+                                   static_cast<const uint32_t*>(step.pushes[k].signal)})
+        if (word != nullptr) (void)semaphoreApi("messageStep", word);  // waitValue's checks
+    activate(ordinal_);
+    CudaStream& cs = cudaStream(s, "messageStep");
+    uint32_t* arrivals = arrivalsFor(cs);
+    if (arrivals == nullptr) return false;
+    const int most = std::max(1, kGridPushBlocks / static_cast<int>(step.push_count));
+    std::array<int, kMaxReduceSources> blocks{};
+    for (std::size_t k = 0; k < step.push_count; ++k)
+      blocks[k] = step.pushes[k].bytes == 0 ? 1 : std::min(gridBlocks(step.pushes[k].bytes), most);
+    HIR_CUDA_CHECK(ordinal_, launchGridMessageStep(cs.native(), step, arrivals, blocks.data()));
+    cs.noteWork();
+    return true;
+  }
+  static constexpr int kGridPushBlocks = 128;
 
   // signaledCopy as one grid kernel (launchGridSignaledCopy); false: not
   // done (no arrivals word to be had under capture), do it otherwise.

@@ -1097,6 +1097,86 @@ __global__ void __launch_bounds__(kThreads) messageStepKernel(SyncSources y) {
     syncCopies(y, y.pull, y.pulls, y.pull_slotted, false, numbers.pull, numbers.pull_seen);
 }
 
+// Device::messageStep of pushes only, over a grid (launchGridMessageStep):
+// blocks [first_block[k], first_block[k + 1]) are push k's. Thread 0 of
+// each block reads the push's number and waits for its slot (as
+// syncCopies' pushes do), the push's blocks copy it, and the last block to
+// arrive (lastBlockToArrive, after each block's system-scope fence) stores
+// every push's signal and advances its counter, in push order (parts of
+// one lane signal one word). Every wait is for a peer's earlier signal,
+// never for one of this step's: all the parts move at once, on as many
+// links as they have peers, where one block or one copy engine took them
+// one after the other.
+struct GridPushes {
+  CopyArgs push[kMaxReduceSources];
+  int first_block[kMaxReduceSources + 1];
+  int count;
+  uint32_t slotted;  // bit k: push k is in a ring (slot v % (mask + 1), of `stride` bytes)
+  uint32_t mask;
+  std::size_t stride;
+  const uint32_t* release;
+  bool wide;  // every push's ends, size and the stride are 16-byte multiples
+};
+
+// g.push[k] for the k of this block, picked with constant indices (an index
+// that varies would copy the parameter to local memory).
+__device__ __forceinline__ int gridPushOf(const GridPushes& g) {
+  int k = 0;
+#pragma unroll
+  for (int i = 1; i < static_cast<int>(kMaxReduceSources); ++i)
+    if (i < g.count && static_cast<int>(blockIdx.x) >= g.first_block[i]) k = i;
+  return k;
+}
+
+__global__ void __launch_bounds__(kGridCopyThreads)
+    gridMessageStepKernel(GridPushes g, uint32_t* arrivals) {
+  followPrevious();
+  __shared__ CopyArgs p;
+  __shared__ uint32_t v;
+  __shared__ int k, blocks, block;
+  if (threadIdx.x == 0) {
+    k = gridPushOf(g);
+#pragma unroll
+    for (int i = 0; i < static_cast<int>(kMaxReduceSources); ++i)
+      if (i == k) {
+        p = g.push[i];
+        blocks = g.first_block[i + 1] - g.first_block[i];
+        block = static_cast<int>(blockIdx.x) - g.first_block[i];
+      }
+    uint32_t seen = 0;
+    readPart(p.counter, p.number, p.wait, v, seen);
+    if (p.wait != nullptr) waitAtLeast(p.wait, v - p.wait_back, seen, g.release);
+  }
+  __syncthreads();
+  const std::size_t slot = (g.slotted >> k) & 1u ? (v & g.mask) * g.stride : 0;
+  const std::size_t first = static_cast<std::size_t>(block) * blockDim.x + threadIdx.x;
+  const std::size_t step = static_cast<std::size_t>(blocks) * blockDim.x;
+  if (g.wide) {
+    copyVectorsInBatches(p.dst + slot, p.src, p.bytes / 16, first, step);
+  } else {
+    for (std::size_t i = first; i < p.bytes; i += step) p.dst[slot + i] = p.src[i];
+  }
+  __syncthreads();
+  if (threadIdx.x != 0 || !lastBlockToArrive(arrivals, true)) return;
+  // Every block read its push's counter before it arrived, and none has
+  // advanced one: the numbers first, then the stores in order.
+  uint32_t number[kMaxReduceSources];
+#pragma unroll
+  for (int i = 0; i < static_cast<int>(kMaxReduceSources); ++i)
+    if (i < g.count)
+      number[i] = g.push[i].number +
+                  (g.push[i].counter != nullptr
+                       ? *static_cast<const volatile uint32_t*>(g.push[i].counter)
+                       : 0u);
+#pragma unroll
+  for (int i = 0; i < static_cast<int>(kMaxReduceSources); ++i) {
+    if (i >= g.count) continue;
+    const CopyArgs& q = g.push[i];
+    if (q.signal != nullptr) storeReleaseSys(q.signal, number[i]);
+    if (q.counter != nullptr && q.advance != 0) *q.counter = number[i] - q.number + q.advance;
+  }
+}
+
 // The pushes, the waits and the signals of a reduction too large for one
 // block (or of no elements), around the grid's reduce kernel.
 __global__ void syncKernel(SyncSources y, int n, bool wait, bool signal) {
@@ -1778,6 +1858,35 @@ cudaError_t launchMessageStep(cudaStream_t stream, const MessageStep& step) {
                       dim3(1), dim3(wide ? kWideMessageThreads : kBlockThreads), args, stream);
 }
 
+cudaError_t launchGridMessageStep(cudaStream_t stream, const MessageStep& step,
+                                  uint32_t* arrivals, const int* blocks) {
+  if (step.pull_count != 0 || step.push_count == 0 || step.push_count > kMaxReduceSources)
+    return cudaErrorInvalidValue;
+  SyncSources y{};
+  placeCopies(step, y);
+  if (y.push_inline != 0 || (y.push_slotted != 0 && (step.slots & (step.slots - 1)) != 0) ||
+      (y.push_slotted != 0 && step.slots == 0))
+    return cudaErrorInvalidValue;
+  GridPushes g{};
+  g.count = y.pushes;
+  int total = 0;
+  for (int k = 0; k < g.count; ++k) {
+    if (y.push[k].direct != nullptr || blocks[k] < 1) return cudaErrorInvalidValue;
+    g.push[k] = y.push[k];
+    g.first_block[k] = total;
+    total += blocks[k];
+  }
+  g.first_block[g.count] = total;
+  g.slotted = y.push_slotted;
+  g.mask = y.mask;
+  g.stride = y.stride;
+  g.release = y.release;
+  g.wide = y.copies_wide;
+  void* args[] = {&g, &arrivals};
+  return launchKernel(reinterpret_cast<const void*>(&gridMessageStepKernel), dim3(total),
+                      dim3(kGridCopyThreads), args, stream);
+}
+
 cudaError_t launchSpin(cudaStream_t stream, uint64_t nanoseconds) {
   void* args[] = {&nanoseconds};
   return launchKernel(reinterpret_cast<const void*>(&spinKernel), dim3(1), dim3(1), args,
@@ -1818,6 +1927,12 @@ cudaError_t preloadKernels() {
     }
   }
   note(launchCopy(nullptr, p, p, 16, 1));
+  {
+    MessageStep pushes;  // two pushes over a grid: gridMessageStepKernel
+    pushes.push_count = 2;
+    const int blocks[2] = {1, 1};
+    note(launchGridMessageStep(nullptr, pushes, word, blocks));
+  }
   note(launchSignaledCopy(nullptr, p, p, 16, word, 0, word, 0));
   note(launchGridSignaledCopy(nullptr, p, p, 16, word, 0, word, 0, word, 2));
   note(launchGridCountedStep(nullptr, CountedStep{.counter = word, .bytes = 16}, word, 2));

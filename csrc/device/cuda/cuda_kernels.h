@@ -125,6 +125,16 @@ cudaError_t launchReduce(cudaStream_t stream, void* dst, const void* const* srcs
 // kernel of one block.
 cudaError_t launchMessageStep(cudaStream_t stream, const MessageStep& step);
 
+// Device::messageStep of pushes only (no pulls, no part in lines or asking
+// for direct delivery) as one kernel of a grid of kGridCopyThreads-thread
+// blocks, blocks[k] of them (at least 1) for push k: each block reads its
+// push's number and waits for its slot, the push's blocks copy it, and the
+// last block to count itself in *arrivals (as launchGridSignaledCopy's)
+// releases every push's signal and advances its counter, in push order.
+// The pushes move at once, each to its own peer.
+cudaError_t launchGridMessageStep(cudaStream_t stream, const MessageStep& step,
+                                  uint32_t* arrivals, const int* blocks);
+
 // One thread that busy-waits `nanoseconds` of GPU global time (for tests and
 // benchmarks that need a long-running kernel).
 cudaError_t launchSpin(cudaStream_t stream, uint64_t nanoseconds);
