@@ -1691,78 +1691,128 @@ TEST(CudaDevice, GridSignaledCopiesInARowOnTwoStreamsEachSignalInTurn) {
 }
 
 // A message step of pushes only, more than HIR_CUDA_KERNEL_COPY_MAX in
-// all (ipc's puts of one collective, each to its own peer), runs as one
-// grid (launchGridMessageStep) by default and part by part with
-// HIR_CUDA_GRID_COPY_MAX=0. Either way: each push waits for its own word
-// (released here last push first, from another stream), moves its bytes
-// (16-byte multiples, and a part that is not), stores its number, and the
-// counter two parts share ends past both. The grid stores no signal and
-// does not complete while a push still waits.
+// all (ipc's puts of one collective, each to its own peer): by default
+// one grid (launchGridMessageStep) when each is at most 1 MiB, each lane
+// on a stream of its own when one is larger (fanOutPushes: copy engines),
+// and the latter at every size with HIR_CUDA_GRID_COPY_MAX=0. Every way:
+// each push waits for its own word (released here last push first, from
+// another stream), moves its bytes (16-byte multiples, and a part that is
+// not), stores its number, the lane's signal ends at its last number and
+// the counter two parts share ends past both; the step does not complete
+// while a push still waits.
 TEST(CudaDevice, PushesAboveOneKernelMoveOnceEachHasItsSlotAndSignalInOrder) {
   HIR_REQUIRE_GPUS(1);
+  constexpr int kParts = 3;
+  constexpr std::size_t kKiB = 1024;
+  const std::size_t shapes[2][kParts] = {{200 * kKiB, 64 * kKiB, 1024 * kKiB},
+                                         {2048 * kKiB, 2048 * kKiB, 3072 * kKiB}};
   for (const char* grid_max : {"", "0"}) {
     SCOPED_TRACE(fmt::format("HIR_CUDA_GRID_COPY_MAX='{}'", grid_max));
-    const bool grid = *grid_max == '\0';
     std::unique_ptr<Device> d = makeCudaDeviceWithEnv("HIR_CUDA_GRID_COPY_MAX", grid_max);
     if (!d->supports(DeviceFeature::StreamSemaphore))
       GTEST_SKIP() << "stream memory operations are not available";
-    for (const std::size_t odd : {std::size_t{0}, std::size_t{5}}) {
-      SCOPED_TRACE(fmt::format("{} bytes past a 16-byte multiple", odd));
-      constexpr int kParts = 3;
-      const std::size_t sizes[kParts] = {200 * 1024, 64 * 1024 + odd, 1024 * 1024};
-      std::size_t total = 0;
-      for (std::size_t b : sizes) total += b;
-      // Words: 3 waits, 2 signals (parts 0 and 1 share a lane's), 2 counters.
-      Buffer words(*d, 8 * sizeof(uint32_t)), src(*d, total), dst(*d, total);
-      auto* w = static_cast<uint32_t*>(words.data());
-      uint32_t *signal = w + 3, *counter = w + 5;
-      const std::vector<uint32_t> start = {0, 0, 0, 0, 0, 40, 70, 0};
-      upload(w, start.data(), start.size() * sizeof(uint32_t));
-      std::vector<unsigned char> bytes(total), poison(total, 0xEE);
-      for (std::size_t k = 0; k < total; ++k) bytes[k] = static_cast<unsigned char>(k * 13 + 1);
-      upload(src.data(), bytes.data(), total);
-      upload(dst.data(), poison.data(), total);
-      MessageStep m;
-      m.push_count = kParts;
-      std::size_t at = 0;
-      // Part k: number counter + offset; parts 0 and 1 on counter 0 (1 and
-      // 2, the second advancing it by 2), part 2 on counter 1 (number 71).
-      const uint32_t offsets[kParts] = {1, 2, 1}, advances[kParts] = {0, 2, 1};
-      const uint32_t numbers[kParts] = {41, 42, 71};
-      for (int k = 0; k < kParts; ++k) {
-        m.pushes[k] = MessageStep::Copy{.counter = counter + (k < 2 ? 0 : 1),
-                                        .number = offsets[k],
-                                        .advance = advances[k],
-                                        .wait_back = 3,
-                                        .wait = w + k,
-                                        .dst = static_cast<char*>(dst.data()) + at,
-                                        .src = static_cast<const char*>(src.data()) + at,
-                                        .bytes = sizes[k],
-                                        .signal = signal + (k < 2 ? 0 : 1)};
-        at += sizes[k];
+    for (const auto& shape : shapes) {
+      for (const std::size_t odd : {std::size_t{0}, std::size_t{5}}) {
+        SCOPED_TRACE(fmt::format("{} KiB, {} bytes past a 16-byte multiple", shape[0] / kKiB, odd));
+        const std::size_t sizes[kParts] = {shape[0], shape[1] + odd, shape[2]};
+        std::size_t total = 0;
+        for (std::size_t b : sizes) total += b;
+        // Words: 3 waits, 2 signals (parts 0 and 1 share a lane's), 2 counters.
+        Buffer words(*d, 8 * sizeof(uint32_t)), src(*d, total), dst(*d, total);
+        auto* w = static_cast<uint32_t*>(words.data());
+        uint32_t *signal = w + 3, *counter = w + 5;
+        const std::vector<uint32_t> start = {0, 0, 0, 0, 0, 40, 70, 0};
+        upload(w, start.data(), start.size() * sizeof(uint32_t));
+        std::vector<unsigned char> bytes(total), poison(total, 0xEE);
+        for (std::size_t k = 0; k < total; ++k) bytes[k] = static_cast<unsigned char>(k * 13 + 1);
+        upload(src.data(), bytes.data(), total);
+        upload(dst.data(), poison.data(), total);
+        MessageStep m;
+        m.push_count = kParts;
+        std::size_t at = 0;
+        // Part k: number counter + offset; parts 0 and 1 on counter 0 (1 and
+        // 2, the second advancing it by 2), part 2 on counter 1 (number 71).
+        const uint32_t offsets[kParts] = {1, 2, 1}, advances[kParts] = {0, 2, 1};
+        const uint32_t numbers[kParts] = {41, 42, 71};
+        for (int k = 0; k < kParts; ++k) {
+          m.pushes[k] = MessageStep::Copy{.counter = counter + (k < 2 ? 0 : 1),
+                                          .number = offsets[k],
+                                          .advance = advances[k],
+                                          .wait_back = 3,
+                                          .wait = w + k,
+                                          .dst = static_cast<char*>(dst.data()) + at,
+                                          .src = static_cast<const char*>(src.data()) + at,
+                                          .bytes = sizes[k],
+                                          .signal = signal + (k < 2 ? 0 : 1)};
+          at += sizes[k];
+        }
+        auto s = d->createStream(), releaser = d->createStream();
+        auto done = d->createEvent();
+        SemaphoreRelease guard0(*d, w), guard1(*d, w + 1), guard2(*d, w + 2);
+        d->messageStep(*s, m);
+        d->record(*done, *s);
+        for (int k = kParts - 1; k >= 0; --k) {
+          std::this_thread::sleep_for(std::chrono::milliseconds(30));
+          EXPECT_FALSE(d->query(*done)) << "done before push " << k << " had its slot";
+          d->writeValue(*releaser, w + k, numbers[k] - 3);  // v - wait_back
+          d->synchronize(*releaser, testTimeout());
+        }
+        d->synchronize(*s, testTimeout());
+        const std::vector<std::byte> moved = readBack(dst.data(), total);
+        EXPECT_EQ(std::memcmp(moved.data(), bytes.data(), total), 0) << "a push moved wrong bytes";
+        std::vector<uint32_t> after(8);
+        std::memcpy(after.data(), readBack(w, 8 * sizeof(uint32_t)).data(), 8 * sizeof(uint32_t));
+        EXPECT_EQ(after[3], 42u) << "the lane's signal must end at its last number";
+        EXPECT_EQ(after[4], 71u);
+        EXPECT_EQ(after[5], 42u) << "parts 0 and 1 advance their counter past both";
+        EXPECT_EQ(after[6], 71u);
       }
-      auto s = d->createStream(), releaser = d->createStream();
-      auto done = d->createEvent();
-      SemaphoreRelease guard0(*d, w), guard1(*d, w + 1), guard2(*d, w + 2);
-      d->messageStep(*s, m);
-      d->record(*done, *s);
-      for (int k = kParts - 1; k >= 0; --k) {
-        std::this_thread::sleep_for(std::chrono::milliseconds(30));
-        if (grid) EXPECT_FALSE(d->query(*done)) << "done before push " << k << " had its slot";
-        d->writeValue(*releaser, w + k, numbers[k] - 3);  // v - wait_back
-        d->synchronize(*releaser, testTimeout());
-      }
-      d->synchronize(*s, testTimeout());
-      const std::vector<std::byte> moved = readBack(dst.data(), total);
-      EXPECT_EQ(std::memcmp(moved.data(), bytes.data(), total), 0) << "a push moved wrong bytes";
-      std::vector<uint32_t> after(8);
-      std::memcpy(after.data(), readBack(w, 8 * sizeof(uint32_t)).data(), 8 * sizeof(uint32_t));
-      EXPECT_EQ(after[3], 42u) << "the lane's signal must end at its last number";
-      EXPECT_EQ(after[4], 71u);
-      EXPECT_EQ(after[5], 42u) << "parts 0 and 1 advance their counter past both";
-      EXPECT_EQ(after[6], 71u);
     }
   }
+}
+
+// HIR_CUDA_COPY_SPLIT=n cuts a copy-engine copy of 16 MiB or more into n
+// pieces on streams of their own, joined back to the copy's stream: every
+// byte lands, the stream's next work (a second copy out of the first's
+// destination) sees all of them, and a graph captured after the streams
+// were made does the same at each replay. An odd size leaves a short last
+// piece; 1 (the default) and anything past 8 are refused above.
+TEST(CudaDevice, ACopyCutIntoPiecesOnStreamsOfTheirOwnLandsWholeBeforeTheNextWork) {
+  HIR_REQUIRE_GPUS(1);
+  for (const char* split : {"2", "3"}) {
+    SCOPED_TRACE(fmt::format("HIR_CUDA_COPY_SPLIT={}", split));
+    std::unique_ptr<Device> d = makeCudaDeviceWithEnv("HIR_CUDA_COPY_SPLIT", split);
+    const std::size_t bytes = (std::size_t{40} << 20) + 13;
+    Buffer src(*d, bytes), mid(*d, bytes), dst(*d, bytes);
+    auto s = d->createStream();
+    for (int round = 0; round < 3; ++round) {
+      const auto seed = static_cast<int64_t>(round * 7 + 1);
+      d->fill(*s, src.data(), DType::UInt8, bytes, seed, 3);
+      d->fill(*s, mid.data(), DType::UInt8, bytes, 0, 0);
+      d->fill(*s, dst.data(), DType::UInt8, bytes, 0, 0);
+      d->synchronize(*s, testTimeout());
+      if (round < 2) {
+        d->copy(*s, mid.data(), src.data(), bytes);
+        d->copy(*s, dst.data(), mid.data(), bytes);
+      } else {  // the third round from a graph
+        d->beginCapture(*s);
+        d->copy(*s, mid.data(), src.data(), bytes);
+        d->copy(*s, dst.data(), mid.data(), bytes);
+        std::unique_ptr<Graph> graph = d->endCapture(*s);
+        d->launchGraph(*graph, *s);
+      }
+      d->synchronize(*s, testTimeout());
+      const std::vector<std::byte> want = readBack(src.data(), bytes);
+      const std::vector<std::byte> got = readBack(dst.data(), bytes);
+      std::size_t first_wrong = bytes;
+      for (std::size_t k = 0; k < bytes && first_wrong == bytes; ++k)
+        if (got[k] != want[k]) first_wrong = k;
+      EXPECT_EQ(first_wrong, bytes) << "round " << round << ": byte " << first_wrong
+                                    << " of the second copy is not the source's";
+    }
+  }
+  for (const char* bad : {"0", "9", "two"})
+    EXPECT_THROW(makeCudaDeviceWithEnv("HIR_CUDA_COPY_SPLIT", bad), UsageError) << bad;
 }
 
 // HIR_CUDA_KERNEL_COPY_MAX and HIR_CUDA_GRID_COPY_MAX are numbers of bytes,
