@@ -6,16 +6,19 @@
 # project:
 #   latency  ipc-latency-probe.sh: the 8 B ping-pong (one way) and the 8 B
 #            allreduce through `hir run`, eager and with --graph, 1,000
-#            operations per run, ipc and nccl
+#            operations per run, ipc and nccl; the allreduce again at each
+#            world size of --colls-np other than 2, which judges it there
 #   p2p      hir_p2p_bench --protocols auto,put: send/recv as a program
 #            without "protocol" runs it (eager up to 16 MiB, put above), and
 #            put, against nccl, 4 KiB - 1 GiB by 4x, streamed and (up to
 #            16 MiB) ping-pong, plus the 8 B latency row
 #   colls    ipc-collectives-bench.sh: allreduce, allgather, reduce_scatter,
 #            broadcast and alltoall, 8 B - 1 GiB by 8x, ipc and nccl, eager
-#            and (up to 32 KiB) with --graph, 20 collectives per run; at 2
-#            ranks, and again at each world size of --colls-np
-# On one H100 (--mps, ipc only, --reps 2) the three took 58 s.
+#            and (up to 32 KiB) with --graph, 20 collectives per run, medians
+#            of --reps runs; at 2 ranks, and again at each world size of
+#            --colls-np
+# On one H100 (--mps, ipc only, --reps 2) the three took 58 s; on 4 H100s
+# 531 s (session 24, before the 4-rank latency probe, with 7 runs per size).
 #
 #   bash scripts/ipc-targets.sh [--build DIR] [--reps N] [--parts "latency p2p colls"]
 #        [--colls-np "2 4"] [--mps]
@@ -88,7 +91,8 @@ out=${OUT:-$root/gpu-out}/targets
 mkdir -p "$out"
 # A part that does not run this time must be "not measured", not judged
 # from an earlier run's file.
-rm -f "$out/p2p.csv" "$out/ipc-collectives.csv" "$out/ipc-latency.txt" "$out"/np*/ipc-collectives.csv
+rm -f "$out/p2p.csv" "$out/ipc-collectives.csv" "$out/ipc-latency.txt" "$out"/np*/ipc-collectives.csv \
+  "$out"/np*/ipc-latency.txt
 has() { case " $parts " in *" $1 "*) return 0 ;; esac; return 1; }
 mps_flag=()
 [ "$mps" = 1 ] && mps_flag=(--mps)
@@ -103,10 +107,19 @@ part() {  # part NAME COMMAND...: runs it, its output in NAME.txt
   [ "$rc" = 0 ] || { status=1; tail -n 5 "$out/$name.txt"; }
 }
 
+lat_at=()  # the latency probe at world sizes other than 2, for the verdicts
 if has latency; then
   OUT=$out part latency bash "$root/scripts/ipc-latency-probe.sh" --build "$build" \
     --reps "$reps" --n 2 --variants default --modes "eager graph" --ops "allreduce pingpong" \
     --no-nsys "${mps_flag[@]}"
+  for n in $colls_np; do
+    [ "$n" = 2 ] || [ "$mps" = 1 ] && continue
+    mkdir -p "$out/np$n"
+    OUT=$out/np$n part "latency-np$n" bash "$root/scripts/ipc-latency-probe.sh" --build "$build" \
+      --reps "$reps" --n 2 --variants default --modes "eager graph" --ops allreduce --np "$n" \
+      --no-nsys
+    lat_at+=(--latency-at "$n=$out/np$n/ipc-latency.txt")
+  done
 fi
 if has p2p; then
   mpi=(mpirun --allow-run-as-root --bind-to none -x NCCL_NVLS_ENABLE -np 2) base=()
@@ -135,13 +148,14 @@ if has colls; then
       at_ranks+=(--collectives-at "$n=$dir/ipc-collectives.csv")
     fi
     OUT=$dir part "$name" bash "$root/scripts/ipc-collectives-bench.sh" --build "$build" --np "$n" \
-      -b 8 -e 1G -f 8 -n "$((reps + 2))" -w 2 --graph-max 32K --eager-sweep-max 0 \
+      -b 8 -e 1G -f 8 -n "$reps" -w 2 --graph-max 32K --eager-sweep-max 0 \
       --reps-per-run 20 "${mps_flag[@]}"
   done
 fi
 
 python3 "$root/scripts/ipc_targets.py" --p2p "$out/p2p.csv" \
   --collectives "$out/ipc-collectives.csv" --latency "$out/ipc-latency.txt" "${at_ranks[@]}" \
+  "${lat_at[@]}" \
   --gpus "$gpus" $([ "$mps" = 1 ] && echo --shared) >"$out/targets.md" || status=1
 cat "$out/targets.md"
 exit $status

@@ -8,13 +8,16 @@ target with the figure, NCCL's in the same run, the ratio, the bar and the
 verdict.
 
   ipc_targets.py --p2p p2p.csv --collectives ipc-collectives.csv \\
-      --latency ipc-latency.txt [--collectives-at N=PATH]... [--gpus N] [--shared]
+      --latency ipc-latency.txt [--collectives-at N=PATH]... [--latency-at N=PATH]...
+      [--gpus N] [--shared]
 
 --shared: the ranks shared one GPU (no NCCL): every verdict is "not judged".
 --collectives-at N=PATH: the collectives of N ranks (a machine of N GPUs;
 the issue's "4 when lent"): their table, and the collectives' targets again
-at N ranks, the 8 B allreduce's from that table (2 ranks take it from the
-latency probe).
+at N ranks, the 8 B allreduce's from that table unless --latency-at N=PATH
+gives the latency probe's table at N ranks (1,000 allreduces per run, as
+2 ranks take it; the sweep times 20 per run, whose eager figure varies by
+more than the bar's margin between runs).
 Inputs:
   p2p.csv          hir_p2p_bench --csv: world,test,bytes,variant,us,gbps,...
                    (variants nccl, ipc-auto, raw)
@@ -217,18 +220,23 @@ def main():
     ap.add_argument("--collectives")
     ap.add_argument("--latency")
     ap.add_argument("--collectives-at", action="append", default=[], metavar="N=PATH")
+    ap.add_argument("--latency-at", action="append", default=[], metavar="N=PATH")
     ap.add_argument("--gpus", default="?")
     ap.add_argument("--shared", action="store_true")
     a = ap.parse_args()
     p2p = read_p2p(a.p2p)
     colls = read_collectives(a.collectives)
     lat = read_latency(a.latency)
-    at_ranks = []
-    for spec in a.collectives_at:
+    def ranks_and_path(flag, spec):
         n, sep, path = spec.partition("=")
         if not sep or not n.isdigit():
-            ap.error(f"--collectives-at expects N=PATH, got '{spec}'")
-        at_ranks.append((int(n), read_collectives(path)))
+            ap.error(f"{flag} expects N=PATH, got '{spec}'")
+        return int(n), path
+
+    at_ranks = [(n, read_collectives(path)) for n, path in
+                (ranks_and_path("--collectives-at", spec) for spec in a.collectives_at)]
+    lat_at = {n: read_latency(path) for n, path in
+              (ranks_and_path("--latency-at", spec) for spec in a.latency_at)}
     v = Verdicts(a.shared)
 
     # 1. 8 B one way, eager: at most 0.8x NCCL's time (hir run's ping-pong,
@@ -272,13 +280,19 @@ def main():
     p2p_sizes = sorted(b for (t, b) in p2p if t == "bandwidth")
     judge_table(v, colls, "", 2, p2p_sizes, ("latency", 8) in p2p)
 
-    # The same at N ranks, the 8 B allreduce from the collectives' table.
+    # The same at N ranks, the 8 B allreduce from the latency probe at N
+    # ranks when it ran, else from the collectives' table.
     for n, other in at_ranks:
         suffix = f" ({n} ranks)"
         judge_allgather(v, other, suffix)
-        rows = {m: other.get(("allreduce", m, 8), {}) for m in ("eager", "graph")}
-        judge_small_allreduce(v, {m: (r.get("ipc", (None,))[0], r.get("nccl", (None,))[0])
-                                  for m, r in rows.items()}, suffix)
+        if n in lat_at:
+            times = {m: (lat_at[n].get(("ipc", "allreduce", 8, m)),
+                         lat_at[n].get(("nccl", "allreduce", 8, m))) for m in ("eager", "graph")}
+        else:
+            rows = {m: other.get(("allreduce", m, 8), {}) for m in ("eager", "graph")}
+            times = {m: (r.get("ipc", (None,))[0], r.get("nccl", (None,))[0])
+                     for m, r in rows.items()}
+        judge_small_allreduce(v, times, suffix)
         judge_table(v, other, suffix, n, None, True)
 
     print(f"# Issue #13 in one run: 2 ranks, {a.gpus} GPU(s)"

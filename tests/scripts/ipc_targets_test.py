@@ -190,6 +190,37 @@ class IpcTargets(unittest.TestCase):
         self.assertEqual(rows["the table: every op, 8 B - 1 GiB (4 ranks)"], "**missed**", out)
         self.assertIn("missing: alltoall 2 MiB", out)
 
+    def test_the_latency_probe_at_four_ranks_judges_their_8_b_allreduce(self):
+        at4 = [t + " (4 ranks)" for t in ["allgather 64 MiB and up, busbw", "8 B allreduce, eager",
+                                           "8 B allreduce, --graph",
+                                           "the table: every op, 8 B - 1 GiB"]]
+        colls4 = os.path.join(self.dir.name, "colls4.csv")
+        lat4 = os.path.join(self.dir.name, "lat4.txt")
+        write_p2p(self.p2p)
+        write_collectives(self.colls)
+        write_latency(self.lat, GOOD_LATENCY)
+        # The sweep meets both (eager 9.0 against 10.0, graph 2.90); the
+        # probe at 4 ranks misses both, and it is the probe that judges.
+        write_collectives(colls4, graph_us="2.90", ranks=4)
+        lat = dict(GOOD_LATENCY)
+        lat[("ipc allreduce 8 B", "eager")] = "11.50"  # nccl 11.20
+        lat[("ipc allreduce 8 B", "graph")] = "3.60"
+        write_latency(lat4, lat)
+        rows, out = self.verdicts("--collectives-at", f"4={colls4}", "--latency-at", f"4={lat4}",
+                                  targets=TARGETS + at4)
+        self.assertEqual(rows["8 B allreduce, eager (4 ranks)"], "**missed**", out)
+        self.assertEqual(rows["8 B allreduce, --graph (4 ranks)"], "**missed**", out)
+        self.assertIn("| 8 B allreduce, eager (4 ranks) | 11.50 us | 11.20 us |", out)
+        self.assertEqual(rows["8 B allreduce, eager"], "**met**", out)  # 2 ranks: their own
+        # A probe at another world size judges nothing at 4.
+        rows, out = self.verdicts("--collectives-at", f"4={colls4}", "--latency-at", f"8={lat4}",
+                                  targets=TARGETS + at4)
+        self.assertEqual(rows["8 B allreduce, eager (4 ranks)"], "**met**", out)
+        r = subprocess.run([sys.executable, SCRIPT, "--latency-at", "lat4.txt"],
+                           capture_output=True, text=True)
+        self.assertEqual(r.returncode, 2, r.stderr)
+        self.assertIn("--latency-at expects N=PATH, got 'lat4.txt'", r.stderr)
+
     def test_collectives_at_without_a_rank_count_is_a_usage_error(self):
         r = subprocess.run([sys.executable, SCRIPT, "--collectives-at", "four.csv"],
                            capture_output=True, text=True)
