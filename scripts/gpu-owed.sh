@@ -60,14 +60,12 @@
 #             HIR_CUDA_PDL=0)                                          (120 s)
 #   probe-mid the same at 16 - 64 KiB: one block's batches, and 64 KiB slots
 #             (HIR_IPC_EAGER_MAX=65536)                               (100 s)
-#   mid-np    ipc-collectives-bench.sh at every GPU (3 or more), every op,
-#             256 KiB - 1 GiB by 4x, eager, nccl beside each: a member's
-#             puts as one step (one grid up to 1 MiB each, a copy engine
-#             per peer above)                                         (150 s)
-#   split     hir_p2p_bench 16 MiB - 1 GiB, put, streamed, with copies of
-#             16 MiB or more in 1, 2 and 4 pieces on as many copy
-#             engines (HIR_CUDA_COPY_SPLIT), the raw copy engine and
-#             nccl beside them                                        (100 s)
+#   mid-np    ipc-collectives-bench.sh at every GPU (3 or more), the ops
+#             that put (allreduce, allgather, alltoall, broadcast), 1 MiB
+#             - 1 GiB by 4x, eager, nccl beside each: a member's puts as
+#             one step (the default: one grid up to 1 MiB each, a copy
+#             engine per peer above) against a step each
+#             (HIR_IPC_PUSH_STEPS=0)                                  (200 s)
 #   probe-np  ipc-latency-probe.sh, the 8 B allreduce at every GPU (3 or
 #             more; eager and --graph, with nsys's kernel times and gaps)
 #             and at 2 (--graph), ipc's sources loaded at once (the
@@ -86,7 +84,7 @@ set -u -o pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 out=${OUT:-$root/gpu-out}
 build=$root/build-carry budget=560
-all="targets tests oneshot bcast mid-np split probe-np mid direct sem grid faults soak graph check colls colls2 probe probe-mid"
+all="targets tests oneshot bcast mid-np probe-np mid direct sem grid faults soak graph check colls colls2 probe probe-mid"
 steps=$all
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -125,7 +123,7 @@ estimate() {
     oneshot) echo 150 ;; bcast) echo 200 ;;
     tests) echo 150 ;; check) echo 330 ;; colls|mid) echo 300 ;; grid) echo 250 ;; sem|colls2|direct) echo 200 ;;
     graph) echo 150 ;;
-    probe) echo 120 ;; probe-np|mid-np) echo 150 ;; *) echo 100 ;;
+    probe) echo 120 ;; probe-np) echo 150 ;; mid-np) echo 200 ;; *) echo 100 ;;
   esac
 }
 # by_variant NAME "VARIANTS" LINES ARGS...: ipc-collectives-bench.sh ARGS
@@ -179,17 +177,9 @@ run_step() {
     probe) bash "$root/scripts/ipc-latency-probe.sh" --build "$build" --n "2 2048" --modes graph \
              --reps 2 --variants "default HIR_IPC_INLINE_MAX=0 HIR_IPC_INLINE_MAX=4096 HIR_CUDA_PDL=0" ;;
     mid-np) [ "$gpus" -ge 3 ] || { echo "mid-np: needs 3 GPUs, found $gpus: skipped"; return 0; }
-            by_variant mid-np default 40 --np "$gpus" \
-              --ops allgather,alltoall,broadcast,allreduce,reduce_scatter -b 256K -e 1G -f 4 \
+            by_variant mid-np "default HIR_IPC_PUSH_STEPS=0" 30 --np "$gpus" \
+              --ops allgather,alltoall,broadcast,allreduce -b 1M -e 1G -f 4 \
               -n 5 -w 2 --graph-max 0 --eager-sweep-max 0 --reps-per-run 20 ;;
-    split) local v
-      for v in 1 2 4; do
-        echo "== hir_p2p_bench, HIR_CUDA_COPY_SPLIT=$v"
-        HIR_CUDA_COPY_SPLIT=$v timeout 150 mpirun --allow-run-as-root --bind-to none \
-          -x NCCL_NVLS_ENABLE -x HIR_CUDA_COPY_SPLIT -np 2 "$build/bin/hir_p2p_bench" \
-          --device cuda --min 16M --max 1G --factor 4 --reps 3 --run-bytes 2G --protocols put \
-          --csv "$OUT/p2p-split$v.csv" | tail -n 8 || return 1
-      done ;;
     probe-np) local n
       for n in 2 $([ "$gpus" -ge 3 ] && echo "$gpus"); do
         echo "== $n ranks"

@@ -85,11 +85,18 @@ enum Signal : int {
 // HIR_IPC_DIRECT=0 moves every eager message through its slot (an A/B
 // knob); by default a receiver that posted first gets its data directly.
 bool ipcDirect() {
-  const char* v = std::getenv("HIR_IPC_DIRECT");
-  if (v == nullptr || *v == '\0') return true;
   return envSwitch("HIR_IPC_DIRECT",
                    "an eager message whose receiver posted first is written straight into its "
-                   "buffer");
+                   "buffer",
+                   true);
+}
+
+// HIR_IPC_PUSH_STEPS=0 gives the device each put and get of a post as a
+// step of its own (an A/B knob); by default consecutive ones are one step
+// (enqueuePhased), which a device may move at once.
+bool ipcPushSteps() {
+  return envSwitch("HIR_IPC_PUSH_STEPS",
+                   "a post's consecutive puts and gets are one device step", true);
 }
 
 // Where a page's slots begin, after its counters.
@@ -254,6 +261,7 @@ struct IpcBackend::State {
   std::size_t line_bytes = 0, slot_stride = 0;
   uint32_t eager_slots = 0;
   bool direct = true;  // HIR_IPC_DIRECT
+  bool push_steps = true;  // HIR_IPC_PUSH_STEPS
   // Eager messages of 1 to inline_max bytes travel in lines (flags inline,
   // device.h): no "done" wait for the receiver, no fence for the sender.
   std::size_t inline_max = 0;
@@ -1029,6 +1037,7 @@ void IpcBackend::setup(const BackendContext& ctx) {
                     : fmt::format("the program's largest eager send: {} bytes",
                                   ctx.largest_eager_send));
   st.direct = ipcDirect();
+  st.push_steps = ipcPushSteps();
   const std::size_t counters = static_cast<std::size_t>(st.world) * kSignals * sizeof(uint32_t);
   const std::size_t rows = static_cast<std::size_t>(st.world) * st.eager_slots;
   const std::size_t marks = st.eager_max > 0 ? rows * sizeof(uint32_t) : 0;
@@ -1249,7 +1258,7 @@ void IpcBackend::State::enqueuePhased(Work& w, Stream& on, const Stream* covered
   for (std::size_t k = 0; k < w.steps.size(); ++k) {
     const Step& s = w.steps[k];
     if (s.early || (s.unit < 0 && !s.copies)) continue;
-    if (s.unit < 0 && !s.eager) {
+    if (s.unit < 0 && !s.eager && push_steps) {
       if (pushes.push_count == pushes.pushes.size() || follows(s)) flush();
       pushes.pushes[pushes.push_count++] = copyOf(s, pushes);
       continue;

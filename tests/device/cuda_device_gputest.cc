@@ -1771,50 +1771,6 @@ TEST(CudaDevice, PushesAboveOneKernelMoveOnceEachHasItsSlotAndSignalInOrder) {
   }
 }
 
-// HIR_CUDA_COPY_SPLIT=n cuts a copy-engine copy of 16 MiB or more into n
-// pieces on streams of their own, joined back to the copy's stream: every
-// byte lands, the stream's next work (a second copy out of the first's
-// destination) sees all of them, and a graph captured after the streams
-// were made does the same at each replay. An odd size leaves a short last
-// piece; 1 (the default) and anything past 8 are refused above.
-TEST(CudaDevice, ACopyCutIntoPiecesOnStreamsOfTheirOwnLandsWholeBeforeTheNextWork) {
-  HIR_REQUIRE_GPUS(1);
-  for (const char* split : {"2", "3"}) {
-    SCOPED_TRACE(fmt::format("HIR_CUDA_COPY_SPLIT={}", split));
-    std::unique_ptr<Device> d = makeCudaDeviceWithEnv("HIR_CUDA_COPY_SPLIT", split);
-    const std::size_t bytes = (std::size_t{40} << 20) + 13;
-    Buffer src(*d, bytes), mid(*d, bytes), dst(*d, bytes);
-    auto s = d->createStream();
-    for (int round = 0; round < 3; ++round) {
-      const auto seed = static_cast<int64_t>(round * 7 + 1);
-      d->fill(*s, src.data(), DType::UInt8, bytes, seed, 3);
-      d->fill(*s, mid.data(), DType::UInt8, bytes, 0, 0);
-      d->fill(*s, dst.data(), DType::UInt8, bytes, 0, 0);
-      d->synchronize(*s, testTimeout());
-      if (round < 2) {
-        d->copy(*s, mid.data(), src.data(), bytes);
-        d->copy(*s, dst.data(), mid.data(), bytes);
-      } else {  // the third round from a graph
-        d->beginCapture(*s);
-        d->copy(*s, mid.data(), src.data(), bytes);
-        d->copy(*s, dst.data(), mid.data(), bytes);
-        std::unique_ptr<Graph> graph = d->endCapture(*s);
-        d->launchGraph(*graph, *s);
-      }
-      d->synchronize(*s, testTimeout());
-      const std::vector<std::byte> want = readBack(src.data(), bytes);
-      const std::vector<std::byte> got = readBack(dst.data(), bytes);
-      std::size_t first_wrong = bytes;
-      for (std::size_t k = 0; k < bytes && first_wrong == bytes; ++k)
-        if (got[k] != want[k]) first_wrong = k;
-      EXPECT_EQ(first_wrong, bytes) << "round " << round << ": byte " << first_wrong
-                                    << " of the second copy is not the source's";
-    }
-  }
-  for (const char* bad : {"0", "9", "two"})
-    EXPECT_THROW(makeCudaDeviceWithEnv("HIR_CUDA_COPY_SPLIT", bad), UsageError) << bad;
-}
-
 // HIR_CUDA_KERNEL_COPY_MAX and HIR_CUDA_GRID_COPY_MAX are numbers of bytes,
 // HIR_CUDA_GRID_COPY_BLOCKS one of 2 to 256 and HIR_CUDA_GRID_COPY_WAIT
 // stream or kernel; anything else is a usage error that names the variable

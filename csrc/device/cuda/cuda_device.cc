@@ -104,19 +104,6 @@ int gridCopyBlocks() {
   return static_cast<int>(parseInteger("HIR_CUDA_GRID_COPY_BLOCKS", text, 2, 256));
 }
 
-// HIR_CUDA_COPY_SPLIT: a copy-engine copy of at least kSplitCopyMin bytes
-// is cut into this many pieces (1 to 8; 1, the default: not cut), each on
-// a stream of its own forked from the copy's and joined back to it, so
-// that as many copy engines move it. An experiment: on 4 H100s (session
-// 24) a raw copy-engine put of 256 MiB moved 288 GB/s and one of 1 GiB
-// 377; whether pieces reach the larger rate is what it measures.
-constexpr std::size_t kSplitCopyMin = std::size_t{16} << 20;
-int copySplit() {
-  const char* text = std::getenv("HIR_CUDA_COPY_SPLIT");
-  if (text == nullptr || *text == '\0') return 1;
-  return static_cast<int>(parseInteger("HIR_CUDA_COPY_SPLIT", text, 1, 8));
-}
-
 // HIR_CUDA_PDL: 1 (default) launches one-block kernels as programmatic
 // dependents of the kernel before them (setProgrammaticLaunch), 0 plainly.
 bool programmaticLaunch() {
@@ -224,7 +211,6 @@ class CudaDevice final : public Device {
     grid_wait_in_kernel_ = gridCopyWaitsInKernel();
     pull_fence_ = envSwitch("HIR_CUDA_PULL_FENCE", "grid pulls fence at system scope");
     grid_copy_blocks_ = gridCopyBlocks();
-    copy_split_ = copySplit();
     kernel_semaphores_ = kernelSemaphores();
     // Programmatic dependent launch exists from compute capability 9.0.
     setProgrammaticLaunch(programmaticLaunch() && props.major >= 9);
@@ -484,16 +470,15 @@ class CudaDevice final : public Device {
     CudaStream& cs = cudaStream(s, "copy");
     if (bytes <= kernel_copy_max_)
       HIR_CUDA_CHECK(ordinal_, launchCopy(cs.native(), dst, src, bytes, max_blocks_));
-    else if (copy_split_ < 2 || bytes < kSplitCopyMin || !splitCopy(cs, dst, src, bytes))
+    else
       HIR_CUDA_CHECK(ordinal_,
                      cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, cs.native()));
     cs.noteWork();
   }
 
-  // Streams forked from a stream of this device and joined back to it:
-  // HIR_CUDA_COPY_SPLIT's pieces and the pushes of a message step that
-  // move on copy engines (fanOutPushes). Made outside a capture only, and
-  // kept until the device goes.
+  // Streams forked from a stream of this device and joined back to it: the
+  // pushes of a message step that move on copy engines (fanOutPushes).
+  // Made outside a capture only, and kept until the device goes.
   struct Asides {
     std::vector<std::unique_ptr<Stream>> streams;
     cudaEvent_t fork = nullptr;
@@ -533,33 +518,6 @@ class CudaDevice final : public Device {
       HIR_CUDA_CHECK(ordinal_, cudaStreamWaitEvent(cs.native(), a.joins[i], 0));
     }
     cs.noteWork();
-  }
-
-  // HIR_CUDA_COPY_SPLIT's pieces (copySplit): piece 0 on the copy's stream,
-  // piece i on aside i - 1 of that stream, forked from it and joined back
-  // after piece 0 (a join enqueued first would hold piece 0 back). Also
-  // under capture, where the forks and joins become the graph's edges.
-  // False: not done (no asides made yet under capture).
-  bool splitCopy(CudaStream& cs, void* dst, const void* src, std::size_t bytes) {
-    constexpr std::size_t kAlign = 4096;
-    const std::size_t piece =
-        (bytes / static_cast<std::size_t>(copy_split_) + kAlign - 1) / kAlign * kAlign;
-    const std::size_t pieces = (bytes + piece - 1) / piece;
-    Asides* a = asidesOf(cs, pieces - 1);
-    if (a == nullptr) return false;
-    fork(cs, *a, pieces - 1);
-    for (std::size_t i = 1; i < pieces; ++i) {
-      const std::size_t at = i * piece;
-      HIR_CUDA_CHECK(ordinal_, cudaMemcpyAsync(static_cast<char*>(dst) + at,
-                                               static_cast<const char*>(src) + at,
-                                               std::min(piece, bytes - at),
-                                               cudaMemcpyDeviceToDevice,
-                                               cuda::nativeStream(*a->streams[i - 1], "copy")));
-    }
-    HIR_CUDA_CHECK(ordinal_, cudaMemcpyAsync(dst, src, piece, cudaMemcpyDeviceToDevice,
-                                             cs.native()));
-    join(cs, *a, pieces - 1);
-    return true;
   }
 
   // Pushes only (no lines, no direct delivery), some above
@@ -1030,7 +988,6 @@ class CudaDevice final : public Device {
   bool grid_wait_in_kernel_ = true;  // HIR_CUDA_GRID_COPY_WAIT
   bool pull_fence_ = false;          // HIR_CUDA_PULL_FENCE (an experiment's A/B)
   int grid_copy_blocks_ = 2;          // HIR_CUDA_GRID_COPY_BLOCKS
-  int copy_split_ = 1;                // HIR_CUDA_COPY_SPLIT
   std::mutex asides_mutex_;
   std::map<cudaStream_t, Asides> asides_;  // by the stream they were forked from
 
