@@ -1692,9 +1692,9 @@ TEST(CudaDevice, GridSignaledCopiesInARowOnTwoStreamsEachSignalInTurn) {
 
 // A message step of pushes only, more than HIR_CUDA_KERNEL_COPY_MAX in
 // all (ipc's puts of one collective, each to its own peer): by default
-// one grid (launchGridMessageStep) when each is at most 1 MiB, each lane
-// on a stream of its own when one is larger (fanOutPushes: copy engines),
-// and the latter at every size with HIR_CUDA_GRID_COPY_MAX=0. Every way:
+// one grid (launchGridMessageStep) when each is at most 1 MiB, part after
+// part on copy engines when one is larger, and the latter at every size
+// with HIR_CUDA_GRID_COPY_MAX=0. Every way:
 // each push waits for its own word (released here last push first, from
 // another stream), moves its bytes (16-byte multiples, and a part that is
 // not), stores its number, the lane's signal ends at its last number and

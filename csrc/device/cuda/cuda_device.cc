@@ -476,98 +476,6 @@ class CudaDevice final : public Device {
     cs.noteWork();
   }
 
-  // Streams forked from a stream of this device and joined back to it: the
-  // pushes of a message step that move on copy engines (fanOutPushes).
-  // Made outside a capture only, and kept until the device goes.
-  struct Asides {
-    std::vector<std::unique_ptr<Stream>> streams;
-    cudaEvent_t fork = nullptr;
-    std::vector<cudaEvent_t> joins;  // one per stream
-  };
-  // At least `count` asides of `cs`; null when they would have to be made
-  // under capture.
-  Asides* asidesOf(CudaStream& cs, std::size_t count) {
-    cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
-    HIR_CUDA_CHECK(ordinal_, cudaStreamIsCapturing(cs.native(), &capture));
-    std::lock_guard<std::mutex> lock(asides_mutex_);
-    Asides& a = asides_[cs.native()];
-    if (a.streams.size() >= count) return &a;
-    if (capture != cudaStreamCaptureStatusNone) return nullptr;
-    if (a.fork == nullptr)
-      HIR_CUDA_CHECK(ordinal_, cudaEventCreateWithFlags(&a.fork, cudaEventDisableTiming));
-    while (a.streams.size() < count) {
-      cudaEvent_t join = nullptr;
-      HIR_CUDA_CHECK(ordinal_, cudaEventCreateWithFlags(&join, cudaEventDisableTiming));
-      a.joins.push_back(join);
-      a.streams.push_back(createStream());
-    }
-    return &a;
-  }
-  // The fork: asides [0, n) of `a` wait for what `cs` holds now.
-  void fork(CudaStream& cs, Asides& a, std::size_t n) {
-    HIR_CUDA_CHECK(ordinal_, cudaEventRecord(a.fork, cs.native()));
-    for (std::size_t i = 0; i < n; ++i)
-      HIR_CUDA_CHECK(ordinal_,
-                     cudaStreamWaitEvent(cuda::nativeStream(*a.streams[i], "fork"), a.fork, 0));
-  }
-  // The join: `cs` waits for what asides [0, n) of `a` hold now.
-  void join(CudaStream& cs, Asides& a, std::size_t n) {
-    for (std::size_t i = 0; i < n; ++i) {
-      HIR_CUDA_CHECK(ordinal_,
-                     cudaEventRecord(a.joins[i], cuda::nativeStream(*a.streams[i], "join")));
-      HIR_CUDA_CHECK(ordinal_, cudaStreamWaitEvent(cs.native(), a.joins[i], 0));
-    }
-    cs.noteWork();
-  }
-
-  // Pushes only (no lines, no direct delivery), some above
-  // HIR_CUDA_GRID_COPY_MAX (a copy engine's): each lane's pushes (those
-  // that signal one word or count on one counter, in order) on a stream
-  // of their own, the first lane's on `s`, the others' on asides forked
-  // from it and joined back, each as a message step of one push. The
-  // copies to different peers then move at once, on as many copy engines,
-  // where they went one after the other. False: not done (nothing that
-  // large, or no asides made yet under capture).
-  bool fanOutPushes(Stream& s, const MessageStep& step) {
-    bool large = false;
-    for (std::size_t k = 0; k < step.push_count; ++k) {
-      const MessageStep::Copy& c = step.pushes[k];
-      if (c.inline_flags || asksDirect(c, true)) return false;
-      large = large || c.bytes > grid_copy_max_;
-    }
-    if (!large) return false;
-    std::array<std::size_t, kMaxReduceSources> lane{};
-    std::size_t lanes = 0;
-    for (std::size_t k = 0; k < step.push_count; ++k) {
-      const MessageStep::Copy& c = step.pushes[k];
-      lane[k] = lanes;
-      for (std::size_t i = 0; i < k; ++i) {
-        const MessageStep::Copy& o = step.pushes[i];
-        if ((c.signal != nullptr && c.signal == o.signal) ||
-            (c.counter != nullptr && c.counter == o.counter))
-          lane[k] = lane[i];
-      }
-      if (lane[k] == lanes) ++lanes;
-    }
-    if (lanes < 2) return false;
-    activate(ordinal_);
-    CudaStream& cs = cudaStream(s, "messageStep");
-    Asides* a = asidesOf(cs, lanes - 1);
-    if (a == nullptr) return false;
-    fork(cs, *a, lanes - 1);
-    for (std::size_t k = 0; k < step.push_count; ++k) {
-      MessageStep one;
-      one.release = step.release;
-      one.slots = step.slots;
-      one.stride = step.stride;
-      one.push_count = 1;
-      one.pushes[0] = step.pushes[k];
-      messageStep(lane[k] == 0 ? s : *a->streams[lane[k] - 1], one);
-    }
-    join(cs, *a, lanes - 1);
-    return true;
-  }
-
   void check(Stream& s, const void* src, DType t, std::size_t count, int64_t value, int64_t step,
              double tolerance, CheckRecord* out, int64_t execution) override {
     activate(ordinal_);
@@ -719,9 +627,7 @@ class CudaDevice final : public Device {
     // Direct delivery in the one-block kernel only (larger parts ignore it).
     direct = direct && fusable(step);
     if (!lines && !direct && step.pull_count == 1 && parts == 1 && gridPull(s, step)) return;
-    if (!lines && step.pull_count == 0 && step.push_count > 1 &&
-        (gridPushes(s, step) || fanOutPushes(s, step)))
-      return;
+    if (!lines && step.pull_count == 0 && step.push_count > 1 && gridPushes(s, step)) return;
     if (!lines && ((parts <= 1 && !direct) || !fusable(step)))
       return Device::messageStep(s, step);
     if (!fusable(step)) {
@@ -971,11 +877,6 @@ class CudaDevice final : public Device {
   void releaseHousekeeping() {
     if (zero_stream_) (void)cudaStreamDestroy(zero_stream_);
     zero_stream_ = nullptr;
-    for (auto& [native, a] : asides_) {
-      for (cudaEvent_t join : a.joins) (void)cudaEventDestroy(join);
-      if (a.fork != nullptr) (void)cudaEventDestroy(a.fork);
-    }
-    asides_.clear();  // and their streams
   }
 
   static CudaStream::Counter newCounter() { return std::make_shared<std::atomic<uint64_t>>(0); }
@@ -988,8 +889,6 @@ class CudaDevice final : public Device {
   bool grid_wait_in_kernel_ = true;  // HIR_CUDA_GRID_COPY_WAIT
   bool pull_fence_ = false;          // HIR_CUDA_PULL_FENCE (an experiment's A/B)
   int grid_copy_blocks_ = 2;          // HIR_CUDA_GRID_COPY_BLOCKS
-  std::mutex asides_mutex_;
-  std::map<cudaStream_t, Asides> asides_;  // by the stream they were forked from
 
   // Blocks of a grid copy of `bytes`.
   int gridBlocks(std::size_t bytes) const {
