@@ -123,12 +123,15 @@ inline constexpr uint32_t directMarkReset(uint32_t v) { return v ^ 0x80000000u; 
 // must end at the last number), and a step's pushes never share a counter
 // with its pulls or sources (they are the two directions of a lane). In
 // order:
-// 1. pushes (copies to peers: ipc's eager sends): push k waits until
-//    *wait >= v - wait_back (its slot is free), copies `bytes` from src to
-//    dst (moved to its slot when slotted); then every push stores v into
-//    *signal and advances *counter by `advance`. Every push signals before
-//    the step waits for anything else, so a peer never waits for this
-//    step to start.
+// 1. pushes (copies to peers: ipc's eager sends, and a post's puts and
+//    gets): push k waits until *wait >= v - wait_back (its slot is free),
+//    copies `bytes` from src to dst (moved to its slot when slotted); then
+//    every push stores v into *signal and advances *counter by `advance`.
+//    Every push signals before the step waits for anything else, so a peer
+//    never waits for this step to start. A step's pushes are independent
+//    (none reads or writes what another writes, and each waits only for a
+//    peer's signal): a device may run them one after the other or at once
+//    (cuda: one grid), as long as their stores of v are in push order.
 // 2. pulls (copies from peers: ipc's eager receives, messageStep only):
 //    pull k waits until *wait >= v, copies `bytes` from src (moved to its
 //    slot when slotted) to dst, stores v into *signal, advances *counter.
