@@ -12,8 +12,9 @@
 #   targets   ipc-targets.sh: every figure #13 judges, ipc beside nccl, and
 #             the verdict of each target, with the table of every op at
 #             every size: #13's "one script in one run"; on 4 GPUs or
-#             more, the collectives again at 4 ranks    (300 s; 4 GPUs: 520,
-#             507 s on 4 H100s in session 23)
+#             more, the collectives and the 8 B allreduce's latency again
+#             at 4 ranks (300 s; 4 GPUs: 520: 507 and 531 s on 4 H100s in
+#             sessions 23 and 24, with 7 runs a size and no 4-rank probe)
 #   oneshot   ipc-collectives-bench.sh, allreduce 256 KiB - 256 MiB: a pair's
 #             one-shot up to 16 MiB (the default) against two-shot above
 #             256 KiB (HIR_IPC_ONE_SHOT_MAX=262144, the earlier default),
