@@ -1061,9 +1061,8 @@ void IpcBackend::setup(const BackendContext& ctx) {
   st.recv_lanes.resize(static_cast<std::size_t>(st.world));
   // HIR_IPC_SEQ_START (a test's): message numbers start past it, so that a
   // test reaches the wrap at 2^32 in a few messages. The same on every rank.
-  if (const char* start = std::getenv("HIR_IPC_SEQ_START"); start != nullptr && *start != '\0')
-    st.seq_start = static_cast<uint32_t>(
-        parseInteger("HIR_IPC_SEQ_START", start, 0, std::numeric_limits<uint32_t>::max()));
+  st.seq_start = static_cast<uint32_t>(
+      envInteger("HIR_IPC_SEQ_START", st.seq_start, 0, std::numeric_limits<uint32_t>::max()));
   st.latest = std::make_unique<std::atomic<uint32_t>[]>(static_cast<std::size_t>(st.world));
   st.latest_eager = std::make_unique<std::atomic<uint32_t>[]>(static_cast<std::size_t>(st.world));
   for (int p = 0; p < st.world; ++p) {

@@ -1,7 +1,6 @@
 #include "backends/ipc_collectives.h"
 
 #include <algorithm>
-#include <cstdlib>
 
 #include "common/check.h"
 #include "common/parse_int.h"
@@ -9,31 +8,27 @@
 namespace hir {
 
 std::size_t ipcOneShotMaxBytes(int members) {
-  const char* v = std::getenv("HIR_IPC_ONE_SHOT_MAX");
-  if (v == nullptr || *v == '\0') return members == 2 ? kIpcOneShotMaxPair : kIpcOneShotMax;
-  return static_cast<std::size_t>(parseInteger("HIR_IPC_ONE_SHOT_MAX", v, 0));
+  const std::size_t fallback = members == 2 ? kIpcOneShotMaxPair : kIpcOneShotMax;
+  return static_cast<std::size_t>(
+      envInteger("HIR_IPC_ONE_SHOT_MAX", static_cast<int64_t>(fallback), 0));
 }
 
 std::size_t ipcBroadcastSplitMinBytes() {
-  const char* v = std::getenv("HIR_IPC_BROADCAST_SPLIT_MIN");
-  if (v == nullptr || *v == '\0') return kIpcBroadcastSplitMin;
-  return static_cast<std::size_t>(parseInteger("HIR_IPC_BROADCAST_SPLIT_MIN", v, 0));
+  return static_cast<std::size_t>(envInteger("HIR_IPC_BROADCAST_SPLIT_MIN",
+                                             static_cast<int64_t>(kIpcBroadcastSplitMin), 0));
 }
 
 std::size_t ipcEagerMaxBytes() {
-  const char* v = std::getenv("HIR_IPC_EAGER_MAX");
-  if (v == nullptr || *v == '\0') return std::size_t{16} << 10;
-  return static_cast<std::size_t>(parseInteger("HIR_IPC_EAGER_MAX", v, 0, int64_t{1} << 24));
+  return static_cast<std::size_t>(
+      envInteger("HIR_IPC_EAGER_MAX", int64_t{16} << 10, 0, int64_t{1} << 24));
 }
 
 std::size_t ipcEagerSendMaxBytes() {
   const std::size_t chunks = ipcEagerMaxBytes();
   if (chunks == 0) return 0;
-  const char* v = std::getenv("HIR_IPC_EAGER_SEND_MAX");
-  const std::size_t sends =
-      v == nullptr || *v == '\0'
-          ? kIpcEagerSendMaxDefault
-          : static_cast<std::size_t>(parseInteger("HIR_IPC_EAGER_SEND_MAX", v, 0, int64_t{1} << 30));
+  const auto sends = static_cast<std::size_t>(
+      envInteger("HIR_IPC_EAGER_SEND_MAX", static_cast<int64_t>(kIpcEagerSendMaxDefault), 0,
+                 int64_t{1} << 30));
   return std::max(chunks, sends);
 }
 
@@ -52,15 +47,12 @@ IpcEagerSlots ipcEagerSlotsFor(int64_t largest) {
 }
 
 std::size_t ipcInlineMaxBytes() {
-  const char* v = std::getenv("HIR_IPC_INLINE_MAX");
-  if (v == nullptr || *v == '\0') return std::size_t{8} << 10;
-  return static_cast<std::size_t>(parseInteger("HIR_IPC_INLINE_MAX", v, 0, int64_t{1} << 24));
+  return static_cast<std::size_t>(
+      envInteger("HIR_IPC_INLINE_MAX", int64_t{8} << 10, 0, int64_t{1} << 24));
 }
 
 uint32_t ipcEagerSlots() {
-  const char* v = std::getenv("HIR_IPC_EAGER_SLOTS");
-  if (v == nullptr || *v == '\0') return 8;
-  const auto n = static_cast<uint32_t>(parseInteger("HIR_IPC_EAGER_SLOTS", v, 1, 1024));
+  const auto n = static_cast<uint32_t>(envInteger("HIR_IPC_EAGER_SLOTS", 8, 1, 1024));
   HIR_CHECK_AS(UsageError, (n & (n - 1)) == 0, "HIR_IPC_EAGER_SLOTS={} is not a power of two", n);
   return n;
 }

@@ -28,6 +28,15 @@ inline int64_t parseInteger(const std::string& flag, const std::string& text, in
   return v;
 }
 
+// An integer in [min, max] from the environment variable `name`
+// (parseInteger, naming the variable): unset or empty is `unset`.
+inline int64_t envInteger(const char* name, int64_t unset, int64_t min,
+                          int64_t max = INT64_MAX) {
+  const char* v = std::getenv(name);
+  if (v == nullptr || *v == '\0') return unset;
+  return parseInteger(name, v, min, max);
+}
+
 // A 0/1 switch from the environment: "0" is false, "1" is true, unset or
 // empty is `unset` (false unless given), anything else a UsageError naming
 // the variable, what it does and the value.

@@ -499,7 +499,7 @@ class TcpBootstrap final : public Bootstrap {
 };
 
 // An integer variable of the launcher: `name` must be set when `required`.
-std::optional<int64_t> envInteger(const char* name, int64_t min, int64_t max, bool required,
+std::optional<int64_t> launcherInteger(const char* name, int64_t min, int64_t max, bool required,
                                   std::string_view launcher) {
   const char* v = std::getenv(name);
   if (v == nullptr || *v == '\0') {
@@ -533,15 +533,15 @@ std::unique_ptr<Bootstrap> createBootstrapFromEnvironment(std::chrono::milliseco
   }
   const std::string_view why = "torchrun's variables are set (RANK or WORLD_SIZE)";
   TcpBootstrapOptions o;
-  o.world = static_cast<int>(*envInteger("WORLD_SIZE", 1, INT_MAX, true, why));
-  o.rank = static_cast<int>(*envInteger("RANK", 0, o.world - 1, true, why));
+  o.world = static_cast<int>(*launcherInteger("WORLD_SIZE", 1, INT_MAX, true, why));
+  o.rank = static_cast<int>(*launcherInteger("RANK", 0, o.world - 1, true, why));
   const char* addr = std::getenv("MASTER_ADDR");
   HIR_CHECK_AS(UsageError, addr != nullptr && *addr != '\0', "{} but MASTER_ADDR is not set", why);
   o.addr = addr;
-  if (auto port = envInteger("HIR_BOOTSTRAP_PORT", 1, 65535, false, why)) {
+  if (auto port = launcherInteger("HIR_BOOTSTRAP_PORT", 1, 65535, false, why)) {
     o.port = static_cast<int>(*port);
   } else {
-    o.port = static_cast<int>(*envInteger("MASTER_PORT", 1, 65535, true, why));
+    o.port = static_cast<int>(*launcherInteger("MASTER_PORT", 1, 65535, true, why));
     // torchrun's agent may serve its own store on MASTER_PORT.
     const char* agent_store = std::getenv("TORCHELASTIC_USE_AGENT_STORE");
     if (agent_store != nullptr && std::string_view(agent_store) == "True") {
@@ -550,8 +550,8 @@ std::unique_ptr<Bootstrap> createBootstrapFromEnvironment(std::chrono::milliseco
       ++o.port;
     }
   }
-  const auto local_rank = envInteger("LOCAL_RANK", 0, INT_MAX, false, why);
-  const auto local_size = envInteger("LOCAL_WORLD_SIZE", 1, INT_MAX, false, why);
+  const auto local_rank = launcherInteger("LOCAL_RANK", 0, INT_MAX, false, why);
+  const auto local_size = launcherInteger("LOCAL_WORLD_SIZE", 1, INT_MAX, false, why);
   if (local_rank && local_size) {
     HIR_CHECK_AS(UsageError, *local_rank < *local_size,
                  "LOCAL_RANK {} is not below LOCAL_WORLD_SIZE {}", *local_rank, *local_size);

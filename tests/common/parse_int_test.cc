@@ -1,6 +1,6 @@
-// The environment's 0/1 switches (common/parse_int.h's envSwitch): what an
-// unset, empty, "0" and "1" variable mean, and that anything else is a
-// usage error naming the variable, what it does and the value.
+// The environment's 0/1 switches and integers (common/parse_int.h's
+// envSwitch and envInteger): what an unset or empty variable means, and
+// that a value out of their range is a usage error naming the variable.
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -52,6 +52,28 @@ TEST(EnvSwitch, AnyOtherValueIsAUsageErrorNamingTheVariable) {
   } catch (const UsageError& e) {
     EXPECT_EQ(std::string(e.what()),
               "HIR_TEST_ENV_SWITCH must be 0 or 1 (1: tests pass), got 'yes'");
+  }
+}
+
+TEST(EnvInteger, UnsetOrEmptyIsTheGivenDefaultAndAValueInRangeIsTaken) {
+  for (const char* value : {static_cast<const char*>(nullptr), ""}) {
+    Scoped scoped(value);
+    EXPECT_EQ(envInteger(kName, 42, 0, 100), 42);
+  }
+  Scoped scoped("7");
+  EXPECT_EQ(envInteger(kName, 42, 0, 100), 7);
+}
+
+TEST(EnvInteger, AValueOutOfRangeOrNotAnIntegerIsAUsageErrorNamingTheVariable) {
+  for (const char* value : {"101", "-1", "4K"}) {
+    Scoped scoped(value);
+    try {
+      envInteger(kName, 42, 0, 100);
+      ADD_FAILURE() << "'" << value << "' was taken";
+    } catch (const UsageError& e) {
+      EXPECT_NE(std::string(e.what()).find("HIR_TEST_ENV_SWITCH"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find(value), std::string::npos) << e.what();
+    }
   }
 }
 

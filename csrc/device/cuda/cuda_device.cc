@@ -56,9 +56,8 @@ namespace {
 constexpr std::size_t kDefaultKernelCopyMax = 64 * 1024;
 
 std::size_t kernelCopyMax() {
-  const char* text = std::getenv("HIR_CUDA_KERNEL_COPY_MAX");
-  if (text == nullptr || *text == '\0') return kDefaultKernelCopyMax;
-  return static_cast<std::size_t>(parseInteger("HIR_CUDA_KERNEL_COPY_MAX", text, 0));
+  return static_cast<std::size_t>(
+      envInteger("HIR_CUDA_KERNEL_COPY_MAX", static_cast<int64_t>(kDefaultKernelCopyMax), 0));
 }
 
 // HIR_CUDA_GRID_COPY_WAIT: "kernel" (default): each block of a grid
@@ -93,15 +92,12 @@ constexpr std::size_t kGridCopyBlockBytes = 32 * 1024;
 constexpr int kDefaultGridCopyBlocks = 16;
 
 std::size_t gridCopyMax() {
-  const char* text = std::getenv("HIR_CUDA_GRID_COPY_MAX");
-  if (text == nullptr || *text == '\0') return kDefaultGridCopyMax;
-  return static_cast<std::size_t>(parseInteger("HIR_CUDA_GRID_COPY_MAX", text, 0));
+  return static_cast<std::size_t>(
+      envInteger("HIR_CUDA_GRID_COPY_MAX", static_cast<int64_t>(kDefaultGridCopyMax), 0));
 }
 
 int gridCopyBlocks() {
-  const char* text = std::getenv("HIR_CUDA_GRID_COPY_BLOCKS");
-  if (text == nullptr || *text == '\0') return kDefaultGridCopyBlocks;
-  return static_cast<int>(parseInteger("HIR_CUDA_GRID_COPY_BLOCKS", text, 2, 256));
+  return static_cast<int>(envInteger("HIR_CUDA_GRID_COPY_BLOCKS", kDefaultGridCopyBlocks, 2, 256));
 }
 
 // HIR_CUDA_PDL: 1 (default) launches one-block kernels as programmatic

@@ -1737,6 +1737,12 @@ void placeCopies(const MessageStep& m, SyncSources& y) {
   y.stride = m.stride;
 }
 
+// A step with parts in rings has a power of two of slots.
+bool ringsValid(const MessageStep& step, const SyncSources& y) {
+  return (y.push_slotted == 0 && y.pull_slotted == 0) ||
+         (step.slots != 0 && (step.slots & (step.slots - 1)) == 0);
+}
+
 cudaError_t launchSync(cudaStream_t stream, const SyncSources& sync, int n, bool wait,
                        bool signal) {
   SyncSources y = sync;
@@ -1840,9 +1846,7 @@ cudaError_t launchMessageStep(cudaStream_t stream, const MessageStep& step) {
     return cudaErrorInvalidValue;
   SyncSources y{};
   placeCopies(step, y);
-  if ((y.push_slotted != 0 || y.pull_slotted != 0) &&
-      (step.slots == 0 || (step.slots & (step.slots - 1)) != 0))
-    return cudaErrorInvalidValue;
+  if (!ringsValid(step, y)) return cudaErrorInvalidValue;
   // One pass of kBlockThreads threads moves kCopyBatch vectors each: a part
   // larger than that takes several passes, each a round trip to its
   // source (over NVLink), fewer with more threads.
@@ -1864,9 +1868,7 @@ cudaError_t launchGridMessageStep(cudaStream_t stream, const MessageStep& step,
     return cudaErrorInvalidValue;
   SyncSources y{};
   placeCopies(step, y);
-  if (y.push_inline != 0 || (y.push_slotted != 0 && (step.slots & (step.slots - 1)) != 0) ||
-      (y.push_slotted != 0 && step.slots == 0))
-    return cudaErrorInvalidValue;
+  if (y.push_inline != 0 || !ringsValid(step, y)) return cudaErrorInvalidValue;
   GridPushes g{};
   g.count = y.pushes;
   int total = 0;
