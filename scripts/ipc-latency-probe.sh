@@ -11,7 +11,8 @@
 #   HIR_IPC_COUNTED=1            message numbers counted on the device, eagerly
 #   HIR_IPC_INLINE_MAX=0         eager messages not in lines (a fence and a "done" flag)
 # and nccl's allreduce, allgather and ping-pong in the same run as the
-# baseline (not under --mps). With
+# baseline (not under --mps), and with --graph nccl's allreduce on NCCL's
+# symmetric kernels (--symmetric-memory on: variant "symmetric"). With
 # nsys on the machine, it also profiles the default allreduce and allgather
 # with --graph (nsys-kernels.txt: per rank, the median kernel time and the
 # median gap from one kernel's end to the next one's start); --no-nsys
@@ -92,6 +93,7 @@ for o in $ops; do
   esac
 done
 has() { case " $ops " in *" $1 "*) return 0 ;; esac; return 1; }
+has_mode() { case " $modes " in *" $1 "*) return 0 ;; esac; return 1; }
 gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
 if [ "$mps" = 1 ]; then
   [ "${gpus:-0}" -ge 1 ] || { echo "ipc-latency-probe: --mps needs a GPU, found none" >&2; exit 2; }
@@ -117,16 +119,20 @@ sed 's/"backend": "ipc"/"backend": "nccl"/' "$root/bench/graph/pingpong_ipc_loop
 k=1000
 rows=()
 status=0
-# measure LABEL ENV PROGRAM KPARAM PER_OP_DIVISOR N RANKS
+# measure LABEL ENV PROGRAM KPARAM PER_OP_DIVISOR N RANKS [NAME MODES FLAG...]: NAME
+# (default: ENV, or "default") names the variant's row, MODES (default
+# --modes) its modes, and the FLAGs go to hir run.
 measure() {
   local label=$1 env=$2 prog=$3 kparam=$4 per=$5 n=$6 ranks=$7 mode flag times r json us
-  for mode in $modes; do
-    flag=()
-    [ "$mode" = graph ] && flag=(--graph)
+  local name=${8:-${env:-default}} its_modes=${9:-$modes}
+  local extra=("${@:10}")
+  for mode in $its_modes; do
+    flag=("${extra[@]}")
+    [ "$mode" = graph ] && flag+=(--graph)
     times=()
     for ((r = 0; r < reps; r++)); do
       json="$tmp/run.json"
-      printf '\n===== %s %s %s (%s) =====\n' "$label" "${env:-default}" "$mode" "$r" >>"$log"
+      printf '\n===== %s %s %s (%s) =====\n' "$label" "$name" "$mode" "$r" >>"$log"
       # shellcheck disable=SC2086  # env: none, or NAME=VALUE words (commas made spaces)
       if env ${env//,/ } timeout 120 "$hir" run "$prog" --np "$ranks" --device cuda --param "n=$n" \
           --param "$kparam=$k" --iters 10 --warmup 3 --no-progress "${flag[@]}" \
@@ -136,18 +142,22 @@ measure() {
         status=1
       fi
     done
-    [ "${#times[@]}" -gt 0 ] || { rows+=("$(printf '%-22s %-28s %-6s %10s' "$label" "${env:-default}" "$mode" failed)"); continue; }
+    [ "${#times[@]}" -gt 0 ] || { rows+=("$(printf '%-22s %-28s %-6s %10s' "$label" "$name" "$mode" failed)"); continue; }
     us=$(printf '%s\n' "${times[@]}" | python3 -c '
 import statistics, sys
 per = int(sys.argv[1])
 print(f"{statistics.median(float(l) for l in sys.stdin if l.strip()) * 1e6 / per:.2f}")' "$per")
-    rows+=("$(printf '%-22s %-28s %-6s %10s' "$label" "${env:-default}" "$mode" "$us")")
+    rows+=("$(printf '%-22s %-28s %-6s %10s' "$label" "$name" "$mode" "$us")")
   done
 }
 for n in $sizes; do
   b="$((4 * n)) B"
   if [ "$mps" = 0 ]; then
     has allreduce && measure "nccl allreduce $b" "" "$tmp/ar_nccl.json" reps "$k" "$n" "$np"
+    # NCCL's symmetric kernels (window-registered buffers, --symmetric-memory
+    # on), which graphs only: #13's 3.45 us is theirs on 2 H200s.
+    has allreduce && has_mode graph && measure "nccl allreduce $b" "" "$tmp/ar_nccl.json" reps \
+      "$k" "$n" "$np" symmetric graph --symmetric-memory on
     has allgather && measure "nccl allgather $b/rank" "" "$tmp/ag_nccl.json" reps "$k" "$n" "$np"
     has pingpong && measure "nccl ping-pong $b" "" "$tmp/pp_nccl.json" k "$((2 * k))" "$n" 2
   fi

@@ -61,12 +61,15 @@ def write_collectives(path, allgather_busbw=1.1, wrong=0, skip=(), graph_us=None
                 f.write(f"{op},ipc,eager,{s},{s // 4},float32,sum,-1,9.0,{bw},{bw},{wrong},1,20\n")
 
 
-def write_latency(path, rows):
+def write_latency(path, rows, symmetric=None):
+    """symmetric: NCCL's symmetric kernels' 8 B allreduce with --graph (us)."""
     with open(path, "w") as f:
         f.write("# us per operation (ping-pong: one way), medians of 5 runs of 1000 operations\n")
         f.write(f"{'what':<22} {'variant':<28} {'mode':<6} {'us':>10}\n")
         for (what, mode), us in rows.items():
             f.write(f"{what:<22} {'default':<28} {mode:<6} {us:>10}\n")
+        if symmetric is not None:
+            f.write(f"{'nccl allreduce 8 B':<22} {'symmetric':<28} {'graph':<6} {symmetric:>10}\n")
 
 
 GOOD_LATENCY = {
@@ -220,6 +223,19 @@ class IpcTargets(unittest.TestCase):
                            capture_output=True, text=True)
         self.assertEqual(r.returncode, 2, r.stderr)
         self.assertIn("--latency-at expects N=PATH, got 'lat4.txt'", r.stderr)
+
+    def test_nccl_symmetric_kernels_stand_beside_the_graphs_bar_without_moving_it(self):
+        write_p2p(self.p2p)
+        write_collectives(self.colls)
+        lat = dict(GOOD_LATENCY)
+        lat[("ipc allreduce 8 B", "graph")] = "3.60"  # below NCCL's 4.00, above 3.45
+        write_latency(self.lat, lat, symmetric="4.00")
+        rows, out = self.verdicts()
+        self.assertEqual(rows["8 B allreduce, --graph"], "**missed**", out)
+        self.assertIn("| 8 B allreduce, --graph | 3.60 us | 3.30 us; symmetric kernels 4.00 us "
+                      "| 0.900x symmetric's time | < 3.45 us |", out)
+        # The symmetric row is not the default variant's graph figure.
+        self.assertNotIn("| 8 B allreduce, --graph | 3.60 us | 4.00 us", out)
 
     def test_collectives_at_without_a_rank_count_is_a_usage_error(self):
         r = subprocess.run([sys.executable, SCRIPT, "--collectives-at", "four.csv"],
