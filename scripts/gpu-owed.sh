@@ -67,11 +67,11 @@
 #             one step (the default: one grid up to 1 MiB each, a copy
 #             engine per peer above) against a step each
 #             (HIR_IPC_PUSH_STEPS=0)                                  (200 s)
-#   probe-np  ipc-latency-probe.sh, the 8 B allreduce at every GPU (3 or
-#             more; eager and --graph, with nsys's kernel times and gaps)
-#             and at 2 (--graph), ipc's sources loaded at once (the
-#             default) against one after the other
-#             (HIR_CUDA_SPREAD_SOURCES=0), nccl beside them          (150 s)
+#   probe-np  ipc-latency-probe.sh --stamps, the 8 B allreduce and
+#             allgather at every GPU (3 or more; eager and --graph) and at 2
+#             (--graph), nccl beside them (with its symmetric kernels), and
+#             the kernel stamps of each (HIR_CUDA_STAMPS: the median time of
+#             each phase of ipc's kernels, per rank)                  (150 s)
 #
 # --budget S (default 560): a step starts only if its estimate fits in what
 # is left of S since this script started; the others are listed as left for
@@ -186,8 +186,8 @@ run_step() {
         echo "== $n ranks"
         mkdir -p "$OUT/np$n"
         OUT="$OUT/np$n" bash "$root/scripts/ipc-latency-probe.sh" --build "$build" --np "$n" \
-          --n 2 --ops allreduce --reps 3 --variants "default HIR_CUDA_SPREAD_SOURCES=0" \
-          $([ "$n" = 2 ] && echo --modes graph --no-nsys) | tail -n 30 || return 1
+          --n 2 --ops "allreduce allgather" --reps 3 --variants default --no-nsys --stamps \
+          $([ "$n" = 2 ] && echo --modes graph) | tail -n 40 || return 1
       done ;;
     probe-mid) bash "$root/scripts/ipc-latency-probe.sh" --build "$build" \
                  --n "4096 8192 16384" --modes graph --reps 2 \

@@ -16,11 +16,15 @@
 # nsys on the machine, it also profiles the default allreduce and allgather
 # with --graph (nsys-kernels.txt: per rank, the median kernel time and the
 # median gap from one kernel's end to the next one's start); --no-nsys
-# leaves the profile out.
+# leaves the profile out. --stamps: the kernel stamps (HIR_CUDA_STAMPS,
+# scripts/kernel_stamps.py) of one run of the default ipc allreduce and
+# allgather in each mode, at --np ranks: per rank, the median time of each
+# phase of the small kernels (the wait for the kernel before, the pushes,
+# the waits, the signals, the handoff to the next), no profiler needed.
 #
 #   bash scripts/ipc-latency-probe.sh [--build DIR] [--reps N] [--n "2 1024"] [--mps]
 #       [--variants "default HIR_IPC_INLINE_MAX=0 ..."] [--modes "eager graph"]
-#       [--ops "allreduce allgather pingpong"] [--np N] [--no-nsys]
+#       [--ops "allreduce allgather pingpong"] [--np N] [--no-nsys] [--stamps]
 #
 # --n: the float32 elements per rank of each measurement (default 2: 8 B).
 # --variants: which of the variants above to run (default: all); a variant
@@ -40,6 +44,7 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 out=${OUT:-$root/gpu-out}
 build=${BUILD_DIR:-$root/build-gpu}
 reps=3 sizes=2 mps=0 modes="eager graph" ops="allreduce allgather pingpong" profile=1 np=2
+stamps=0
 variants="default HIR_IPC_INLINE_MAX=0 HIR_CUDA_KERNEL_COPY_MAX=0 HIR_IPC_EAGER_MAX=0 HIR_IPC_COUNTED=1"
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -51,6 +56,7 @@ while [ $# -gt 0 ]; do
     --modes) shift; modes=$1 ;;
     --ops) shift; ops=$1 ;;
     --no-nsys) profile=0 ;;
+    --stamps) stamps=1 ;;
     --np) shift; np=${1:-} ;;
     -h|--help) sed -n '2,34p' "$0"; exit 0 ;;
     *) echo "ipc-latency-probe: unknown option $1" >&2; exit 2 ;;
@@ -198,6 +204,32 @@ if [ -n "$nsys" ]; then
   cat "$out/nsys-kernels.txt" >>"$out/ipc-latency.txt"
 elif [ "$profile" = 1 ]; then
   echo "# no nsys on this machine: no profile" >>"$out/ipc-latency.txt"
+fi
+if [ "$stamps" = 1 ]; then
+  mkdir -p "$out/stamps"
+  rm -f "$out"/stamps/*.csv
+  {
+    echo "# kernel stamps (HIR_CUDA_STAMPS), ipc default, n=$n1, $np ranks, $k operations a run:"
+    echo "# median ns of each phase (scripts/kernel_stamps.py), per rank"
+  } >>"$out/ipc-latency.txt"
+  for op in allreduce allgather; do
+    has "$op" || continue
+    for mode in $modes; do
+      flag=()
+      [ "$mode" = graph ] && flag=(--graph)
+      printf '\n===== stamps: ipc %s n=%s %s =====\n' "$op" "$n1" "$mode" >>"$log"
+      if HIR_CUDA_STAMPS="$out/stamps/$op-$mode" timeout 120 "$hir" run \
+          "$root/bench/ipc/${op}_loop.json" --np "$np" --device cuda --param "n=$n1" \
+          --param "reps=$k" --iters 5 --warmup 2 --no-progress "${flag[@]}" >>"$log" 2>&1; then
+        echo "# $op $mode" >>"$out/ipc-latency.txt"
+        python3 "$root/scripts/kernel_stamps.py" "$out/stamps/$op-$mode".gpu*.csv \
+          >>"$out/ipc-latency.txt" 2>&1 || status=1
+      else
+        echo "# stamps failed for $op $mode (see ipc-latency.log)" >>"$out/ipc-latency.txt"
+        status=1
+      fi
+    done
+  done
 fi
 cat "$out/ipc-latency.txt"
 exit $status

@@ -7,12 +7,16 @@
 // or too few of them; the skip decision is collective, so that no rank
 // waits in a collective that another rank skipped.
 #include <cuda_runtime_api.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <initializer_list>
 #include <memory>
 #include <string>
@@ -1142,6 +1146,61 @@ TEST(CudaDevice, MessageStepPushesPullsAndCopiesAtEachReplay) {
       EXPECT_EQ(std::memcmp(copied.data(), mine.data(), kBytes), 0) << "fuse max " << fuse;
     }
   }
+}
+
+// HIR_CUDA_STAMPS: each one-block message kernel leaves one record, its
+// five stamps in order, written at the device's teardown to the prefix's
+// file of this GPU and process; a device made without it writes none.
+TEST(CudaDevice, KernelStampsRecordEachOneBlockKernelAtTeardown) {
+  HIR_REQUIRE_GPUS(1);
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::temp_directory_path() /
+                       ("hir-stamps-" + std::to_string(::getpid()) + "-" +
+                        std::to_string(test::world().rank()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  constexpr int kSteps = 5;
+  for (const bool on : {true, false}) {
+    auto device = on ? makeCudaDeviceWithEnv("HIR_CUDA_STAMPS", (dir / "st").c_str())
+                     : makeCudaDevice();
+    auto s = device->createStream();
+    Buffer src(*device, 64), a(*device, 64), b(*device, 64);
+    MessageStep m;  // a push and a pull, no waits: one block
+    m.push_count = 1;
+    m.pushes[0] = {.dst = a.data(), .src = src.data(), .bytes = 64};
+    m.pull_count = 1;
+    m.pulls[0] = {.dst = b.data(), .src = src.data(), .bytes = 64};
+    for (int k = 0; k < kSteps; ++k) device->messageStep(*s, m);
+    device->synchronize(*s, testTimeout());
+  }  // the device's teardown writes the file
+  std::vector<fs::path> files;
+  for (const auto& e : fs::directory_iterator(dir)) files.push_back(e.path());
+  ASSERT_EQ(files.size(), 1u) << "one file for the device made with HIR_CUDA_STAMPS";
+  const std::string name = files[0].filename().string();
+  EXPECT_THAT(name, ::testing::StartsWith("st.gpu"));
+  EXPECT_THAT(name, ::testing::EndsWith("." + std::to_string(::getpid()) + ".csv"));
+  std::ifstream in(files[0]);
+  std::string line;
+  ASSERT_TRUE(std::getline(in, line));
+  EXPECT_EQ(line, "kind,sm,entry_ns,followed_ns,pushed_ns,waited_ns,end_ns");
+  int rows = 0;
+  unsigned long long last_entry = 0;
+  while (std::getline(in, line)) {
+    unsigned kind = 0, sm = 0;
+    unsigned long long t[5] = {};
+    ASSERT_EQ(std::sscanf(line.c_str(), "%u,%u,%llu,%llu,%llu,%llu,%llu", &kind, &sm, &t[0],
+                          &t[1], &t[2], &t[3], &t[4]),
+              7)
+        << line;
+    EXPECT_EQ(kind, 1u) << "a message step: " << line;
+    EXPECT_GT(t[0], 0u) << line;
+    for (int i = 1; i < 5; ++i) EXPECT_LE(t[i - 1], t[i]) << "stamp " << i << ": " << line;
+    EXPECT_GE(t[0], last_entry) << "kernels of one stream in order: " << line;
+    last_entry = t[0];
+    ++rows;
+  }
+  EXPECT_EQ(rows, kSteps);
+  fs::remove_all(dir);
 }
 
 // A step of any number of parts, up to kMaxReduceSources: a message step

@@ -27,6 +27,7 @@
 #include "device/cuda/cuda_compute.h"
 #include "device/cuda/cuda_kernels.h"
 #include "device/cuda/driver_api.h"
+#include "device/cuda/kernel_stamps.h"
 #include "device/cuda/test_kernels.h"
 
 namespace hir::cuda {
@@ -214,6 +215,7 @@ class CudaDevice final : public Device {
     setSpreadSources(envSwitch("HIR_CUDA_SPREAD_SOURCES",
                                "a small reduction's sources in lines are loaded at once", true));
     HIR_CUDA_CHECK(ordinal_, preloadKernels());
+    stamps_ = KernelStampRing::fromEnv(ordinal_);  // HIR_CUDA_STAMPS
     cudaStream_t s = nullptr;
     HIR_CUDA_CHECK(ordinal_, cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
     default_stream_ = std::make_unique<CudaStream>(s, ordinal_, /*owned=*/true, default_counter_);
@@ -231,6 +233,15 @@ class CudaDevice final : public Device {
     } catch (const std::exception&) {
       drained = false;
     }
+    if (stamps_ != nullptr && drained) {
+      stamps_->save();
+    } else if (stamps_ != nullptr) {
+      // Kernels may still write into the ring, which stays to the process
+      // exit (cudaFree would wait for them).
+      setKernelStamps(nullptr, nullptr, 0);
+      (void)stamps_.release();
+    }
+    stamps_.reset();
     if (drained) {
       for (auto& [p, bytes] : allocations_) (void)cudaFree(p);
       for (auto& [base, block] : check_blocks_) (void)cudaFreeHost(reinterpret_cast<void*>(base));
@@ -1026,6 +1037,7 @@ class CudaDevice final : public Device {
   std::unique_ptr<CudaStream> default_stream_;
   cudaStream_t zero_stream_ = nullptr;  // zeroes new allocations
   std::unique_ptr<Cublas> blas_;        // the matmul's cuBLAS handle
+  std::unique_ptr<KernelStampRing> stamps_;  // HIR_CUDA_STAMPS, null when off
   std::shared_ptr<StickyError> sticky_ = std::make_shared<StickyError>();
   std::atomic<bool> cancelled_{false};
   // Between beginCapture and endCapture (one thread captures: thread-local

@@ -34,6 +34,10 @@ std::atomic<bool> programmatic{true};
 // Whether small reductions in lines load their sources at once
 // (setSpreadSources).
 std::atomic<bool> spreadSources{true};
+// The kernel stamps' ring (setKernelStamps): null when off.
+std::atomic<KernelStamp*> stampRing{nullptr};
+std::atomic<uint32_t*> stampNext{nullptr};
+std::atomic<uint32_t> stampMask{0};
 
 // Every launch of this file goes through here. A kernel of one block is
 // launched as a programmatic dependent of the kernel before it on its stream
@@ -889,7 +893,30 @@ struct SyncSources {
   uint32_t push_inline, pull_inline;    // bit k: push (pull) k in lines (inline flags)
   uint32_t inline_sources;              // bit j: source j in lines
   bool copies_wide;  // every push's and pull's ends, size and the stride are 16-byte multiples
+  KernelStamp* stamps;    // the kernel stamps' ring (setKernelStamps), null when off
+  uint32_t* stamp_next;   // records ever written
+  uint32_t stamp_mask;    // the ring's capacity - 1
 };
+
+// The kernel stamps (setKernelStamps), thread 0's view: the global timer
+// now, 0 when they are off or for another thread.
+__device__ __forceinline__ uint64_t stampNow(const SyncSources& y) {
+  uint64_t t = 0;
+  if (y.stamps != nullptr && threadIdx.x == 0)
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t)::"memory");
+  return t;
+}
+// Thread 0 writes the kernel's record, `end` now.
+__device__ __forceinline__ void stampRecord(const SyncSources& y, KernelStampKind kind,
+                                            uint64_t entry, uint64_t followed, uint64_t pushed,
+                                            uint64_t waited) {
+  if (y.stamps == nullptr || threadIdx.x != 0) return;
+  const uint64_t end = stampNow(y);
+  uint32_t sm;
+  asm volatile("mov.u32 %0, %%smid;" : "=r"(sm));
+  KernelStamp& r = y.stamps[atomicAdd(y.stamp_next, 1u) & y.stamp_mask];
+  r = KernelStamp{entry, followed, pushed, waited, end, static_cast<uint32_t>(kind), sm};
+}
 
 // Which reduce kernel does a MessageStep's reduction: Place, reduceKernel
 // (any grid), which finds the ring sources in their slots from the counters;
@@ -1089,12 +1116,17 @@ __device__ void syncPush(const SyncSources& y, const StepNumbers* numbers) {
 // kBlockThreads, or kWideMessageThreads for large parts: launchMessageStep).
 template <int kThreads>
 __global__ void __launch_bounds__(kThreads) messageStepKernel(SyncSources y) {
+  const uint64_t entry = stampNow(y);
   followPrevious();
+  const uint64_t followed = stampNow(y);
   __shared__ StepNumbers numbers;
   readNumbers(y, 0, numbers);
   if (y.pushes > 0) syncPush(y, &numbers);
+  const uint64_t pushed = stampNow(y);
   if (y.pulls > 0)
     syncCopies(y, y.pull, y.pulls, y.pull_slotted, false, numbers.pull, numbers.pull_seen);
+  const uint64_t pulled = stampNow(y);
+  stampRecord(y, KernelStampKind::MessageStep, entry, followed, pushed, pulled);
 }
 
 // Device::messageStep of pushes only, over a grid (launchGridMessageStep):
@@ -1571,10 +1603,12 @@ __device__ __forceinline__ void reduceInBatches(typename A::S* dst, const Reduce
 
 // A one-block reduction's start: its parts' numbers (readNumbers), its
 // pushes, then its sources' waits (v[j]: source j's number).
+// *pushed: the stamp after the pushes (stampNow).
 __device__ __forceinline__ void oneBlockStart(const SyncSources& y, int n, uint32_t* v,
-                                              StepNumbers& numbers) {
+                                              StepNumbers& numbers, uint64_t* pushed) {
   readNumbers(y, n, numbers);
   if (y.pushes > 0) syncPush(y, &numbers);
+  *pushed = stampNow(y);
   syncWait(y, n, v, numbers.source, numbers.source_seen);
 }
 
@@ -1586,13 +1620,18 @@ template <class A, ReduceOp Op>
 __global__ void __launch_bounds__(kBlockThreads)
     reduceFusedKernel(typename A::S* dst, ReduceSources given, SyncSources sync, int n,
                       std::size_t count, bool wide) {
+  const uint64_t entry = stampNow(sync);
   followPrevious();
+  const uint64_t followed = stampNow(sync);
   __shared__ uint32_t v[kMaxReduceSources];
   __shared__ StepNumbers numbers;
-  oneBlockStart(sync, n, v, numbers);
+  uint64_t pushed;
+  oneBlockStart(sync, n, v, numbers, &pushed);
   reduceInBatches<A, Op>(dst, placeSources(given, sync, v), n, count, wide, threadIdx.x,
                          blockDim.x);
+  const uint64_t reduced = stampNow(sync);
   syncSignal(sync, n, v);
+  stampRecord(sync, KernelStampKind::ReduceFused, entry, followed, pushed, reduced);
 }
 
 // reduceFusedKernel over a grid (SyncMode::Grid), for elements above one
@@ -1627,15 +1666,20 @@ template <class A, ReduceOp Op>
 __global__ void __launch_bounds__(kBlockThreads)
     reduceLinesKernel(typename A::S* dst, ReduceSources given, SyncSources sync, int n,
                       std::size_t count, bool spread) {
+  const uint64_t entry = stampNow(sync);
   followPrevious();
+  const uint64_t followed = stampNow(sync);
   __shared__ uint32_t v[kMaxReduceSources];
   __shared__ StepNumbers numbers;
-  oneBlockStart(sync, n, v, numbers);
+  uint64_t pushed;
+  oneBlockStart(sync, n, v, numbers, &pushed);
   if (spread)
     reduceLinesSpread<A, Op>(dst, given, sync, v, n, count);
   else
     reduceLines<A, Op>(dst, given, sync, v, n, count);
+  const uint64_t reduced = stampNow(sync);
   syncSignal(sync, n, v);
+  stampRecord(sync, KernelStampKind::ReduceLines, entry, followed, pushed, reduced);
 }
 
 template <class A, ReduceOp Op>
@@ -1735,6 +1779,9 @@ void placeCopies(const MessageStep& m, SyncSources& y) {
   y.release = m.release;
   y.mask = m.slots - 1;
   y.stride = m.stride;
+  y.stamps = stampRing.load(std::memory_order_relaxed);
+  y.stamp_next = stampNext.load(std::memory_order_relaxed);
+  y.stamp_mask = stampMask.load(std::memory_order_relaxed);
 }
 
 // A step with parts in rings has a power of two of slots.
@@ -1897,6 +1944,13 @@ cudaError_t launchSpin(cudaStream_t stream, uint64_t nanoseconds) {
 
 void setProgrammaticLaunch(bool on) { programmatic.store(on, std::memory_order_relaxed); }
 void setSpreadSources(bool on) { spreadSources.store(on, std::memory_order_relaxed); }
+void setKernelStamps(KernelStamp* ring, uint32_t* next, uint32_t capacity) {
+  const bool on = ring != nullptr && next != nullptr && capacity != 0 &&
+                  (capacity & (capacity - 1)) == 0;
+  stampNext.store(on ? next : nullptr, std::memory_order_relaxed);
+  stampMask.store(on ? capacity - 1 : 0, std::memory_order_relaxed);
+  stampRing.store(on ? ring : nullptr, std::memory_order_relaxed);
+}
 
 // Every (dtype, op) instantiation of every kernel above (every value of
 // types.h's tables), through the launch functions with placeholder

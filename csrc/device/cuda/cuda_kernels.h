@@ -152,6 +152,26 @@ void setProgrammaticLaunch(bool on);
 // HIR_CUDA_SPREAD_SOURCES when it is created.
 void setSpreadSources(bool on);
 
+// Kernel stamps, a diagnosis (HIR_CUDA_STAMPS, docs/cli.md): while a ring
+// is set, every one-block message and reduction kernel (messageStepKernel,
+// reduceLinesKernel, reduceFusedKernel: the small messages' and small
+// reductions' kernels) writes one record of the GPU's global timer (ns) at
+// five points of its run, thread 0's view, into the ring.
+enum class KernelStampKind : uint32_t { MessageStep = 1, ReduceLines = 2, ReduceFused = 3 };
+struct KernelStamp {
+  uint64_t entry;     // its first instruction
+  uint64_t followed;  // after its wait for the kernel before it (followPrevious)
+  uint64_t pushed;    // after its pushes: their numbers, slots, copies and signals
+  uint64_t waited;    // after its waits and its pulls or its reduction
+  uint64_t end;       // its signals issued (their stores may still be in flight)
+  uint32_t kind;      // a KernelStampKind
+  uint32_t sm;        // the SM it ran on
+};
+// Sets the ring (capacity a power of two; *next, zero at first, counts the
+// records ever written, the last `capacity` of which the ring holds), or,
+// with a null ring, stops the stamps. Process-wide, read at each launch.
+void setKernelStamps(KernelStamp* ring, uint32_t* next, uint32_t capacity);
+
 // Loads every kernel of this file into the current device's context
 // (cudaFuncGetAttributes), launching none. Under CUDA's lazy loading (the
 // default since CUDA 12.2) a kernel is otherwise loaded at its first launch,
