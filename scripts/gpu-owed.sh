@@ -13,8 +13,8 @@
 #             the verdict of each target, with the table of every op at
 #             every size: #13's "one script in one run"; on 4 GPUs or
 #             more, the collectives and the 8 B allreduce's latency again
-#             at 4 ranks (300 s; 4 GPUs: 520: 507 and 531 s on 4 H100s in
-#             sessions 23 and 24, with 7 runs a size and no 4-rank probe)
+#             at 4 ranks (300 s; 4 GPUs: 430, with 3 runs a size and the
+#             probe's 3: at 5 runs a size it passed 575 s on 4 H200s)
 #   oneshot   ipc-collectives-bench.sh, allreduce 256 KiB - 256 MiB: a pair's
 #             one-shot up to 16 MiB (the default) against two-shot above
 #             256 KiB (HIR_IPC_ONE_SHOT_MAX=262144, the earlier default),
@@ -48,6 +48,11 @@
 #   tests     gpu-check.sh --prebuilt --no-examples --no-bench: the GPU
 #             tests and the cuda half of the MPI suite at 1, 2 and all GPUs,
 #             the check of the code a targets run measured           (150 s)
+#   kernels   the tests of the device's kernels and of what runs on them:
+#             hostir_gpu_tests' CudaDevice.* on one GPU, and the MPI suite's
+#             ipc and compute tests on the cuda device at 2 ranks and at
+#             every GPU; a quicker "tests" for a change to the kernels
+#             (70 s on 4 H200s)                                      (120 s)
 #   check     gpu-check.sh --prebuilt: GPU tests at 1 and 2 ranks, examples,
 #             hir_p2p_bench (1 KiB - 1 GiB, and put above 16 KiB) and
 #             hir_comm_bench (the examples take 4 min)                (330 s)
@@ -85,7 +90,7 @@ set -u -o pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 out=${OUT:-$root/gpu-out}
 build=$root/build-carry budget=560
-all="targets tests oneshot bcast mid-np probe-np mid direct sem grid faults soak graph check colls colls2 probe probe-mid"
+all="targets tests kernels oneshot bcast mid-np probe-np mid direct sem grid faults soak graph check colls colls2 probe probe-mid"
 steps=$all
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -120,9 +125,9 @@ nccl_tests=()
 
 estimate() {
   case $1 in
-    targets) if [ "$gpus" -ge 4 ]; then echo 520; else echo 300; fi ;;
+    targets) if [ "$gpus" -ge 4 ]; then echo 430; else echo 300; fi ;;
     oneshot) echo 150 ;; bcast) echo 200 ;;
-    tests) echo 150 ;; check) echo 330 ;; colls|mid) echo 300 ;; grid) echo 250 ;; sem|colls2|direct) echo 200 ;;
+    tests) echo 150 ;; kernels) echo 120 ;; check) echo 330 ;; colls|mid) echo 300 ;; grid) echo 250 ;; sem|colls2|direct) echo 200 ;;
     graph) echo 150 ;;
     probe) echo 120 ;; probe-np) echo 150 ;; mid-np) echo 200 ;; *) echo 100 ;;
   esac
@@ -147,6 +152,19 @@ run_step() {
                --ops allreduce -b 256K -e 256M -f 4 -n 5 -w 2 --graph-max 4M \
                --eager-sweep-max 0 --reps-per-run 100 ;;
     tests) bash "$root/scripts/gpu-check.sh" --prebuilt "$build" --no-examples --no-bench ;;
+    kernels) local n rc=0 mpirun=(mpirun --allow-run-as-root --bind-to none -x NCCL_NVLS_ENABLE)
+      echo "== hostir_gpu_tests CudaDevice.*, 1 rank"
+      timeout 300 "${mpirun[@]}" -np 1 "$build/tests/hostir_gpu_tests" --gtest_color=no \
+        '--gtest_filter=CudaDevice.*' >"$OUT/kernels-gpu.log" 2>&1 || rc=1
+      grep -E '^\[  (PASSED|FAILED)|tests? ran' "$OUT/kernels-gpu.log" | head -n 12
+      for n in 2 $([ "$gpus" -gt 2 ] && echo "$gpus"); do
+        echo "== hostir_mpi_tests Ipc* Compute* on the cuda device, $n ranks"
+        HIR_TEST_DEVICE=cuda timeout 300 "${mpirun[@]}" -x HIR_TEST_DEVICE -np "$n" \
+          "$build/tests/hostir_mpi_tests" --gtest_color=no \
+          '--gtest_filter=Ipc*:Compute*:-IpcFakeNodes*' >"$OUT/kernels-mpi-np$n.log" 2>&1 || rc=1
+        grep -E '^\[  (PASSED|FAILED)|tests? ran' "$OUT/kernels-mpi-np$n.log" | head -n 12
+      done
+      return $rc ;;
     bcast) [ "$gpus" -ge 3 ] || { echo "bcast: needs 3 GPUs, found $gpus: skipped"; return 0; }
            by_variant bcast \
              "default HIR_IPC_BROADCAST_SPLIT_MIN=0 HIR_IPC_BROADCAST_SPLIT_MIN=1099511627776" 12 \

@@ -18,13 +18,18 @@
 #            of --reps runs; at 2 ranks, and again at each world size of
 #            --colls-np
 # On one H100 (--mps, ipc only, --reps 2) the three took 58 s; on 4 H100s
-# 531 s (session 24, before the 4-rank latency probe, with 7 runs per size).
+# 531 s (session 24, before the 4-rank latency probe, with 7 runs per size);
+# on 4 H200s with the probe at 5 runs, more than 575 s (latency 149 s and
+# 108 s at 4 ranks, p2p 24, colls 123 and over 170 at 4 ranks).
 #
-#   bash scripts/ipc-targets.sh [--build DIR] [--reps N] [--parts "latency p2p colls"]
-#        [--colls-np "2 4"] [--mps]
+#   bash scripts/ipc-targets.sh [--build DIR] [--reps N] [--latency-reps N]
+#        [--parts "latency p2p colls"] [--colls-np "2 4"] [--mps]
 #
 # --build DIR: the binaries (default build-carry, scripts/gpu-pack.sh); builds
-#   nothing. --reps N: repetitions of each measurement, medians (default 5).
+#   nothing. --reps N: repetitions of each measurement, medians (default 5;
+#   3 when the collectives run at 4 ranks or more, to fit one device call).
+#   --latency-reps N: the latency probe's (default 3: its runs of 1,000
+#   operations agreed within 2% on 4 H200s, and each costs 3 - 4 s).
 # --parts: which parts to run (default all three); the verdicts name what
 #   was not measured. --colls-np: the world sizes of the colls part (default
 #   2, and 4 on a machine of 4 GPUs or more: the issue's "4 when lent");
@@ -38,21 +43,26 @@
 # NCCL_NVLS_ENABLE=0 always.
 set -u -o pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
-build=$root/build-carry reps=5 parts="latency p2p colls" mps=0 colls_np="" colls_np_given=0
+build=$root/build-carry reps="" latency_reps=3 parts="latency p2p colls" mps=0 colls_np="" colls_np_given=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --build) shift; build=${1:-} ;;
     --reps) shift; reps=${1:-} ;;
+    --latency-reps) shift; latency_reps=${1:-} ;;
     --parts) shift; parts=${1:-} ;;
     --colls-np) shift; colls_np=${1:-}; colls_np_given=1 ;;
     --mps) mps=1 ;;
-    -h|--help) sed -n '2,35p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,40p' "$0"; exit 0 ;;
     *) echo "ipc-targets: unknown option $1 (see --help)" >&2; exit 2 ;;
   esac
   shift
 done
 case $reps in
-  ''|*[!0-9]*|0) echo "ipc-targets: --reps expects a positive integer, got '$reps'" >&2; exit 2 ;;
+  '') ;;
+  *[!0-9]*|0) echo "ipc-targets: --reps expects a positive integer, got '$reps'" >&2; exit 2 ;;
+esac
+case $latency_reps in
+  ''|*[!0-9]*|0) echo "ipc-targets: --latency-reps expects a positive integer, got '$latency_reps'" >&2; exit 2 ;;
 esac
 [ -n "$parts" ] || { echo "ipc-targets: --parts names no part (latency, p2p, colls)" >&2; exit 2; }
 for p in $parts; do
@@ -79,6 +89,10 @@ fi
 if [ "$colls_np_given" = 0 ]; then
   colls_np=2
   [ "$mps" = 0 ] && [ "$gpus" -ge 4 ] && colls_np="2 4"
+fi
+if [ -z "$reps" ]; then
+  reps=5
+  for n in $colls_np; do [ "$n" -lt 4 ] || reps=3; done
 fi
 for n in $colls_np; do
   [ "$mps" = 1 ] || [ "$n" -le "$gpus" ] ||
@@ -110,13 +124,13 @@ part() {  # part NAME COMMAND...: runs it, its output in NAME.txt
 lat_at=()  # the latency probe at world sizes other than 2, for the verdicts
 if has latency; then
   OUT=$out part latency bash "$root/scripts/ipc-latency-probe.sh" --build "$build" \
-    --reps "$reps" --n 2 --variants default --modes "eager graph" --ops "allreduce pingpong" \
+    --reps "$latency_reps" --n 2 --variants default --modes "eager graph" --ops "allreduce pingpong" \
     --no-nsys "${mps_flag[@]}"
   for n in $colls_np; do
     [ "$n" = 2 ] || [ "$mps" = 1 ] && continue
     mkdir -p "$out/np$n"
     OUT=$out/np$n part "latency-np$n" bash "$root/scripts/ipc-latency-probe.sh" --build "$build" \
-      --reps "$reps" --n 2 --variants default --modes "eager graph" --ops allreduce --np "$n" \
+      --reps "$latency_reps" --n 2 --variants default --modes "eager graph" --ops allreduce --np "$n" \
       --no-nsys
     lat_at+=(--latency-at "$n=$out/np$n/ipc-latency.txt")
   done
