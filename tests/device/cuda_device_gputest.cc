@@ -1467,10 +1467,9 @@ TEST(CudaDevice, PartsInLinesAreTheHostDevicesLinesAtEachReplay) {
 // units of every source (4 bytes, or an element of 8) at, just past and
 // far past one thread per source and unit (256 threads: 64 units a
 // source), where the spread path gives way to the batched one.
-// Several parts in lines in one step, each part's lines the host device's:
-// pushes of up to 128 bytes (whose words their warp reads first) and above,
-// and pulls few enough to be waited for at once (one thread a word) or not
-// (more words than the block's threads), at each replay.
+// Several parts in lines in one step, of 1 to 1100 bytes (fewer words in
+// all than the block's threads, and more), pushes and pulls: each part's
+// lines are the host device's and each arrives whole, at each replay.
 TEST(CudaDevice, StepsOfSeveralPartsInLinesMoveEachPartAtEachReplay) {
   HIR_REQUIRE_GPUS(1);
   auto device = makeCudaDevice();

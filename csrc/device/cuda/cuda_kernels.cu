@@ -931,33 +931,21 @@ __device__ __forceinline__ uint32_t numberOf(const SyncSources& y, int j) {
          (y.counter[j] != nullptr ? *static_cast<const volatile uint32_t*>(y.counter[j]) : 0u);
 }
 
-// A one-block kernel's parts, read at its start (readNumbers) into shared
-// memory: their numbers, their wait words' first loads (`seen`), and the
-// copies' arguments, which the copies then read there. Part q (the pushes,
-// then the pulls, then the sources) is warp q's (modulo the warps): each
-// warp reads its part's arguments at one address at a time, so that the
-// parts' loads of the kernel's parameters, and of their counters, are in
-// flight together instead of one after the other. (The kernel stamps on 4
-// H200s: with one block's threads 0.. reading the pushes' parameters and a
-// loop over the pushes reading them again, the pushes of an 8 B allreduce
-// took 1.3 us at 2 ranks and 2.1 us at 4: about 0.4 us a push.) A step's
-// pushes and its pulls or sources never share a counter (device.h), so a
-// push's advance cannot change what a pull reads. A push's slot is free
-// long before in a steady stream of messages, and its wait then costs no
-// load of its own. A push in lines of at most kStagedLineWords words also
-// has its words read here, by its warp's lanes.
-constexpr int kStagedLineWords = 32;
+// The numbers of a one-block kernel's parts, read at its start by threads
+// of their own (pushes by threads 0.., pulls by 32.., sources by 64..), so
+// that the counters' loads are in flight together instead of one phase
+// after the other. A step's pushes and its pulls or sources never share a
+// counter (device.h), so a push's advance cannot change what a pull reads.
+// Each of those threads also loads its part's wait word (with acquire) in
+// the same round trip, into `seen`: a push's slot is free long before in a
+// steady stream of messages, and its wait then costs no load of its own.
 struct StepNumbers {
   uint32_t push[kMaxReduceSources], pull[kMaxReduceSources], source[kMaxReduceSources];
   uint32_t push_seen[kMaxReduceSources], pull_seen[kMaxReduceSources],
       source_seen[kMaxReduceSources];
-  CopyArgs push_args[kMaxReduceSources], pull_args[kMaxReduceSources];
-  uint32_t push_words[kMaxReduceSources][kStagedLineWords];
-  // The sources' signals and counters, for syncSignal.
-  uint32_t* source_signal[kMaxReduceSources];
-  uint32_t* source_counter[kMaxReduceSources];
-  uint32_t source_number[kMaxReduceSources], source_advance[kMaxReduceSources];
 };
+static_assert(kBlockThreads >= 64 + static_cast<int>(kMaxReduceSources),
+              "readNumbers needs 80 threads");
 // Direct delivery (device.h). A part's mark: its own word, or the word of
 // its number's slot in a ring of marks.
 __device__ __forceinline__ uint32_t* markOf(const SyncSources& y, const CopyArgs& p,
@@ -994,39 +982,19 @@ __device__ __forceinline__ void readPart(const uint32_t* counter, uint32_t numbe
   seen = wait != nullptr ? loadAcquireSys(wait) : 0u;
   v = number + base;
 }
-// Whether push k stages its words (StepNumbers): in lines, and small.
-__device__ __forceinline__ bool stagesWords(const SyncSources& y, const CopyArgs& p, int k) {
-  return ((y.push_inline >> k) & 1u) != 0 && p.bytes <= std::size_t{4} * kStagedLineWords;
-}
-// Every thread of the block calls it (it ends with a barrier).
 __device__ void readNumbers(const SyncSources& y, int n, StepNumbers& s) {
-  const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
-  const int warps = static_cast<int>(blockDim.x) / 32;
-  for (int q = warp; q < y.pushes + y.pulls + n; q += warps) {
-    if (q < y.pushes) {
-      const CopyArgs& p = y.push[q];
-      if (lane == 0) {
-        s.push_args[q] = p;
-        readPart(p.counter, p.number, p.wait, s.push[q], s.push_seen[q]);
-      }
-      if (stagesWords(y, p, q) && static_cast<std::size_t>(lane) * 4 < p.bytes)
-        s.push_words[q][lane] = wordOf(p.src, p.bytes, static_cast<std::size_t>(lane));
-    } else if (q < y.pushes + y.pulls) {
-      const int k = q - y.pushes;
-      const CopyArgs& p = y.pull[k];
-      if (lane == 0) {
-        s.pull_args[k] = p;
-        readPart(p.counter, p.number, p.wait, s.pull[k], s.pull_seen[k]);
-        if (p.posted != nullptr) post(y, p, ((y.pull_slotted >> k) & 1u) != 0, s.pull[k]);
-      }
-    } else if (lane == 0) {
-      const int j = q - y.pushes - y.pulls;
-      readPart(y.counter[j], y.number[j], y.wait[j], s.source[j], s.source_seen[j]);
-      s.source_signal[j] = y.signal[j];
-      s.source_counter[j] = y.counter[j];
-      s.source_number[j] = y.number[j];
-      s.source_advance[j] = y.advance[j];
-    }
+  const int t = static_cast<int>(threadIdx.x);
+  if (t < y.pushes) {
+    const CopyArgs& p = y.push[t];
+    readPart(p.counter, p.number, p.wait, s.push[t], s.push_seen[t]);
+  } else if (t >= 32 && t < 32 + y.pulls) {
+    const CopyArgs& p = y.pull[t - 32];
+    readPart(p.counter, p.number, p.wait, s.pull[t - 32], s.pull_seen[t - 32]);
+    if (p.posted != nullptr)
+      post(y, p, ((y.pull_slotted >> (t - 32)) & 1u) != 0, s.pull[t - 32]);
+  } else if (t >= 64 && t < 64 + n) {
+    readPart(y.counter[t - 64], y.number[t - 64], y.wait[t - 64], s.source[t - 64],
+             s.source_seen[t - 64]);
   }
   __syncthreads();
 }
@@ -1068,67 +1036,26 @@ __device__ void syncSignal(const SyncSources& y, int n, const uint32_t* v) {
   __syncthreads();
   if (threadIdx.x == 0) signalSources(y, n, v);
 }
-// syncSignal of a kernel that staged its sources (readNumbers): the same
-// stores, from shared memory.
-__device__ void syncSignalStaged(const StepNumbers& s, int n, const uint32_t* v) {
-  __syncthreads();
-  if (threadIdx.x != 0) return;
-  for (int j = 0; j < n; ++j) {  // in order, as signalSources
-    if (s.source_signal[j] != nullptr) storeRelaxedSys(s.source_signal[j], v[j]);
-    if (s.source_counter[j] != nullptr && s.source_advance[j] != 0)
-      *s.source_counter[j] = v[j] - s.source_number[j] + s.source_advance[j];
-  }
-}
 
-// The pulls of a step when every one is in lines and their words are at
-// most the block's threads: thread t polls one word (of pull i, the words of
-// the pulls before it counted first), so that every pull is waited for at
-// once, not one after the other (a round trip to the memory each).
-__device__ bool pullsSpread(const CopyArgs* c, int count, uint32_t lines) {
-  const uint32_t all = count >= 32 ? ~0u : (1u << count) - 1u;
-  if (count < 2 || (lines & all) != all) return false;
-  std::size_t words = 0;
-  for (int i = 0; i < count; ++i) {
-    if (c[i].posted != nullptr) return false;  // direct delivery: its mark decides
-    words += (c[i].bytes + 3) / 4;
-  }
-  return words <= blockDim.x;
-}
-__device__ void pullLinesSpread(const SyncSources& y, const CopyArgs* c, int count,
-                                uint32_t slotted, const uint32_t* cv) {
-  const std::size_t t = threadIdx.x;
-  std::size_t base = 0;
-  for (int i = 0; i < count; ++i) {
-    const CopyArgs& p = c[i];
-    const std::size_t words = (p.bytes + 3) / 4;
-    if (t >= base && t < base + words) {
-      const std::size_t slot = (slotted >> i) & 1u ? (cv[i] & y.mask) * y.stride : 0;
-      const std::size_t line[1] = {t - base};
-      uint32_t word[1];
-      loadFlaggedLines(word, p.src + slot, line, words, lineFlag(cv[i]), y.release);
-      putWord(p.dst, p.bytes, t - base, word[0]);
-    }
-    base += words;
-  }
-}
-
-// One block, a step's pushes (push) or pulls, from their arguments staged
-// by readNumbers: thread k < count takes copy k's number and waits (a push:
-// for v - wait_back, its slot; a pull: for v, its message); the block copies
+// One block: thread k < count reads copy k's number and waits (a push: for
+// v - wait_back, its slot; a pull: for v, its message); the block copies
 // each (a push into its slot, a pull out of it; inline parts as lines);
 // after a barrier, thread 0 signals each copy and advances its counter, in
 // order.
-__device__ void syncCopies(const SyncSources& y, const StepNumbers& s, bool push) {
+__device__ void syncCopies(const SyncSources& y, const CopyArgs* c, int count, uint32_t slotted,
+                           bool push, const uint32_t* numbers, const uint32_t* seen) {
   __shared__ uint32_t cv[kMaxReduceSources];
   __shared__ bool direct[kMaxReduceSources];  // delivered straight into the receiver's buffer
-  const CopyArgs* c = push ? s.push_args : s.pull_args;
-  const int count = push ? y.pushes : y.pulls;
-  const uint32_t slotted = push ? y.push_slotted : y.pull_slotted;
   const int k = static_cast<int>(threadIdx.x);
   if (k < count) {
     const CopyArgs& p = c[k];
-    cv[k] = push ? s.push[k] : s.pull[k];
-    const uint32_t first = push ? s.push_seen[k] : s.pull_seen[k];
+    uint32_t first = 0;
+    if (numbers != nullptr) {
+      cv[k] = numbers[k];
+      first = seen[k];
+    } else {
+      readPart(p.counter, p.number, p.wait, cv[k], first);
+    }
     direct[k] = false;
     if (push && p.direct != nullptr)
       direct[k] = waitSlotOrPost(y, p, cv[k], first);
@@ -1141,26 +1068,19 @@ __device__ void syncCopies(const SyncSources& y, const StepNumbers& s, bool push
   __syncthreads();
   const uint32_t lines = push ? y.push_inline : y.pull_inline;
   bool publishes = false;  // a plain push that signals: its data must be visible first
-  if (!push && pullsSpread(c, count, lines)) {
-    pullLinesSpread(y, c, count, slotted, cv);
-  } else {
-    for (int i = 0; i < count; ++i) {
-      const CopyArgs& p = c[i];
-      const std::size_t slot = (slotted >> i) & 1u ? (cv[i] & y.mask) * y.stride : 0;
-      char* dst = direct[i] && push ? p.direct : p.dst + (push ? slot : 0);
-      const char* src = p.src + (push ? 0 : slot);
-      if (direct[i] && !push) continue;  // the sender wrote it into dst
-      if (!((lines >> i) & 1u)) {
-        blockCopyInBatches(dst, src, p.bytes, y.copies_wide);
-        publishes = publishes || (push && p.signal != nullptr);
-      } else if (push && stagesWords(y, p, i)) {
-        const std::size_t w = threadIdx.x;
-        if (w * 4 < p.bytes) storeLine(dst + w * 8, s.push_words[i][w], lineFlag(cv[i]));
-      } else if (push) {
-        blockPushLines(dst, src, p.bytes, lineFlag(cv[i]));
-      } else {
-        blockPullLines(dst, src, p.bytes, lineFlag(cv[i]), y.release);
-      }
+  for (int i = 0; i < count; ++i) {
+    const CopyArgs& p = c[i];
+    const std::size_t slot = (slotted >> i) & 1u ? (cv[i] & y.mask) * y.stride : 0;
+    char* dst = direct[i] && push ? p.direct : p.dst + (push ? slot : 0);
+    const char* src = p.src + (push ? 0 : slot);
+    if (direct[i] && !push) continue;  // the sender wrote it into dst
+    if (!((lines >> i) & 1u)) {
+      blockCopyInBatches(dst, src, p.bytes, y.copies_wide);
+      publishes = publishes || (push && p.signal != nullptr);
+    } else if (push) {
+      blockPushLines(dst, src, p.bytes, lineFlag(cv[i]));
+    } else {
+      blockPullLines(dst, src, p.bytes, lineFlag(cv[i]), y.release);
     }
   }
   __syncthreads();
@@ -1186,8 +1106,10 @@ __device__ void syncCopies(const SyncSources& y, const StepNumbers& s, bool push
   __syncthreads();
 }
 
-__device__ void syncPush(const SyncSources& y, const StepNumbers& numbers) {
-  syncCopies(y, numbers, true);
+__device__ void syncPush(const SyncSources& y, const StepNumbers* numbers) {
+  syncCopies(y, y.push, y.pushes, y.push_slotted, true,
+             numbers != nullptr ? numbers->push : nullptr,
+             numbers != nullptr ? numbers->push_seen : nullptr);
 }
 
 // Device::messageStep: the pushes, then the pulls, one block (of
@@ -1199,9 +1121,10 @@ __global__ void __launch_bounds__(kThreads) messageStepKernel(SyncSources y) {
   const uint64_t followed = stampNow(y);
   __shared__ StepNumbers numbers;
   readNumbers(y, 0, numbers);
-  if (y.pushes > 0) syncPush(y, numbers);
+  if (y.pushes > 0) syncPush(y, &numbers);
   const uint64_t pushed = stampNow(y);
-  if (y.pulls > 0) syncCopies(y, numbers, false);
+  if (y.pulls > 0)
+    syncCopies(y, y.pull, y.pulls, y.pull_slotted, false, numbers.pull, numbers.pull_seen);
   const uint64_t pulled = stampNow(y);
   stampRecord(y, KernelStampKind::MessageStep, entry, followed, pushed, pulled);
 }
@@ -1291,11 +1214,7 @@ __global__ void __launch_bounds__(kGridCopyThreads)
 __global__ void syncKernel(SyncSources y, int n, bool wait, bool signal) {
   followPrevious();
   __shared__ uint32_t v[kMaxReduceSources];
-  __shared__ StepNumbers numbers;
-  if (wait && y.pushes > 0) {
-    readNumbers(y, 0, numbers);
-    syncPush(y, numbers);
-  }
+  if (wait && y.pushes > 0) syncPush(y, nullptr);
   if (wait) {
     syncWait(y, n, v, nullptr, nullptr);
   } else {
@@ -1688,7 +1607,7 @@ __device__ __forceinline__ void reduceInBatches(typename A::S* dst, const Reduce
 __device__ __forceinline__ void oneBlockStart(const SyncSources& y, int n, uint32_t* v,
                                               StepNumbers& numbers, uint64_t* pushed) {
   readNumbers(y, n, numbers);
-  if (y.pushes > 0) syncPush(y, numbers);
+  if (y.pushes > 0) syncPush(y, &numbers);
   *pushed = stampNow(y);
   syncWait(y, n, v, numbers.source, numbers.source_seen);
 }
@@ -1711,7 +1630,7 @@ __global__ void __launch_bounds__(kBlockThreads)
   reduceInBatches<A, Op>(dst, placeSources(given, sync, v), n, count, wide, threadIdx.x,
                          blockDim.x);
   const uint64_t reduced = stampNow(sync);
-  syncSignalStaged(numbers, n, v);
+  syncSignal(sync, n, v);
   stampRecord(sync, KernelStampKind::ReduceFused, entry, followed, pushed, reduced);
 }
 
@@ -1759,7 +1678,7 @@ __global__ void __launch_bounds__(kBlockThreads)
   else
     reduceLines<A, Op>(dst, given, sync, v, n, count);
   const uint64_t reduced = stampNow(sync);
-  syncSignalStaged(numbers, n, v);
+  syncSignal(sync, n, v);
   stampRecord(sync, KernelStampKind::ReduceLines, entry, followed, pushed, reduced);
 }
 
