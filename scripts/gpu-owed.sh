@@ -13,8 +13,8 @@
 #             the verdict of each target, with the table of every op at
 #             every size: #13's "one script in one run"; on 4 GPUs or
 #             more, the collectives and the 8 B allreduce's latency again
-#             at 4 ranks (300 s; 4 GPUs: 430, with 3 runs a size and the
-#             probe's 3: at 5 runs a size it passed 575 s on 4 H200s)
+#             at 4 ranks (300 s; 4 GPUs: 560, about 520 s on 4 H200s:
+#             give it --budget 590 and no other step)
 #   oneshot   ipc-collectives-bench.sh, allreduce 256 KiB - 256 MiB: a pair's
 #             one-shot up to 16 MiB (the default) against two-shot above
 #             256 KiB (HIR_IPC_ONE_SHOT_MAX=262144, the earlier default),
@@ -125,7 +125,7 @@ nccl_tests=()
 
 estimate() {
   case $1 in
-    targets) if [ "$gpus" -ge 4 ]; then echo 430; else echo 300; fi ;;
+    targets) if [ "$gpus" -ge 4 ]; then echo 560; else echo 300; fi ;;
     oneshot) echo 150 ;; bcast) echo 200 ;;
     tests) echo 150 ;; kernels) echo 120 ;; check) echo 330 ;; colls|mid) echo 300 ;; grid) echo 250 ;; sem|colls2|direct) echo 200 ;;
     graph) echo 150 ;;
