@@ -499,8 +499,8 @@ class TcpBootstrap final : public Bootstrap {
 };
 
 // An integer variable of the launcher: `name` must be set when `required`.
-std::optional<int64_t> launcherInteger(const char* name, int64_t min, int64_t max, bool required,
-                                  std::string_view launcher) {
+std::optional<int64_t> launcherInteger(const char* name, int64_t min, int64_t max,
+                                       bool required, std::string_view launcher) {
   const char* v = std::getenv(name);
   if (v == nullptr || *v == '\0') {
     HIR_CHECK_AS(UsageError, !required, "{} but {} is not set", launcher, name);
