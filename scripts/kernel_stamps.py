@@ -14,6 +14,10 @@ thread 0's view:
            stores drained) and the next one's start
   period   followed -> the next kernel's followed: one operation
 
+and, for a kernel with pushes whose file has them, the pushes split:
+numbers (their counters and wait words read), slots (the slot waits),
+copies (the copies or lines), psignals (their signals and counters).
+
     python3 scripts/kernel_stamps.py PREFIX.gpu*.csv
 """
 import csv
@@ -24,11 +28,22 @@ KINDS = {1: "message step", 2: "reduce in lines", 3: "fused reduce"}
 PHASES = ["start", "pushes", "waits", "signals", "handoff", "period"]
 
 
+SUB = ["numbers", "slots", "copies", "psignals"]  # inside the pushes, when recorded
+
+
 def read(path):
+    """(kind, entry, followed, pushed, waited, end, (numbered, slotted,
+    copied) or None) per record, by start"""
     with open(path) as f:
         rows = [r for r in csv.DictReader(f)]
-    recs = [tuple(int(r[k]) for k in ("kind", "entry_ns", "followed_ns", "pushed_ns",
-                                        "waited_ns", "end_ns")) for r in rows]
+    recs = []
+    for r in rows:
+        t = tuple(int(r[k]) for k in ("kind", "entry_ns", "followed_ns", "pushed_ns",
+                                        "waited_ns", "end_ns"))
+        inside = None
+        if "numbered_ns" in r and int(r["slotted_ns"] or 0) != 0:
+            inside = tuple(int(r[k]) for k in ("numbered_ns", "slotted_ns", "copied_ns"))
+        recs.append(t + (inside,))
     recs = [r for r in recs if r[1] != 0]
     recs.sort(key=lambda r: r[2])
     return recs
@@ -38,8 +53,14 @@ def summarize(recs):
     """{kind: {phase: median ns}, "count": n} over the second half."""
     half = recs[len(recs) // 2:]
     out = {}
-    for i, (kind, entry, followed, pushed, waited, end) in enumerate(half):
-        ph = out.setdefault(kind, {p: [] for p in PHASES})
+    for i, (kind, entry, followed, pushed, waited, end, inside) in enumerate(half):
+        ph = out.setdefault(kind, {p: [] for p in PHASES + SUB})
+        if inside is not None:
+            numbered, slotted, copied = inside
+            ph["numbers"].append(numbered - followed)
+            ph["slots"].append(slotted - numbered)
+            ph["copies"].append(copied - slotted)
+            ph["psignals"].append(pushed - copied)
         ph["start"].append(followed - entry)
         ph["pushes"].append(pushed - followed)
         ph["waits"].append(waited - pushed)
@@ -67,6 +88,9 @@ def main():
         for kind, (ph, n) in sorted(summarize(recs).items()):
             cells = " ".join(f"{'-' if ph[p] is None else f'{ph[p]:.0f}':>8}" for p in PHASES)
             print(f"  {path.rsplit('/', 1)[-1]:<34} {KINDS.get(kind, str(kind)):<16} {n:>6} {cells}")
+            if any(ph[p] is not None for p in SUB):
+                print(f"  {'':<34} {'  the pushes:':<16} {'':>6} "
+                      + ", ".join(f"{p} {ph[p]:.0f}" for p in SUB if ph[p] is not None))
     return 0
 
 

@@ -1182,19 +1182,21 @@ TEST(CudaDevice, KernelStampsRecordEachOneBlockKernelAtTeardown) {
   std::ifstream in(files[0]);
   std::string line;
   ASSERT_TRUE(std::getline(in, line));
-  EXPECT_EQ(line, "kind,sm,entry_ns,followed_ns,pushed_ns,waited_ns,end_ns");
+  EXPECT_EQ(line,
+            "kind,sm,entry_ns,followed_ns,numbered_ns,slotted_ns,copied_ns,pushed_ns,waited_ns,"
+            "end_ns");
   int rows = 0;
   unsigned long long last_entry = 0;
   while (std::getline(in, line)) {
     unsigned kind = 0, sm = 0;
-    unsigned long long t[5] = {};
-    ASSERT_EQ(std::sscanf(line.c_str(), "%u,%u,%llu,%llu,%llu,%llu,%llu", &kind, &sm, &t[0],
-                          &t[1], &t[2], &t[3], &t[4]),
-              7)
+    unsigned long long t[8] = {};
+    ASSERT_EQ(std::sscanf(line.c_str(), "%u,%u,%llu,%llu,%llu,%llu,%llu,%llu,%llu,%llu", &kind,
+                          &sm, &t[0], &t[1], &t[2], &t[3], &t[4], &t[5], &t[6], &t[7]),
+              10)
         << line;
     EXPECT_EQ(kind, 1u) << "a message step: " << line;
     EXPECT_GT(t[0], 0u) << line;
-    for (int i = 1; i < 5; ++i) EXPECT_LE(t[i - 1], t[i]) << "stamp " << i << ": " << line;
+    for (int i = 1; i < 8; ++i) EXPECT_LE(t[i - 1], t[i]) << "stamp " << i << ": " << line;
     EXPECT_GE(t[0], last_entry) << "kernels of one stream in order: " << line;
     last_entry = t[0];
     ++rows;

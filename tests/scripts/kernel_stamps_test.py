@@ -78,6 +78,20 @@ class KernelStamps(unittest.TestCase):
         self.assertEqual(self.row(r.stdout, "k.gpu0.3.csv", "message")[-5], "900", r.stdout)
         self.assertEqual(self.row(r.stdout, "k.gpu0.3.csv", "fused")[-5], "200", r.stdout)
 
+    def test_the_pushes_are_split_where_their_points_were_recorded(self):
+        path = os.path.join(self.dir.name, "p.gpu0.4.csv")
+        with open(path, "w") as f:
+            f.write("kind,sm,entry_ns,followed_ns,numbered_ns,slotted_ns,copied_ns,pushed_ns,"
+                    "waited_ns,end_ns\n")
+            for i in range(20):
+                e = 10**9 + i * 3000
+                f.write(f"2,{i % 2},{e},{e + 100},{e + 400},{e + 500},{e + 900},{e + 1000},"
+                        f"{e + 2000},{e + 2100}\n")
+        r = self.run_on("p.gpu0.4.csv")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("numbers 300, slots 100, copies 400, psignals 100", r.stdout)
+        self.assertEqual(self.row(r.stdout, "p.gpu0.4.csv", "lines")[-5], "900", r.stdout)
+
     def test_no_file_is_a_usage_error(self):
         r = subprocess.run([sys.executable, SCRIPT], capture_output=True, text=True)
         self.assertEqual(r.returncode, 2)

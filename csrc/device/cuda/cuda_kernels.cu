@@ -907,15 +907,25 @@ __device__ __forceinline__ uint64_t stampNow(const SyncSources& y) {
   return t;
 }
 // Thread 0 writes the kernel's record, `end` now.
+// The points inside a kernel's pushes (thread 0's, in shared memory):
+// [0] numbers read, [1] slot waits done, [2] copies done.
+struct PushStamps {
+  uint64_t at[3];
+};
+__device__ __forceinline__ void stampAt(const SyncSources& y, PushStamps* p, int k) {
+  if (p != nullptr && threadIdx.x == 0) p->at[k] = stampNow(y);
+}
 __device__ __forceinline__ void stampRecord(const SyncSources& y, KernelStampKind kind,
-                                            uint64_t entry, uint64_t followed, uint64_t pushed,
+                                            uint64_t entry, uint64_t followed,
+                                            const PushStamps& inside, uint64_t pushed,
                                             uint64_t waited) {
   if (y.stamps == nullptr || threadIdx.x != 0) return;
   const uint64_t end = stampNow(y);
   uint32_t sm;
   asm volatile("mov.u32 %0, %%smid;" : "=r"(sm));
   KernelStamp& r = y.stamps[atomicAdd(y.stamp_next, 1u) & y.stamp_mask];
-  r = KernelStamp{entry, followed, pushed, waited, end, static_cast<uint32_t>(kind), sm};
+  r = KernelStamp{entry,  followed, inside.at[0], inside.at[1], inside.at[2], pushed, waited,
+                  end,    static_cast<uint32_t>(kind), sm};
 }
 
 // Which reduce kernel does a MessageStep's reduction: Place, reduceKernel
@@ -1043,7 +1053,8 @@ __device__ void syncSignal(const SyncSources& y, int n, const uint32_t* v) {
 // after a barrier, thread 0 signals each copy and advances its counter, in
 // order.
 __device__ void syncCopies(const SyncSources& y, const CopyArgs* c, int count, uint32_t slotted,
-                           bool push, const uint32_t* numbers, const uint32_t* seen) {
+                           bool push, const uint32_t* numbers, const uint32_t* seen,
+                           PushStamps* marks = nullptr) {
   __shared__ uint32_t cv[kMaxReduceSources];
   __shared__ bool direct[kMaxReduceSources];  // delivered straight into the receiver's buffer
   const int k = static_cast<int>(threadIdx.x);
@@ -1066,6 +1077,7 @@ __device__ void syncCopies(const SyncSources& y, const CopyArgs* c, int count, u
       direct[k] = loadAcquireSys(markOf(y, p, ((slotted >> k) & 1u) != 0, cv[k])) == cv[k];
   }
   __syncthreads();
+  stampAt(y, marks, 1);
   const uint32_t lines = push ? y.push_inline : y.pull_inline;
   bool publishes = false;  // a plain push that signals: its data must be visible first
   for (int i = 0; i < count; ++i) {
@@ -1084,6 +1096,7 @@ __device__ void syncCopies(const SyncSources& y, const CopyArgs* c, int count, u
     }
   }
   __syncthreads();
+  stampAt(y, marks, 2);
   // One thread, in order: parts of one lane signal the same word, whose
   // value must end at the last of their numbers. A plain push's data went
   // to a peer: thread 0 fences and releases its signal. A push in lines
@@ -1106,10 +1119,11 @@ __device__ void syncCopies(const SyncSources& y, const CopyArgs* c, int count, u
   __syncthreads();
 }
 
-__device__ void syncPush(const SyncSources& y, const StepNumbers* numbers) {
+__device__ void syncPush(const SyncSources& y, const StepNumbers* numbers,
+                         PushStamps* marks = nullptr) {
   syncCopies(y, y.push, y.pushes, y.push_slotted, true,
              numbers != nullptr ? numbers->push : nullptr,
-             numbers != nullptr ? numbers->push_seen : nullptr);
+             numbers != nullptr ? numbers->push_seen : nullptr, marks);
 }
 
 // Device::messageStep: the pushes, then the pulls, one block (of
@@ -1120,13 +1134,17 @@ __global__ void __launch_bounds__(kThreads) messageStepKernel(SyncSources y) {
   followPrevious();
   const uint64_t followed = stampNow(y);
   __shared__ StepNumbers numbers;
+  __shared__ PushStamps inside;
+  PushStamps* marks = y.stamps != nullptr ? &inside : nullptr;
+  if (marks != nullptr && threadIdx.x == 0) inside = PushStamps{};
   readNumbers(y, 0, numbers);
-  if (y.pushes > 0) syncPush(y, &numbers);
+  stampAt(y, marks, 0);
+  if (y.pushes > 0) syncPush(y, &numbers, marks);
   const uint64_t pushed = stampNow(y);
   if (y.pulls > 0)
     syncCopies(y, y.pull, y.pulls, y.pull_slotted, false, numbers.pull, numbers.pull_seen);
   const uint64_t pulled = stampNow(y);
-  stampRecord(y, KernelStampKind::MessageStep, entry, followed, pushed, pulled);
+  stampRecord(y, KernelStampKind::MessageStep, entry, followed, inside, pushed, pulled);
 }
 
 // Device::messageStep of pushes only, over a grid (launchGridMessageStep):
@@ -1603,11 +1621,15 @@ __device__ __forceinline__ void reduceInBatches(typename A::S* dst, const Reduce
 
 // A one-block reduction's start: its parts' numbers (readNumbers), its
 // pushes, then its sources' waits (v[j]: source j's number).
-// *pushed: the stamp after the pushes (stampNow).
+// *pushed: the stamp after the pushes (stampNow); marks: the points inside
+// them (null when the stamps are off).
 __device__ __forceinline__ void oneBlockStart(const SyncSources& y, int n, uint32_t* v,
-                                              StepNumbers& numbers, uint64_t* pushed) {
+                                              StepNumbers& numbers, uint64_t* pushed,
+                                              PushStamps* marks) {
+  if (marks != nullptr && threadIdx.x == 0) *marks = PushStamps{};
   readNumbers(y, n, numbers);
-  if (y.pushes > 0) syncPush(y, &numbers);
+  stampAt(y, marks, 0);
+  if (y.pushes > 0) syncPush(y, &numbers, marks);
   *pushed = stampNow(y);
   syncWait(y, n, v, numbers.source, numbers.source_seen);
 }
@@ -1625,13 +1647,14 @@ __global__ void __launch_bounds__(kBlockThreads)
   const uint64_t followed = stampNow(sync);
   __shared__ uint32_t v[kMaxReduceSources];
   __shared__ StepNumbers numbers;
+  __shared__ PushStamps inside;
   uint64_t pushed;
-  oneBlockStart(sync, n, v, numbers, &pushed);
+  oneBlockStart(sync, n, v, numbers, &pushed, sync.stamps != nullptr ? &inside : nullptr);
   reduceInBatches<A, Op>(dst, placeSources(given, sync, v), n, count, wide, threadIdx.x,
                          blockDim.x);
   const uint64_t reduced = stampNow(sync);
   syncSignal(sync, n, v);
-  stampRecord(sync, KernelStampKind::ReduceFused, entry, followed, pushed, reduced);
+  stampRecord(sync, KernelStampKind::ReduceFused, entry, followed, inside, pushed, reduced);
 }
 
 // reduceFusedKernel over a grid (SyncMode::Grid), for elements above one
@@ -1671,15 +1694,16 @@ __global__ void __launch_bounds__(kBlockThreads)
   const uint64_t followed = stampNow(sync);
   __shared__ uint32_t v[kMaxReduceSources];
   __shared__ StepNumbers numbers;
+  __shared__ PushStamps inside;
   uint64_t pushed;
-  oneBlockStart(sync, n, v, numbers, &pushed);
+  oneBlockStart(sync, n, v, numbers, &pushed, sync.stamps != nullptr ? &inside : nullptr);
   if (spread)
     reduceLinesSpread<A, Op>(dst, given, sync, v, n, count);
   else
     reduceLines<A, Op>(dst, given, sync, v, n, count);
   const uint64_t reduced = stampNow(sync);
   syncSignal(sync, n, v);
-  stampRecord(sync, KernelStampKind::ReduceLines, entry, followed, pushed, reduced);
+  stampRecord(sync, KernelStampKind::ReduceLines, entry, followed, inside, pushed, reduced);
 }
 
 template <class A, ReduceOp Op>

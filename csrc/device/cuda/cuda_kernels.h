@@ -161,6 +161,9 @@ enum class KernelStampKind : uint32_t { MessageStep = 1, ReduceLines = 2, Reduce
 struct KernelStamp {
   uint64_t entry;     // its first instruction
   uint64_t followed;  // after its wait for the kernel before it (followPrevious)
+  uint64_t numbered;  // after its parts' numbers were read (readNumbers)
+  uint64_t slotted;   // after its pushes' slot waits (0: no pushes)
+  uint64_t copied;    // after its pushes' copies (0: no pushes)
   uint64_t pushed;    // after its pushes: their numbers, slots, copies and signals
   uint64_t waited;    // after its waits and its pulls or its reduction
   uint64_t end;       // its signals issued (their stores may still be in flight)

@@ -69,13 +69,18 @@ void KernelStampRing::save() const {
     HIR_LOG_WARN(Subsys::Cuda, "HIR_CUDA_STAMPS: cannot write '{}'", path);
     return;
   }
-  std::fprintf(f, "kind,sm,entry_ns,followed_ns,pushed_ns,waited_ns,end_ns\n");
+  std::fprintf(f,
+               "kind,sm,entry_ns,followed_ns,numbered_ns,slotted_ns,copied_ns,pushed_ns,waited_ns,"
+               "end_ns\n");
   const uint32_t kept = written < capacity_ ? written : capacity_;
   for (uint32_t i = written - kept; i != written; ++i) {
     const KernelStamp& r = records[i & (capacity_ - 1)];
-    std::fprintf(f, "%u,%u,%llu,%llu,%llu,%llu,%llu\n", r.kind, r.sm,
+    std::fprintf(f, "%u,%u,%llu,%llu,%llu,%llu,%llu,%llu,%llu,%llu\n", r.kind, r.sm,
                  static_cast<unsigned long long>(r.entry),
                  static_cast<unsigned long long>(r.followed),
+                 static_cast<unsigned long long>(r.numbered),
+                 static_cast<unsigned long long>(r.slotted),
+                 static_cast<unsigned long long>(r.copied),
                  static_cast<unsigned long long>(r.pushed),
                  static_cast<unsigned long long>(r.waited),
                  static_cast<unsigned long long>(r.end));
