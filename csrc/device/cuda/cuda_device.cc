@@ -238,7 +238,6 @@ class CudaDevice final : public Device {
     } else if (stamps_ != nullptr) {
       // Kernels may still write into the ring, which stays to the process
       // exit (cudaFree would wait for them).
-      setKernelStamps(nullptr, nullptr, 0);
       (void)stamps_.release();
     }
     stamps_.reset();
@@ -610,7 +609,8 @@ class CudaDevice final : public Device {
         bytes <= grid_copy_max_)
       grid = {arrivalsFor(cs), gridBlocks(bytes)};
     HIR_CUDA_CHECK(ordinal_, launchReduce(cs.native(), dst, srcs, static_cast<int>(sources), t,
-                                          op, count, sync, max_blocks_, kernel_copy_max_, &grid));
+                                          op, count, sync, max_blocks_, kernel_copy_max_, &grid,
+                                          stampSink()));
     cs.noteWork();
   }
 
@@ -658,7 +658,7 @@ class CudaDevice final : public Device {
     }
     activate(ordinal_);
     CudaStream& cs = cudaStream(s, "messageStep");
-    HIR_CUDA_CHECK(ordinal_, launchMessageStep(cs.native(), step));
+    HIR_CUDA_CHECK(ordinal_, launchMessageStep(cs.native(), step, stampSink()));
     cs.noteWork();
   }
 
@@ -1038,6 +1038,9 @@ class CudaDevice final : public Device {
   cudaStream_t zero_stream_ = nullptr;  // zeroes new allocations
   std::unique_ptr<Cublas> blas_;        // the matmul's cuBLAS handle
   std::unique_ptr<KernelStampRing> stamps_;  // HIR_CUDA_STAMPS, null when off
+  const KernelStampSink* stampSink() const {
+    return stamps_ != nullptr ? &stamps_->sink() : nullptr;
+  }
   std::shared_ptr<StickyError> sticky_ = std::make_shared<StickyError>();
   std::atomic<bool> cancelled_{false};
   // Between beginCapture and endCapture (one thread captures: thread-local

@@ -34,10 +34,6 @@ std::atomic<bool> programmatic{true};
 // Whether small reductions in lines load their sources at once
 // (setSpreadSources).
 std::atomic<bool> spreadSources{true};
-// The kernel stamps' ring (setKernelStamps): null when off.
-std::atomic<KernelStamp*> stampRing{nullptr};
-std::atomic<uint32_t*> stampNext{nullptr};
-std::atomic<uint32_t> stampMask{0};
 
 // Every launch of this file goes through here. A kernel of one block is
 // launched as a programmatic dependent of the kernel before it on its stream
@@ -893,12 +889,12 @@ struct SyncSources {
   uint32_t push_inline, pull_inline;    // bit k: push (pull) k in lines (inline flags)
   uint32_t inline_sources;              // bit j: source j in lines
   bool copies_wide;  // every push's and pull's ends, size and the stride are 16-byte multiples
-  KernelStamp* stamps;    // the kernel stamps' ring (setKernelStamps), null when off
+  KernelStamp* stamps;    // the kernel stamps' ring (KernelStampSink), null when off
   uint32_t* stamp_next;   // records ever written
   uint32_t stamp_mask;    // the ring's capacity - 1
 };
 
-// The kernel stamps (setKernelStamps), thread 0's view: the global timer
+// The kernel stamps (KernelStampSink), thread 0's view: the global timer
 // now, 0 when they are off or for another thread.
 __device__ __forceinline__ uint64_t stampNow(const SyncSources& y) {
   uint64_t t = 0;
@@ -1765,9 +1761,9 @@ cudaError_t reduceWith(ReduceOp op, cudaStream_t stream, void* dst, const Reduce
 
 namespace {
 
-// A MessageStep's pushes and pulls, and what they share, into the kernel's
-// arguments.
-void placeCopies(const MessageStep& m, SyncSources& y) {
+// A MessageStep's pushes and pulls, and what they share, and the kernel
+// stamps' sink (null when off) into the kernel's arguments.
+void placeCopies(const MessageStep& m, const KernelStampSink* stamps, SyncSources& y) {
   uintptr_t addresses = m.stride;
   auto place = [&](const MessageStep::Copy& c, bool push, CopyArgs& to, uint32_t& slotted,
                    uint32_t& lines, std::size_t k) {
@@ -1803,9 +1799,11 @@ void placeCopies(const MessageStep& m, SyncSources& y) {
   y.release = m.release;
   y.mask = m.slots - 1;
   y.stride = m.stride;
-  y.stamps = stampRing.load(std::memory_order_relaxed);
-  y.stamp_next = stampNext.load(std::memory_order_relaxed);
-  y.stamp_mask = stampMask.load(std::memory_order_relaxed);
+  if (stamps != nullptr && stamps->ring != nullptr && stamps->next != nullptr) {
+    y.stamps = stamps->ring;
+    y.stamp_next = stamps->next;
+    y.stamp_mask = stamps->mask;
+  }
 }
 
 // A step with parts in rings has a power of two of slots.
@@ -1827,7 +1825,8 @@ cudaError_t launchSync(cudaStream_t stream, const SyncSources& sync, int n, bool
 
 cudaError_t launchReduce(cudaStream_t stream, void* dst, const void* const* srcs, int n, DType t,
                          ReduceOp op, std::size_t count, const MessageStep* sync, int max_blocks,
-                         std::size_t fuse_max, const ReduceGrid* grid) {
+                         std::size_t fuse_max, const ReduceGrid* grid,
+                         const KernelStampSink* stamps) {
   if (n < 1 || n > static_cast<int>(kMaxReduceSources) || (count > 0 && dst == nullptr) ||
       srcs == nullptr)
     return cudaErrorInvalidValue;
@@ -1854,7 +1853,7 @@ cudaError_t launchReduce(cudaStream_t stream, void* dst, const void* const* srcs
                          (y.counter[j] != nullptr && y.advance[j] != 0);
     }
     if (sync->push_count > kMaxReduceSources || sync->pull_count != 0) return cudaErrorInvalidValue;
-    placeCopies(*sync, y);
+    placeCopies(*sync, stamps, y);
     waits_or_signals = waits_or_signals || y.pushes > 0;
     if ((y.slotted != 0 || y.push_slotted != 0) &&
         (sync->slots == 0 || (sync->slots & (sync->slots - 1)) != 0))
@@ -1912,11 +1911,12 @@ cudaError_t launchReduce(cudaStream_t stream, void* dst, const void* const* srcs
   return launchSync(stream, y, n, false, true);
 }
 
-cudaError_t launchMessageStep(cudaStream_t stream, const MessageStep& step) {
+cudaError_t launchMessageStep(cudaStream_t stream, const MessageStep& step,
+                              const KernelStampSink* stamps) {
   if (step.push_count > kMaxReduceSources || step.pull_count > kMaxReduceSources)
     return cudaErrorInvalidValue;
   SyncSources y{};
-  placeCopies(step, y);
+  placeCopies(step, stamps, y);
   if (!ringsValid(step, y)) return cudaErrorInvalidValue;
   // One pass of kBlockThreads threads moves kCopyBatch vectors each: a part
   // larger than that takes several passes, each a round trip to its
@@ -1938,7 +1938,7 @@ cudaError_t launchGridMessageStep(cudaStream_t stream, const MessageStep& step,
   if (step.pull_count != 0 || step.push_count == 0 || step.push_count > kMaxReduceSources)
     return cudaErrorInvalidValue;
   SyncSources y{};
-  placeCopies(step, y);
+  placeCopies(step, nullptr, y);
   if (y.push_inline != 0 || !ringsValid(step, y)) return cudaErrorInvalidValue;
   GridPushes g{};
   g.count = y.pushes;
@@ -1968,13 +1968,6 @@ cudaError_t launchSpin(cudaStream_t stream, uint64_t nanoseconds) {
 
 void setProgrammaticLaunch(bool on) { programmatic.store(on, std::memory_order_relaxed); }
 void setSpreadSources(bool on) { spreadSources.store(on, std::memory_order_relaxed); }
-void setKernelStamps(KernelStamp* ring, uint32_t* next, uint32_t capacity) {
-  const bool on = ring != nullptr && next != nullptr && capacity != 0 &&
-                  (capacity & (capacity - 1)) == 0;
-  stampNext.store(on ? next : nullptr, std::memory_order_relaxed);
-  stampMask.store(on ? capacity - 1 : 0, std::memory_order_relaxed);
-  stampRing.store(on ? ring : nullptr, std::memory_order_relaxed);
-}
 
 // Every (dtype, op) instantiation of every kernel above (every value of
 // types.h's tables), through the launch functions with placeholder

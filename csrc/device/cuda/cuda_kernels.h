@@ -112,18 +112,22 @@ cudaError_t launchAdd(cudaStream_t stream, void* out, const void* a, const void*
 // whose last block to count itself in *grid->arrivals (a word of device
 // memory at 0, left at 0; as launchGridSignaledCopy's) signals; else a wait
 // kernel, the grid's reduction and a signal kernel (also the wait and
-// signal kernel alone for no elements).
+// signal kernel alone for no elements). stamps: the kernel stamps' sink
+// (KernelStampSink, below), null when off.
+struct KernelStampSink;
 struct ReduceGrid {
   uint32_t* arrivals = nullptr;
   int blocks = 0;
 };
 cudaError_t launchReduce(cudaStream_t stream, void* dst, const void* const* srcs, int n, DType t,
                          ReduceOp op, std::size_t count, const MessageStep* sync, int max_blocks,
-                         std::size_t fuse_max, const ReduceGrid* grid = nullptr);
+                         std::size_t fuse_max, const ReduceGrid* grid = nullptr,
+                         const KernelStampSink* stamps = nullptr);
 
 // Device::messageStep's pushes and pulls (MessageStep, device.h) as one
-// kernel of one block.
-cudaError_t launchMessageStep(cudaStream_t stream, const MessageStep& step);
+// kernel of one block. stamps: the kernel stamps' sink, null when off.
+cudaError_t launchMessageStep(cudaStream_t stream, const MessageStep& step,
+                              const KernelStampSink* stamps = nullptr);
 
 // Device::messageStep of pushes only (no pulls, no part in lines or asking
 // for direct delivery) as one kernel of a grid of kGridCopyThreads-thread
@@ -152,11 +156,12 @@ void setProgrammaticLaunch(bool on);
 // HIR_CUDA_SPREAD_SOURCES when it is created.
 void setSpreadSources(bool on);
 
-// Kernel stamps, a diagnosis (HIR_CUDA_STAMPS, docs/cli.md): while a ring
-// is set, every one-block message and reduction kernel (messageStepKernel,
-// reduceLinesKernel, reduceFusedKernel: the small messages' and small
-// reductions' kernels) writes one record of the GPU's global timer (ns) at
-// five points of its run, thread 0's view, into the ring.
+// Kernel stamps, a diagnosis (HIR_CUDA_STAMPS, docs/cli.md): given a
+// KernelStampSink, a launch's one-block message or reduction kernel
+// (messageStepKernel, reduceLinesKernel, reduceFusedKernel: the small
+// messages' and small reductions' kernels) writes one record of the GPU's
+// global timer (ns) at eight points of its run, thread 0's view, into the
+// sink's ring.
 enum class KernelStampKind : uint32_t { MessageStep = 1, ReduceLines = 2, ReduceFused = 3 };
 struct KernelStamp {
   uint64_t entry;     // its first instruction
@@ -170,10 +175,15 @@ struct KernelStamp {
   uint32_t kind;      // a KernelStampKind
   uint32_t sm;        // the SM it ran on
 };
-// Sets the ring (capacity a power of two; *next, zero at first, counts the
-// records ever written, the last `capacity` of which the ring holds), or,
-// with a null ring, stops the stamps. Process-wide, read at each launch.
-void setKernelStamps(KernelStamp* ring, uint32_t* next, uint32_t capacity);
+// Where a launch's kernel writes its stamps: a ring of mask + 1 records (a
+// power of two) on the launching device; *next, zero at first, counts the
+// records ever written, the last mask + 1 of which the ring holds. One per
+// device (KernelStampRing), passed to each launch: no process-wide state.
+struct KernelStampSink {
+  KernelStamp* ring = nullptr;
+  uint32_t* next = nullptr;
+  uint32_t mask = 0;
+};
 
 // Loads every kernel of this file into the current device's context
 // (cudaFuncGetAttributes), launching none. Under CUDA's lazy loading (the

@@ -5,6 +5,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <utility>
 #include <vector>
 
 #include <fmt/format.h>
@@ -35,29 +36,28 @@ std::unique_ptr<KernelStampRing> KernelStampRing::fromEnv(int ordinal) {
                  "no stamps", ordinal);
     return nullptr;
   }
-  auto* r = static_cast<KernelStamp*>(ring);
-  auto* n = static_cast<uint32_t*>(next);
-  setKernelStamps(r, n, kStampCapacity);
-  return std::unique_ptr<KernelStampRing>(
-      new KernelStampRing(prefix, ordinal, r, n, kStampCapacity));
+  auto sink = std::make_unique<KernelStampSink>();
+  sink->ring = static_cast<KernelStamp*>(ring);
+  sink->next = static_cast<uint32_t*>(next);
+  sink->mask = kStampCapacity - 1;
+  return std::unique_ptr<KernelStampRing>(new KernelStampRing(prefix, ordinal, std::move(sink)));
 }
 
-KernelStampRing::KernelStampRing(std::string prefix, int ordinal, KernelStamp* ring,
-                                 uint32_t* next, uint32_t capacity)
-    : prefix_(std::move(prefix)), ordinal_(ordinal), ring_(ring), next_(next),
-      capacity_(capacity) {}
+KernelStampRing::KernelStampRing(std::string prefix, int ordinal,
+                                 std::unique_ptr<KernelStampSink> sink)
+    : prefix_(std::move(prefix)), ordinal_(ordinal), sink_(std::move(sink)) {}
 
 KernelStampRing::~KernelStampRing() {
-  setKernelStamps(nullptr, nullptr, 0);
-  (void)cudaFree(ring_);
-  (void)cudaFree(next_);
+  (void)cudaFree(sink_->ring);
+  (void)cudaFree(sink_->next);
 }
 
 void KernelStampRing::save() const {
   uint32_t written = 0;
-  std::vector<KernelStamp> records(capacity_);
-  if (cudaMemcpy(&written, next_, sizeof written, cudaMemcpyDeviceToHost) != cudaSuccess ||
-      cudaMemcpy(records.data(), ring_, sizeof(KernelStamp) * capacity_,
+  const uint32_t capacity = sink_->mask + 1;
+  std::vector<KernelStamp> records(capacity);
+  if (cudaMemcpy(&written, sink_->next, sizeof written, cudaMemcpyDeviceToHost) != cudaSuccess ||
+      cudaMemcpy(records.data(), sink_->ring, sizeof(KernelStamp) * capacity,
                  cudaMemcpyDeviceToHost) != cudaSuccess) {
     (void)cudaGetLastError();
     HIR_LOG_WARN(Subsys::Cuda, "HIR_CUDA_STAMPS: reading device {}'s stamps failed", ordinal_);
@@ -72,9 +72,9 @@ void KernelStampRing::save() const {
   std::fprintf(f,
                "kind,sm,entry_ns,followed_ns,numbered_ns,slotted_ns,copied_ns,pushed_ns,waited_ns,"
                "end_ns\n");
-  const uint32_t kept = written < capacity_ ? written : capacity_;
+  const uint32_t kept = written < capacity ? written : capacity;
   for (uint32_t i = written - kept; i != written; ++i) {
-    const KernelStamp& r = records[i & (capacity_ - 1)];
+    const KernelStamp& r = records[i & sink_->mask];
     std::fprintf(f, "%u,%u,%llu,%llu,%llu,%llu,%llu,%llu,%llu,%llu\n", r.kind, r.sm,
                  static_cast<unsigned long long>(r.entry),
                  static_cast<unsigned long long>(r.followed),

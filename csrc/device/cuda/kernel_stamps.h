@@ -1,7 +1,7 @@
 // The kernel stamps' ring of one CUDA device (HIR_CUDA_STAMPS, a diagnosis:
 // docs/cli.md): where the small messages' and reductions' kernels spend
-// their time, without a profiler. cuda_kernels.h's setKernelStamps says what
-// a record holds.
+// their time, without a profiler. cuda_kernels.h's KernelStamp says what a
+// record holds.
 #pragma once
 
 #include <cstdint>
@@ -11,14 +11,17 @@
 namespace hir::cuda {
 
 struct KernelStamp;
+struct KernelStampSink;
 
 class KernelStampRing {
  public:
-  // A ring of `capacity` records on the current device (ordinal), set as
-  // the process's (setKernelStamps), when HIR_CUDA_STAMPS names a path
-  // prefix; null when it is unset or empty.
+  // A ring of records on the current device (ordinal) when HIR_CUDA_STAMPS
+  // names a path prefix; null when it is unset or empty.
   static std::unique_ptr<KernelStampRing> fromEnv(int ordinal);
-  ~KernelStampRing();  // stops the stamps and frees the ring
+  ~KernelStampRing();  // frees the ring: no kernel given sink() may still run
+
+  // What the device's launches pass for their kernels to write into.
+  const KernelStampSink& sink() const { return *sink_; }
   KernelStampRing(const KernelStampRing&) = delete;
   KernelStampRing& operator=(const KernelStampRing&) = delete;
 
@@ -28,13 +31,10 @@ class KernelStampRing {
   void save() const;
 
  private:
-  KernelStampRing(std::string prefix, int ordinal, KernelStamp* ring, uint32_t* next,
-                  uint32_t capacity);
+  KernelStampRing(std::string prefix, int ordinal, std::unique_ptr<KernelStampSink> sink);
   std::string prefix_;
   int ordinal_;
-  KernelStamp* ring_;
-  uint32_t* next_;
-  uint32_t capacity_;
+  std::unique_ptr<KernelStampSink> sink_;  // its ring and counter, in device memory
 };
 
 }  // namespace hir::cuda
