@@ -1472,14 +1472,19 @@ TEST(CudaDevice, PartsInLinesAreTheHostDevicesLinesAtEachReplay) {
 // Several parts in lines in one step, of 1 to 1100 bytes (fewer words in
 // all than the block's threads, and more), pushes and pulls: each part's
 // lines are the host device's and each arrives whole, at each replay.
+// Pushes of at most 128 bytes each, of distinct lanes, go each in a warp of
+// its own (HIR_CUDA_PUSHES_AT_ONCE, on by default); a larger one sends the
+// step's pushes through the block's loop. Both, against the host device.
 TEST(CudaDevice, StepsOfSeveralPartsInLinesMoveEachPartAtEachReplay) {
   HIR_REQUIRE_GPUS(1);
-  auto device = makeCudaDevice();
-  auto s = device->createStream();
   std::unique_ptr<Device> host = createDevice("host", 0);
   constexpr std::size_t kSlots = 2;
+  for (const char* at_once : {"1", "0"}) {
+  auto device = makeCudaDeviceWithEnv({{"HIR_CUDA_PUSHES_AT_ONCE", at_once}});
+  auto s = device->createStream();
   for (const std::vector<std::size_t>& sizes :
-       {std::vector<std::size_t>{1, 6, 128, 130, 40, 8}, std::vector<std::size_t>{8, 1100, 3}}) {
+       {std::vector<std::size_t>{1, 6, 128, 40, 8, 3, 64, 100, 17, 128},
+        std::vector<std::size_t>{1, 6, 128, 130, 40, 8}, std::vector<std::size_t>{8, 1100, 3}}) {
     const std::size_t parts = sizes.size();
     const std::size_t stride = inlineLineBytes(*std::max_element(sizes.begin(), sizes.end()));
     Buffer words(*device, 4 * parts * sizeof(uint32_t));
@@ -1537,7 +1542,67 @@ TEST(CudaDevice, StepsOfSeveralPartsInLinesMoveEachPartAtEachReplay) {
         EXPECT_EQ(std::memcmp(lines.data(), want.data(), want.size()), 0)
             << where << ": the lines differ from the host device's";
         for (int word = 0; word < 4; ++word)
-          EXPECT_EQ(seen[4 * k + static_cast<std::size_t>(word)], v) << where << ", word " << word;
+          EXPECT_EQ(seen[4 * k + static_cast<std::size_t>(word)], v)
+              << where << ", word " << word << ", HIR_CUDA_PUSHES_AT_ONCE=" << at_once;
+      }
+    }
+  }
+  }
+}
+
+// Two pushes in lines of one lane (one counter, one signal, numbers 1 and
+// 2, the second advancing): the signal ends at the later number at every
+// replay, with the pushes at once on or off (they are not taken at once).
+TEST(CudaDevice, PushesOfOneLaneInLinesSignalTheLaterNumber) {
+  HIR_REQUIRE_GPUS(1);
+  std::unique_ptr<Device> host = createDevice("host", 0);
+  constexpr std::size_t kSlots = 4, kBytes = 8;
+  const std::size_t stride = inlineLineBytes(kBytes);
+  for (const char* at_once : {"1", "0"}) {
+    auto device = makeCudaDeviceWithEnv({{"HIR_CUDA_PUSHES_AT_ONCE", at_once}});
+    auto s = device->createStream();
+    Buffer words(*device, 2 * sizeof(uint32_t));  // the counter, the signal
+    auto* w = static_cast<uint32_t*>(words.data());
+    upload(w, std::vector<uint32_t>(2, 0).data(), 2 * sizeof(uint32_t));
+    Buffer ring(*device, kSlots * stride), src0(*device, kBytes), src1(*device, kBytes);
+    const std::vector<unsigned char> d0{1, 2, 3, 4, 5, 6, 7, 8}, d1{9, 8, 7, 6, 5, 4, 3, 2};
+    upload(src0.data(), d0.data(), kBytes);
+    upload(src1.data(), d1.data(), kBytes);
+    MessageStep push;
+    push.slots = kSlots;
+    push.stride = stride;
+    push.push_count = 2;
+    push.pushes[0] = {.counter = w, .number = 1, .advance = 0, .dst = ring.data(),
+                      .src = src0.data(), .bytes = kBytes, .signal = w + 1, .slotted = true,
+                      .inline_flags = true};
+    push.pushes[1] = {.counter = w, .number = 2, .advance = 2, .dst = ring.data(),
+                      .src = src1.data(), .bytes = kBytes, .signal = w + 1, .slotted = true,
+                      .inline_flags = true};
+    device->beginCapture(*s);
+    device->messageStep(*s, push);
+    std::unique_ptr<Graph> graph = device->endCapture(*s);
+    for (uint32_t r = 1; r <= 4; ++r) {
+      device->launchGraph(*graph, *s);
+      device->synchronize(*s, testTimeout());
+      std::vector<uint32_t> seen(2);
+      std::memcpy(seen.data(), readBack(w, 2 * sizeof(uint32_t)).data(), 2 * sizeof(uint32_t));
+      const std::string where =
+          "replay " + std::to_string(r) + ", HIR_CUDA_PUSHES_AT_ONCE=" + at_once;
+      EXPECT_EQ(seen[0], 2 * r) << where << ": the counter";
+      EXPECT_EQ(seen[1], 2 * r) << where << ": the signal";
+      for (uint32_t k = 0; k < 2; ++k) {
+        const uint32_t v = 2 * (r - 1) + 1 + k;
+        std::vector<char> want(stride);
+        MessageStep hosted;
+        hosted.push_count = 1;
+        hosted.pushes[0] = {.number = v, .dst = want.data(), .src = (k == 0 ? d0 : d1).data(),
+                            .bytes = kBytes, .inline_flags = true};
+        host->messageStep(host->defaultStream(), hosted);
+        host->synchronize(host->defaultStream(), testTimeout());
+        const std::vector<std::byte> lines =
+            readBack(static_cast<char*>(ring.data()) + (v % kSlots) * stride, stride);
+        EXPECT_EQ(std::memcmp(lines.data(), want.data(), stride), 0)
+            << where << ", push " << k << ": the lines differ from the host device's";
       }
     }
   }

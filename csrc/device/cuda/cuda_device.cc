@@ -214,6 +214,9 @@ class CudaDevice final : public Device {
     // HIR_CUDA_SPREAD_SOURCES (1 by default): setSpreadSources.
     setSpreadSources(envSwitch("HIR_CUDA_SPREAD_SOURCES",
                                "a small reduction's sources in lines are loaded at once", true));
+    // HIR_CUDA_PUSHES_AT_ONCE (1 by default): setPushesAtOnce.
+    setPushesAtOnce(envSwitch("HIR_CUDA_PUSHES_AT_ONCE",
+                              "a step's small pushes in lines go each in a warp of its own", true));
     HIR_CUDA_CHECK(ordinal_, preloadKernels());
     stamps_ = KernelStampRing::fromEnv(ordinal_);  // HIR_CUDA_STAMPS
     cudaStream_t s = nullptr;

@@ -34,6 +34,9 @@ std::atomic<bool> programmatic{true};
 // Whether small reductions in lines load their sources at once
 // (setSpreadSources).
 std::atomic<bool> spreadSources{true};
+// Whether a step's small pushes in lines go each in a warp of its own, at
+// the kernel's start (setPushesAtOnce).
+std::atomic<bool> pushesAtOnce{true};
 
 // Every launch of this file goes through here. A kernel of one block is
 // launched as a programmatic dependent of the kernel before it on its stream
@@ -889,6 +892,7 @@ struct SyncSources {
   uint32_t push_inline, pull_inline;    // bit k: push (pull) k in lines (inline flags)
   uint32_t inline_sources;              // bit j: source j in lines
   bool copies_wide;  // every push's and pull's ends, size and the stride are 16-byte multiples
+  bool pushes_at_once;  // pushLinesAtOnce (placeCopies says when)
   KernelStamp* stamps;    // the kernel stamps' ring (KernelStampSink), null when off
   uint32_t* stamp_next;   // records ever written
   uint32_t stamp_mask;    // the ring's capacity - 1
@@ -988,12 +992,55 @@ __device__ __forceinline__ void readPart(const uint32_t* counter, uint32_t numbe
   seen = wait != nullptr ? loadAcquireSys(wait) : 0u;
   v = number + base;
 }
+// The words of a push that pushLinesAtOnce takes: a warp's lanes hold them.
+constexpr std::size_t kAtOnceLineBytes = 4 * 32;
+// The warp of push k (pushLinesAtOnce): the pushes start at warp 3, past
+// the threads that read the pulls' and the sources' numbers (32.. and 64..,
+// readNumbers), which then run beside them up to 5 pushes.
+constexpr int kFirstPushWarp = 3;
+
+// A step's pushes when each is in lines, of at most kAtOnceLineBytes, and
+// no two share a counter or a signal (placeCopies checks): each is done
+// start to end by a warp of its own, the pushes at once instead of one
+// after the other, with no barrier of the block in them. Every load it
+// needs (the counter, the wait word, the words of the message) is issued
+// before any is used: one round trip to the memory, then the stores. Its
+// signal is ordered after nothing: a push in lines publishes nothing by it
+// (device.h), and the pushes' signals are distinct words, so that their
+// order does not show.
+__device__ void pushLinesAtOnce(const SyncSources& y) {
+  const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
+  const int warps = static_cast<int>(blockDim.x) / 32;
+  for (int k = (warp - kFirstPushWarp % warps + warps) % warps; k < y.pushes; k += warps) {
+    const CopyArgs& p = y.push[k];
+    const uint32_t word =
+        static_cast<std::size_t>(lane) * 4 < p.bytes ? wordOf(p.src, p.bytes, lane) : 0u;
+    uint32_t v = 0, seen = 0;
+    if (lane == 0) readPart(p.counter, p.number, p.wait, v, seen);
+    v = __shfl_sync(0xffffffffu, v, 0);
+    if (lane == 0 && p.wait != nullptr) waitAtLeast(p.wait, v - p.wait_back, seen, y.release);
+    __syncwarp();
+    const std::size_t slot = (y.push_slotted >> k) & 1u ? (v & y.mask) * y.stride : 0;
+    if (static_cast<std::size_t>(lane) * 4 < p.bytes)
+      storeLine(p.dst + slot + static_cast<std::size_t>(lane) * 8, word, lineFlag(v));
+    if (lane == 0) {
+      if (p.signal != nullptr) storeRelaxedSys(p.signal, v);
+      if (p.counter != nullptr && p.advance != 0) *p.counter = v - p.number + p.advance;
+    }
+  }
+}
+
+// Every thread of the block calls it (it ends with a barrier). With
+// pushes_at_once, the pushes are done here too (pushLinesAtOnce).
 __device__ void readNumbers(const SyncSources& y, int n, StepNumbers& s) {
   const int t = static_cast<int>(threadIdx.x);
-  if (t < y.pushes) {
+  if (y.pushes_at_once) {
+    pushLinesAtOnce(y);
+  } else if (t < y.pushes) {
     const CopyArgs& p = y.push[t];
     readPart(p.counter, p.number, p.wait, s.push[t], s.push_seen[t]);
-  } else if (t >= 32 && t < 32 + y.pulls) {
+  }
+  if (t >= 32 && t < 32 + y.pulls) {
     const CopyArgs& p = y.pull[t - 32];
     readPart(p.counter, p.number, p.wait, s.pull[t - 32], s.pull_seen[t - 32]);
     if (p.posted != nullptr)
@@ -1135,7 +1182,7 @@ __global__ void __launch_bounds__(kThreads) messageStepKernel(SyncSources y) {
   if (marks != nullptr && threadIdx.x == 0) inside = PushStamps{};
   readNumbers(y, 0, numbers);
   stampAt(y, marks, 0);
-  if (y.pushes > 0) syncPush(y, &numbers, marks);
+  if (y.pushes > 0 && !y.pushes_at_once) syncPush(y, &numbers, marks);
   const uint64_t pushed = stampNow(y);
   if (y.pulls > 0)
     syncCopies(y, y.pull, y.pulls, y.pull_slotted, false, numbers.pull, numbers.pull_seen);
@@ -1625,7 +1672,7 @@ __device__ __forceinline__ void oneBlockStart(const SyncSources& y, int n, uint3
   if (marks != nullptr && threadIdx.x == 0) *marks = PushStamps{};
   readNumbers(y, n, numbers);
   stampAt(y, marks, 0);
-  if (y.pushes > 0) syncPush(y, &numbers, marks);
+  if (y.pushes > 0 && !y.pushes_at_once) syncPush(y, &numbers, marks);
   *pushed = stampNow(y);
   syncWait(y, n, v, numbers.source, numbers.source_seen);
 }
@@ -1761,6 +1808,22 @@ cudaError_t reduceWith(ReduceOp op, cudaStream_t stream, void* dst, const Reduce
 
 namespace {
 
+// Whether pushLinesAtOnce can do m's pushes (y: their arguments): each in
+// lines, of at most kAtOnceLineBytes, not direct, and no two sharing a
+// counter or a signal (whose stores must otherwise be in push order).
+bool linesAtOnce(const MessageStep& m, const SyncSources& y) {
+  for (std::size_t k = 0; k < m.push_count; ++k) {
+    const CopyArgs& p = y.push[k];
+    if (((y.push_inline >> k) & 1u) == 0 || p.bytes > kAtOnceLineBytes || p.direct != nullptr)
+      return false;
+    for (std::size_t i = 0; i < k; ++i)
+      if ((p.counter != nullptr && p.counter == y.push[i].counter) ||
+          (p.signal != nullptr && p.signal == y.push[i].signal))
+        return false;
+  }
+  return true;
+}
+
 // A MessageStep's pushes and pulls, and what they share, and the kernel
 // stamps' sink (null when off) into the kernel's arguments.
 void placeCopies(const MessageStep& m, const KernelStampSink* stamps, SyncSources& y) {
@@ -1799,6 +1862,8 @@ void placeCopies(const MessageStep& m, const KernelStampSink* stamps, SyncSource
   y.release = m.release;
   y.mask = m.slots - 1;
   y.stride = m.stride;
+  y.pushes_at_once = m.push_count > 0 && pushesAtOnce.load(std::memory_order_relaxed) &&
+                     linesAtOnce(m, y);
   if (stamps != nullptr && stamps->ring != nullptr && stamps->next != nullptr) {
     y.stamps = stamps->ring;
     y.stamp_next = stamps->next;
@@ -1968,6 +2033,7 @@ cudaError_t launchSpin(cudaStream_t stream, uint64_t nanoseconds) {
 
 void setProgrammaticLaunch(bool on) { programmatic.store(on, std::memory_order_relaxed); }
 void setSpreadSources(bool on) { spreadSources.store(on, std::memory_order_relaxed); }
+void setPushesAtOnce(bool on) { pushesAtOnce.store(on, std::memory_order_relaxed); }
 
 // Every (dtype, op) instantiation of every kernel above (every value of
 // types.h's tables), through the launch functions with placeholder

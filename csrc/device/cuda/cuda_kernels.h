@@ -156,6 +156,13 @@ void setProgrammaticLaunch(bool on);
 // HIR_CUDA_SPREAD_SOURCES when it is created.
 void setSpreadSources(bool on);
 
+// Whether a one-block step's pushes, when each is in lines, of at most 128
+// bytes, and no two share a counter or a signal, go each in a warp of its
+// own at the kernel's start, every load of a push issued before any is used
+// (on by default); off, the block does them one after the other.
+// Process-wide; CudaDevice sets it from HIR_CUDA_PUSHES_AT_ONCE.
+void setPushesAtOnce(bool on);
+
 // Kernel stamps, a diagnosis (HIR_CUDA_STAMPS, docs/cli.md): given a
 // KernelStampSink, a launch's one-block message or reduction kernel
 // (messageStepKernel, reduceLinesKernel, reduceFusedKernel: the small
