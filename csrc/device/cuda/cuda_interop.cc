@@ -73,24 +73,23 @@ void throwCudaError(cudaError_t err, const char* call, int ordinal) {
 }
 
 bool pollEvent(cudaEvent_t event, Duration timeout, int ordinal) {
+  using std::chrono::microseconds;
   const auto start = Clock::now();
   const auto deadline = start + timeout;
-  auto pause = std::chrono::microseconds(2);
   for (;;) {
     cudaError_t err = cudaEventQuery(event);
     if (err == cudaSuccess) return true;
     if (err != cudaErrorNotReady) throwCudaError(err, "cudaEventQuery", ordinal);
     const auto now = Clock::now();
     if (now >= deadline) return false;
-    const auto waited = now - start;
-    if (waited < std::chrono::microseconds(50)) continue;  // short waits: spin
-    if (waited < std::chrono::milliseconds(1)) {
+    const auto waited = std::chrono::duration_cast<microseconds>(now - start);
+    if (waited < kPollSpin) continue;
+    if (waited < kPollYield) {
       std::this_thread::yield();
       continue;
     }
-    auto left = std::chrono::duration_cast<std::chrono::microseconds>(deadline - now);
-    std::this_thread::sleep_for(std::min(pause, left));
-    pause = std::min(pause * 2, std::chrono::microseconds(1000));
+    const auto left = std::chrono::duration_cast<microseconds>(deadline - now);
+    std::this_thread::sleep_for(std::min(pollPause(waited), left));
   }
 }
 
