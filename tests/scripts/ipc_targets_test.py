@@ -21,9 +21,9 @@ SIZES = [8 * 8**k for k in range(10)]  # 8 B - 1 GiB by 8x
 P2P_SIZES = [4096 * 4**k for k in range(10)]  # 4 KiB - 1 GiB by 4x
 
 
-def write_p2p(path, ipc_over_nccl=1.2, latency=(5.0, 10.0)):
+def write_p2p(path, ipc_over_nccl=1.2, latency=(5.0, 10.0), raw_over_nccl=None):
     """nccl at 100 GB/s everywhere, ipc-auto at ipc_over_nccl (a number, or
-    {bytes: ratio}) times that."""
+    {bytes: ratio}) times that; with raw_over_nccl, the raw copies too."""
     with open(path, "w") as f:
         f.write("world,test,bytes,variant,us,gbps,ratio_to_nccl\n")
         f.write(f"2,latency,8,nccl,{latency[1]},0.00,1.0\n")
@@ -33,6 +33,9 @@ def write_p2p(path, ipc_over_nccl=1.2, latency=(5.0, 10.0)):
             us = b / 100e3
             f.write(f"2,bandwidth,{b},nccl,{us:.3f},100.00,1.0\n")
             f.write(f"2,bandwidth,{b},ipc-auto,{us / x:.3f},{100 * x:.2f},{x}\n")
+            if raw_over_nccl is not None:
+                r = raw_over_nccl
+                f.write(f"2,bandwidth,{b},raw,{us / r:.3f},{100 * r:.2f},{r}\n")
 
 
 def write_collectives(path, allgather_busbw=1.1, wrong=0, skip=(), graph_us=None, ranks=2,
@@ -135,6 +138,16 @@ class IpcTargets(unittest.TestCase):
         rows, out = self.verdicts()
         for t in TARGETS:
             self.assertEqual(rows[t], "**missed**", f"{t}\n{out}")
+
+    def test_the_raw_copies_ratio_stands_beside_each_send_recv_ratio(self):
+        # A bar above the copy engine's own ratio shows as such.
+        write_p2p(self.p2p, {1 << 30: 1.04}, raw_over_nccl=1.05)
+        write_collectives(self.colls)
+        write_latency(self.lat, GOOD_LATENCY)
+        rows, out = self.verdicts()
+        self.assertEqual(rows["256 MiB and up send/recv, streamed, defaults"], "**missed**", out)
+        self.assertIn("1 GiB 1.040x (raw copies 1.050x)", out)
+        self.assertIn("4 MiB 1.200x (raw copies 1.050x)", out)
 
     def test_a_part_that_did_not_run_leaves_its_targets_not_measured(self):
         write_p2p(self.p2p)  # the latency part failed, the collectives never ran
