@@ -125,6 +125,15 @@ sed 's/"backend": "ipc"/"backend": "nccl"/' "$root/bench/graph/pingpong_ipc_loop
 k=1000
 rows=()
 status=0
+# run_hir PROGRAM RANKS N KPARAM ITERS WARMUP [FLAG...]: one `hir run` of
+# PROGRAM on the cuda device, n=N and KPARAM=$k, its output into the log.
+# The caller's environment (a variant's, the stamps') goes with it.
+run_hir() {
+  local prog=$1 ranks=$2 n=$3 kparam=$4 iters=$5 warmup=$6
+  shift 6
+  timeout 120 "$hir" run "$prog" --np "$ranks" --device cuda --param "n=$n" \
+    --param "$kparam=$k" --iters "$iters" --warmup "$warmup" --no-progress "$@" >>"$log" 2>&1
+}
 # measure LABEL ENV PROGRAM KPARAM PER_OP_DIVISOR N RANKS [NAME MODES FLAG...]: NAME
 # (default: ENV, or "default") names the variant's row, MODES (default
 # --modes) its modes, and the FLAGs go to hir run.
@@ -140,9 +149,8 @@ measure() {
       json="$tmp/run.json"
       printf '\n===== %s %s %s (%s) =====\n' "$label" "$name" "$mode" "$r" >>"$log"
       # shellcheck disable=SC2086  # env: none, or NAME=VALUE words (commas made spaces)
-      if env ${env//,/ } timeout 120 "$hir" run "$prog" --np "$ranks" --device cuda --param "n=$n" \
-          --param "$kparam=$k" --iters 10 --warmup 3 --no-progress "${flag[@]}" \
-          --json "$json" >>"$log" 2>&1; then
+      if ([ -z "$env" ] || export ${env//,/ }
+          run_hir "$prog" "$ranks" "$n" "$kparam" 10 3 "${flag[@]}" --json "$json"); then
         times+=("$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["seconds_per_run"]["max"])' "$json")")
       else
         status=1
@@ -218,9 +226,8 @@ if [ "$stamps" = 1 ]; then
       flag=()
       [ "$mode" = graph ] && flag=(--graph)
       printf '\n===== stamps: ipc %s n=%s %s =====\n' "$op" "$n1" "$mode" >>"$log"
-      if HIR_CUDA_STAMPS="$out/stamps/$op-$mode" timeout 120 "$hir" run \
-          "$root/bench/ipc/${op}_loop.json" --np "$np" --device cuda --param "n=$n1" \
-          --param "reps=$k" --iters 5 --warmup 2 --no-progress "${flag[@]}" >>"$log" 2>&1; then
+      if (export HIR_CUDA_STAMPS="$out/stamps/$op-$mode"
+          run_hir "$root/bench/ipc/${op}_loop.json" "$np" "$n1" reps 5 2 "${flag[@]}"); then
         echo "# $op $mode" >>"$out/ipc-latency.txt"
         python3 "$root/scripts/kernel_stamps.py" "$out/stamps/$op-$mode".gpu*.csv \
           >>"$out/ipc-latency.txt" 2>&1 || status=1
