@@ -6,6 +6,7 @@
 # device tool's `carry`); builds nothing.
 #
 #   bash scripts/gpu-owed.sh [--build DIR] [--budget S] [--steps "check graph ..."]
+#        [--probe-variants "default NAME=VALUE ..."]
 #
 # The steps, in this order (--steps picks some; the estimate is what the
 # budget counts; each runs under `timeout` of the budget left):
@@ -76,7 +77,9 @@
 #             allgather at every GPU (3 or more; eager and --graph) and at 2
 #             (--graph), nccl beside them (with its symmetric kernels), and
 #             the kernel stamps of each (HIR_CUDA_STAMPS: the median time of
-#             each phase of ipc's kernels, per rank)                  (150 s)
+#             each phase of ipc's kernels, per rank); --probe-variants
+#             "default NAME=VALUE ..." runs ipc under each (an A/B of a
+#             kernel switch, the stamps of the default)               (150 s)
 #
 # --budget S (default 560): a step starts only if its estimate fits in what
 # is left of S since this script started; the others are listed as left for
@@ -89,7 +92,7 @@ set -u -o pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
 out=${OUT:-$root/gpu-out}
-build=$root/build-carry budget=560
+build=$root/build-carry budget=560 probe_variants=default
 all="targets tests kernels oneshot bcast mid-np probe-np mid direct sem grid faults soak graph check colls colls2 probe probe-mid"
 steps=$all
 while [ $# -gt 0 ]; do
@@ -97,7 +100,8 @@ while [ $# -gt 0 ]; do
     --build) shift; build=${1:-} ;;
     --budget) shift; budget=${1:-} ;;
     --steps) shift; steps=${1:-} ;;
-    -h|--help) sed -n '2,60p' "$0"; exit 0 ;;
+    --probe-variants) shift; probe_variants=${1:-default} ;;
+    -h|--help) sed -n '2,/^# NCCL_NVLS_ENABLE=0 always/p' "$0"; exit 0 ;;
     *) echo "gpu-owed: unknown option $1" >&2; exit 2 ;;
   esac
   shift
@@ -204,7 +208,7 @@ run_step() {
         echo "== $n ranks"
         mkdir -p "$OUT/np$n"
         OUT="$OUT/np$n" bash "$root/scripts/ipc-latency-probe.sh" --build "$build" --np "$n" \
-          --n 2 --ops "allreduce allgather" --reps 3 --variants default --no-nsys --stamps \
+          --n 2 --ops "allreduce allgather" --reps 3 --variants "$probe_variants" --no-nsys --stamps \
           $([ "$n" = 2 ] && echo --modes graph) | tail -n 40 || return 1
       done ;;
     probe-mid) bash "$root/scripts/ipc-latency-probe.sh" --build "$build" \
@@ -234,7 +238,7 @@ for s in $steps; do
   dir="$out/owed/$s"
   mkdir -p "$dir"
   t0=$(date +%s)
-  OUT=$dir timeout "$room" bash -c "$(declare -f run_step by_variant); $(declare -p root build nccl_tests gpus); run_step $s" \
+  OUT=$dir timeout "$room" bash -c "$(declare -f run_step by_variant); $(declare -p root build nccl_tests gpus probe_variants); run_step $s" \
     >"$dir/output.txt" 2>&1
   rc=$?
   [ "$rc" = 0 ] || failed=1
