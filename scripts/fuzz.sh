@@ -35,7 +35,7 @@ while (($#)); do
     --build=*) build=${1#*=}; shift ;;
     --) shift; extra=("$@"); break ;;
     fuzz_json|fuzz_expr|fuzz_check) targets+=("$1"); shift ;;
-    -h|--help) sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) awk 'NR > 1 { if (!/^#/) exit; print }' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "fuzz.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
 done

@@ -50,7 +50,7 @@ while [ $# -gt 0 ]; do
     --prebuilt) shift; prebuilt=${1:-} ;;
     --mps) mps=1 ;;
     --shared-np) shift; shared_np=${1:-} ;;
-    -h|--help) sed -n '2,31p' "$0"; exit 0 ;;
+    -h|--help) awk 'NR > 1 { if (!/^#/) exit; print }' "$0"; exit 0 ;;
     *) echo "gpu-check: unknown option $1" >&2; exit 2 ;;
   esac
   shift

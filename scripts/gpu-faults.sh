@@ -49,7 +49,7 @@ while [ $# -gt 0 ]; do
     --np) shift; np=${1:-2} ;;
     --cases) shift; cases=${1:-} ;;
     --baseline) shift; baseline=${1:-$baseline} ;;
-    -h|--help) sed -n '2,31p' "$0"; exit 0 ;;
+    -h|--help) awk 'NR > 1 { if (!/^#/) exit; print }' "$0"; exit 0 ;;
     -*) echo "gpu-faults: unknown option $1" >&2; exit 2 ;;
     *) build=$1 ;;
   esac

@@ -101,7 +101,7 @@ while [ $# -gt 0 ]; do
     --budget) shift; budget=${1:-} ;;
     --steps) shift; steps=${1:-} ;;
     --probe-variants) shift; probe_variants=${1:-default} ;;
-    -h|--help) sed -n '2,/^# NCCL_NVLS_ENABLE=0 always/p' "$0"; exit 0 ;;
+    -h|--help) awk 'NR > 1 { if (!/^#/) exit; print }' "$0"; exit 0 ;;
     *) echo "gpu-owed: unknown option $1" >&2; exit 2 ;;
   esac
   shift

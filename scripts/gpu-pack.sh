@@ -28,7 +28,7 @@ while [ $# -gt 0 ]; do
     --build) shift; build=$(cd "$1" && pwd) || exit 2 ;;
     --nccl-tests) shift; nccl_tests=$1 ;;
     --out) shift; out=$1 ;;
-    -h|--help) sed -n '2,23p' "$0"; exit 0 ;;
+    -h|--help) awk 'NR > 1 { if (!/^#/) exit; print }' "$0"; exit 0 ;;
     *) echo "gpu-pack: unknown option $1" >&2; exit 2 ;;
   esac
   shift

@@ -43,7 +43,7 @@ while [ $# -gt 0 ]; do
     --np) shift; only_np=$1 ;;
     --k) shift; k=$1 ;;
     --nccl-tests) shift; nccl_tests=$1 ;;
-    -h|--help) sed -n '2,28p' "$0"; exit 0 ;;
+    -h|--help) awk 'NR > 1 { if (!/^#/) exit; print }' "$0"; exit 0 ;;
     *) echo "graph-bench: unknown option $1" >&2; exit 2 ;;
   esac
   shift

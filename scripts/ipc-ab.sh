@@ -43,7 +43,7 @@ while [ $# -gt 0 ]; do
     --variants) shift; variants=$1 ;;
     --probe-ops) shift; probe_ops=$1 ;;
     --probe-with) shift; probe_with=$1 ;;
-    -h|--help) sed -n '2,27p' "$0"; exit 0 ;;
+    -h|--help) awk 'NR > 1 { if (!/^#/) exit; print }' "$0"; exit 0 ;;
     *) echo "ipc-ab: unknown option $1" >&2; exit 2 ;;
   esac
   shift

@@ -54,7 +54,7 @@ while [ $# -gt 0 ]; do
     --ops) shift; ops=$1 ;;
     --device) shift; device=$1 ;;
     --plots) plots=1 ;;
-    -h|--help) sed -n '2,34p' "$0"; exit 0 ;;
+    -h|--help) awk 'NR > 1 { if (!/^#/) exit; print }' "$0"; exit 0 ;;
     *) echo "ipc-collectives-bench: unknown argument '$1'" >&2; exit 2 ;;
   esac
   shift

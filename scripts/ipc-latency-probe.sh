@@ -58,7 +58,7 @@ while [ $# -gt 0 ]; do
     --no-nsys) profile=0 ;;
     --stamps) stamps=1 ;;
     --np) shift; np=${1:-} ;;
-    -h|--help) sed -n '2,34p' "$0"; exit 0 ;;
+    -h|--help) awk 'NR > 1 { if (!/^#/) exit; print }' "$0"; exit 0 ;;
     *) echo "ipc-latency-probe: unknown option $1" >&2; exit 2 ;;
   esac
   shift

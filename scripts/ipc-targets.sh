@@ -20,7 +20,8 @@
 # On one H100 (--mps, ipc only, --reps 2) the three took 58 s; on 4 H100s
 # 531 s (session 24, before the 4-rank latency probe, with 7 runs per size);
 # on 4 H200s with the probe at 5 runs, more than 575 s (latency 149 s and
-# 108 s at 4 ranks, p2p 24, colls 123 and over 170 at 4 ranks).
+# 108 s at 4 ranks, p2p 24, colls 123 and over 170 at 4 ranks), and with
+# the defaults below 515 s (session 26).
 #
 #   bash scripts/ipc-targets.sh [--build DIR] [--reps N] [--latency-reps N]
 #        [--parts "latency p2p colls"] [--colls-np "2 4"] [--mps]
@@ -54,7 +55,7 @@ while [ $# -gt 0 ]; do
     --parts) shift; parts=${1:-} ;;
     --colls-np) shift; colls_np=${1:-}; colls_np_given=1 ;;
     --mps) mps=1 ;;
-    -h|--help) sed -n '2,42p' "$0"; exit 0 ;;
+    -h|--help) awk 'NR > 1 { if (!/^#/) exit; print }' "$0"; exit 0 ;;
     *) echo "ipc-targets: unknown option $1 (see --help)" >&2; exit 2 ;;
   esac
   shift

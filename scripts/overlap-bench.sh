@@ -41,7 +41,7 @@ while [ $# -gt 0 ]; do
     --kn) shift; k=$1 ;;
     --chunks) shift; chunks=$1 ;;
     --programs) shift; programs=$1 ;;
-    -h|--help) sed -n '2,24p' "$0"; exit 0 ;;
+    -h|--help) awk 'NR > 1 { if (!/^#/) exit; print }' "$0"; exit 0 ;;
     *) echo "overlap-bench: unknown option $1" >&2; exit 2 ;;
   esac
   shift

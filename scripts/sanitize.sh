@@ -22,7 +22,7 @@ while (($#)); do
   case $1 in
     asan|tsan) kinds+=("$1"); shift ;;
     --) shift; ctest_args=("$@"); break ;;
-    -h|--help) sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) awk 'NR > 1 { if (!/^#/) exit; print }' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "sanitize.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
