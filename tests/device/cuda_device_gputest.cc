@@ -1149,7 +1149,7 @@ TEST(CudaDevice, MessageStepPushesPullsAndCopiesAtEachReplay) {
 }
 
 // HIR_CUDA_STAMPS: each one-block message kernel leaves one record, its
-// five stamps in order, written at the device's teardown to the prefix's
+// eight stamps in order, written at the device's teardown to the prefix's
 // file of this GPU and process; a device made without it writes none.
 TEST(CudaDevice, KernelStampsRecordEachOneBlockKernelAtTeardown) {
   HIR_REQUIRE_GPUS(1);
@@ -1462,13 +1462,6 @@ TEST(CudaDevice, PartsInLinesAreTheHostDevicesLinesAtEachReplay) {
   }
 }
 
-// A reduction of 4 sources, the last 3 in lines, pushed by another stream
-// after the reduction was enqueued (last source first): for every dtype and
-// op, what the host device gives for the same sources. With
-// HIR_CUDA_SPREAD_SOURCES on (the default) and off; the counts put the
-// units of every source (4 bytes, or an element of 8) at, just past and
-// far past one thread per source and unit (256 threads: 64 units a
-// source), where the spread path gives way to the batched one.
 // Several parts in lines in one step, of 1 to 1100 bytes (fewer words in
 // all than the block's threads, and more), pushes and pulls: each part's
 // lines are the host device's and each arrives whole, at each replay.
@@ -1480,73 +1473,74 @@ TEST(CudaDevice, StepsOfSeveralPartsInLinesMoveEachPartAtEachReplay) {
   std::unique_ptr<Device> host = createDevice("host", 0);
   constexpr std::size_t kSlots = 2;
   for (const char* at_once : {"1", "0"}) {
-  auto device = makeCudaDeviceWithEnv({{"HIR_CUDA_PUSHES_AT_ONCE", at_once}});
-  auto s = device->createStream();
-  for (const std::vector<std::size_t>& sizes :
-       {std::vector<std::size_t>{1, 6, 128, 40, 8, 3, 64, 100, 17, 128},
-        std::vector<std::size_t>{1, 6, 128, 130, 40, 8}, std::vector<std::size_t>{8, 1100, 3}}) {
-    const std::size_t parts = sizes.size();
-    const std::size_t stride = inlineLineBytes(*std::max_element(sizes.begin(), sizes.end()));
-    Buffer words(*device, 4 * parts * sizeof(uint32_t));
-    auto* w = static_cast<uint32_t*>(words.data());
-    upload(w, std::vector<uint32_t>(4 * parts, 0).data(), 4 * parts * sizeof(uint32_t));
-    std::vector<std::unique_ptr<Buffer>> srcs, rings, dsts;
-    std::vector<std::vector<unsigned char>> data;
-    MessageStep push, pull;
-    push.slots = pull.slots = kSlots;
-    push.stride = pull.stride = stride;
-    push.push_count = pull.pull_count = parts;
-    for (std::size_t k = 0; k < parts; ++k) {
-      srcs.push_back(std::make_unique<Buffer>(*device, sizes[k]));
-      rings.push_back(std::make_unique<Buffer>(*device, kSlots * stride));
-      dsts.push_back(std::make_unique<Buffer>(*device, sizes[k]));
-      std::vector<unsigned char> d(sizes[k]);
-      for (std::size_t b = 0; b < sizes[k]; ++b) d[b] = static_cast<unsigned char>(b * 13 + k + 1);
-      upload(srcs[k]->data(), d.data(), d.size());
-      data.push_back(std::move(d));
-      // Words: push k's counter and signal, pull k's counter and signal.
-      push.pushes[k] = {.counter = w + 4 * k, .number = 1, .advance = 1, .dst = rings[k]->data(),
-                        .src = srcs[k]->data(), .bytes = sizes[k], .signal = w + 4 * k + 1,
-                        .slotted = true, .inline_flags = true};
-      pull.pulls[k] = {.counter = w + 4 * k + 2, .number = 1, .advance = 1,
-                       .dst = dsts[k]->data(), .src = rings[k]->data(), .bytes = sizes[k],
-                       .signal = w + 4 * k + 3, .slotted = true, .inline_flags = true};
-    }
-    device->beginCapture(*s);
-    device->messageStep(*s, push);
-    device->messageStep(*s, pull);
-    std::unique_ptr<Graph> graph = device->endCapture(*s);
-    for (uint32_t v = 1; v <= 3; ++v) {
-      for (std::size_t k = 0; k < parts; ++k)
-        upload(dsts[k]->data(), std::vector<char>(sizes[k], 0).data(), sizes[k]);
-      device->launchGraph(*graph, *s);
-      device->synchronize(*s, testTimeout());
-      std::vector<uint32_t> seen(4 * parts);
-      std::memcpy(seen.data(), readBack(w, seen.size() * sizeof(uint32_t)).data(),
-                  seen.size() * sizeof(uint32_t));
+    auto device = makeCudaDeviceWithEnv({{"HIR_CUDA_PUSHES_AT_ONCE", at_once}});
+    auto s = device->createStream();
+    for (const std::vector<std::size_t>& sizes :
+         {std::vector<std::size_t>{1, 6, 128, 40, 8, 3, 64, 100, 17, 128},
+          std::vector<std::size_t>{1, 6, 128, 130, 40, 8}, std::vector<std::size_t>{8, 1100, 3}}) {
+      const std::size_t parts = sizes.size();
+      const std::size_t stride = inlineLineBytes(*std::max_element(sizes.begin(), sizes.end()));
+      Buffer words(*device, 4 * parts * sizeof(uint32_t));
+      auto* w = static_cast<uint32_t*>(words.data());
+      upload(w, std::vector<uint32_t>(4 * parts, 0).data(), 4 * parts * sizeof(uint32_t));
+      std::vector<std::unique_ptr<Buffer>> srcs, rings, dsts;
+      std::vector<std::vector<unsigned char>> data;
+      MessageStep push, pull;
+      push.slots = pull.slots = kSlots;
+      push.stride = pull.stride = stride;
+      push.push_count = pull.pull_count = parts;
       for (std::size_t k = 0; k < parts; ++k) {
-        const std::string where = "part " + std::to_string(k) + " of " +
-                                  std::to_string(sizes[k]) + " bytes (of " +
-                                  std::to_string(parts) + "), replay " + std::to_string(v);
-        const std::vector<std::byte> got = readBack(dsts[k]->data(), sizes[k]);
-        EXPECT_EQ(std::memcmp(got.data(), data[k].data(), sizes[k]), 0) << where;
-        std::vector<char> want(inlineLineBytes(sizes[k]));
-        MessageStep hosted;
-        hosted.push_count = 1;
-        hosted.pushes[0] = {.number = v, .dst = want.data(), .src = data[k].data(),
-                            .bytes = sizes[k], .inline_flags = true};
-        host->messageStep(host->defaultStream(), hosted);
-        host->synchronize(host->defaultStream(), testTimeout());
-        const std::vector<std::byte> lines = readBack(
-            static_cast<char*>(rings[k]->data()) + (v % kSlots) * stride, want.size());
-        EXPECT_EQ(std::memcmp(lines.data(), want.data(), want.size()), 0)
-            << where << ": the lines differ from the host device's";
-        for (int word = 0; word < 4; ++word)
-          EXPECT_EQ(seen[4 * k + static_cast<std::size_t>(word)], v)
-              << where << ", word " << word << ", HIR_CUDA_PUSHES_AT_ONCE=" << at_once;
+        srcs.push_back(std::make_unique<Buffer>(*device, sizes[k]));
+        rings.push_back(std::make_unique<Buffer>(*device, kSlots * stride));
+        dsts.push_back(std::make_unique<Buffer>(*device, sizes[k]));
+        std::vector<unsigned char> d(sizes[k]);
+        for (std::size_t b = 0; b < sizes[k]; ++b)
+          d[b] = static_cast<unsigned char>(b * 13 + k + 1);
+        upload(srcs[k]->data(), d.data(), d.size());
+        data.push_back(std::move(d));
+        // Words: push k's counter and signal, pull k's counter and signal.
+        push.pushes[k] = {.counter = w + 4 * k, .number = 1, .advance = 1, .dst = rings[k]->data(),
+                          .src = srcs[k]->data(), .bytes = sizes[k], .signal = w + 4 * k + 1,
+                          .slotted = true, .inline_flags = true};
+        pull.pulls[k] = {.counter = w + 4 * k + 2, .number = 1, .advance = 1,
+                         .dst = dsts[k]->data(), .src = rings[k]->data(), .bytes = sizes[k],
+                         .signal = w + 4 * k + 3, .slotted = true, .inline_flags = true};
+      }
+      device->beginCapture(*s);
+      device->messageStep(*s, push);
+      device->messageStep(*s, pull);
+      std::unique_ptr<Graph> graph = device->endCapture(*s);
+      for (uint32_t v = 1; v <= 3; ++v) {
+        for (std::size_t k = 0; k < parts; ++k)
+          upload(dsts[k]->data(), std::vector<char>(sizes[k], 0).data(), sizes[k]);
+        device->launchGraph(*graph, *s);
+        device->synchronize(*s, testTimeout());
+        std::vector<uint32_t> seen(4 * parts);
+        std::memcpy(seen.data(), readBack(w, seen.size() * sizeof(uint32_t)).data(),
+                    seen.size() * sizeof(uint32_t));
+        for (std::size_t k = 0; k < parts; ++k) {
+          const std::string where = "part " + std::to_string(k) + " of " +
+                                    std::to_string(sizes[k]) + " bytes (of " +
+                                    std::to_string(parts) + "), replay " + std::to_string(v);
+          const std::vector<std::byte> got = readBack(dsts[k]->data(), sizes[k]);
+          EXPECT_EQ(std::memcmp(got.data(), data[k].data(), sizes[k]), 0) << where;
+          std::vector<char> want(inlineLineBytes(sizes[k]));
+          MessageStep hosted;
+          hosted.push_count = 1;
+          hosted.pushes[0] = {.number = v, .dst = want.data(), .src = data[k].data(),
+                              .bytes = sizes[k], .inline_flags = true};
+          host->messageStep(host->defaultStream(), hosted);
+          host->synchronize(host->defaultStream(), testTimeout());
+          const std::vector<std::byte> lines = readBack(
+              static_cast<char*>(rings[k]->data()) + (v % kSlots) * stride, want.size());
+          EXPECT_EQ(std::memcmp(lines.data(), want.data(), want.size()), 0)
+              << where << ": the lines differ from the host device's";
+          for (int word = 0; word < 4; ++word)
+            EXPECT_EQ(seen[4 * k + static_cast<std::size_t>(word)], v)
+                << where << ", word " << word << ", HIR_CUDA_PUSHES_AT_ONCE=" << at_once;
+        }
       }
     }
-  }
   }
 }
 
@@ -1608,6 +1602,13 @@ TEST(CudaDevice, PushesOfOneLaneInLinesSignalTheLaterNumber) {
   }
 }
 
+// A reduction of 4 sources, the last 3 in lines, pushed by another stream
+// after the reduction was enqueued (last source first): for every dtype and
+// op, what the host device gives for the same sources. With
+// HIR_CUDA_SPREAD_SOURCES on (the default) and off; the counts put the
+// units of every source (4 bytes, or an element of 8) at, just past and
+// far past one thread per source and unit (256 threads: 64 units a
+// source), where the spread path gives way to the batched one.
 TEST(CudaDevice, ReduceOfSourcesInLinesMatchesTheHostDevice) {
   HIR_REQUIRE_GPUS(1);
   constexpr int kSources = 4;
