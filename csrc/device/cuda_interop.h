@@ -8,12 +8,11 @@
 // only GPU-only code includes it.
 #pragma once
 
-#include <algorithm>
-#include <chrono>
-
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <memory>
 
@@ -114,9 +113,8 @@ inline void cudaCheck(cudaError_t err, const char* call, int ordinal) {
 // pause that doubled up to 1 ms from the first millisecond overslept a 3 ms
 // wait by up to a millisecond: on 4 H200s, hir_p2p_bench's raw 256 MiB
 // copies, host timed, read 291 GB/s with it and 393 with this poll, where
-// CUDA events read 395.) Throws BackendError
-// when the event reports an error. Never calls cudaEventSynchronize, which
-// cannot time out.
+// CUDA events read 395.) Throws BackendError when the event reports an
+// error. Never calls cudaEventSynchronize, which cannot time out.
 inline constexpr std::chrono::microseconds kPollSpin{50};
 inline constexpr std::chrono::microseconds kPollYield{10'000};
 // A 32nd of the wait so far, 20 us to 1 ms.

@@ -893,20 +893,17 @@ struct SyncSources {
   uint32_t inline_sources;              // bit j: source j in lines
   bool copies_wide;  // every push's and pull's ends, size and the stride are 16-byte multiples
   bool pushes_at_once;  // pushLinesAtOnce (placeCopies says when)
-  KernelStamp* stamps;    // the kernel stamps' ring (KernelStampSink), null when off
-  uint32_t* stamp_next;   // records ever written
-  uint32_t stamp_mask;    // the ring's capacity - 1
+  KernelStampSink stamps;  // the kernel stamps' ring; its ring null when off
 };
 
 // The kernel stamps (KernelStampSink), thread 0's view: the global timer
 // now, 0 when they are off or for another thread.
 __device__ __forceinline__ uint64_t stampNow(const SyncSources& y) {
   uint64_t t = 0;
-  if (y.stamps != nullptr && threadIdx.x == 0)
+  if (y.stamps.ring != nullptr && threadIdx.x == 0)
     asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t)::"memory");
   return t;
 }
-// Thread 0 writes the kernel's record, `end` now.
 // The points inside a kernel's pushes (thread 0's, in shared memory):
 // [0] numbers read, [1] slot waits done, [2] copies done.
 struct PushStamps {
@@ -915,15 +912,16 @@ struct PushStamps {
 __device__ __forceinline__ void stampAt(const SyncSources& y, PushStamps* p, int k) {
   if (p != nullptr && threadIdx.x == 0) p->at[k] = stampNow(y);
 }
+// Thread 0 writes the kernel's record, `end` now.
 __device__ __forceinline__ void stampRecord(const SyncSources& y, KernelStampKind kind,
                                             uint64_t entry, uint64_t followed,
                                             const PushStamps& inside, uint64_t pushed,
                                             uint64_t waited) {
-  if (y.stamps == nullptr || threadIdx.x != 0) return;
+  if (y.stamps.ring == nullptr || threadIdx.x != 0) return;
   const uint64_t end = stampNow(y);
   uint32_t sm;
   asm volatile("mov.u32 %0, %%smid;" : "=r"(sm));
-  KernelStamp& r = y.stamps[atomicAdd(y.stamp_next, 1u) & y.stamp_mask];
+  KernelStamp& r = y.stamps.ring[atomicAdd(y.stamps.next, 1u) & y.stamps.mask];
   r = KernelStamp{entry,  followed, inside.at[0], inside.at[1], inside.at[2], pushed, waited,
                   end,    static_cast<uint32_t>(kind), sm};
 }
@@ -1178,7 +1176,7 @@ __global__ void __launch_bounds__(kThreads) messageStepKernel(SyncSources y) {
   const uint64_t followed = stampNow(y);
   __shared__ StepNumbers numbers;
   __shared__ PushStamps inside;
-  PushStamps* marks = y.stamps != nullptr ? &inside : nullptr;
+  PushStamps* marks = y.stamps.ring != nullptr ? &inside : nullptr;
   if (marks != nullptr && threadIdx.x == 0) inside = PushStamps{};
   readNumbers(y, 0, numbers);
   stampAt(y, marks, 0);
@@ -1692,7 +1690,7 @@ __global__ void __launch_bounds__(kBlockThreads)
   __shared__ StepNumbers numbers;
   __shared__ PushStamps inside;
   uint64_t pushed;
-  oneBlockStart(sync, n, v, numbers, &pushed, sync.stamps != nullptr ? &inside : nullptr);
+  oneBlockStart(sync, n, v, numbers, &pushed, sync.stamps.ring != nullptr ? &inside : nullptr);
   reduceInBatches<A, Op>(dst, placeSources(given, sync, v), n, count, wide, threadIdx.x,
                          blockDim.x);
   const uint64_t reduced = stampNow(sync);
@@ -1739,7 +1737,7 @@ __global__ void __launch_bounds__(kBlockThreads)
   __shared__ StepNumbers numbers;
   __shared__ PushStamps inside;
   uint64_t pushed;
-  oneBlockStart(sync, n, v, numbers, &pushed, sync.stamps != nullptr ? &inside : nullptr);
+  oneBlockStart(sync, n, v, numbers, &pushed, sync.stamps.ring != nullptr ? &inside : nullptr);
   if (spread)
     reduceLinesSpread<A, Op>(dst, given, sync, v, n, count);
   else
@@ -1864,11 +1862,7 @@ void placeCopies(const MessageStep& m, const KernelStampSink* stamps, SyncSource
   y.stride = m.stride;
   y.pushes_at_once = m.push_count > 0 && pushesAtOnce.load(std::memory_order_relaxed) &&
                      linesAtOnce(m, y);
-  if (stamps != nullptr && stamps->ring != nullptr && stamps->next != nullptr) {
-    y.stamps = stamps->ring;
-    y.stamp_next = stamps->next;
-    y.stamp_mask = stamps->mask;
-  }
+  if (stamps != nullptr) y.stamps = *stamps;
 }
 
 // A step with parts in rings has a power of two of slots.

@@ -186,6 +186,7 @@ struct KernelStamp {
 // power of two) on the launching device; *next, zero at first, counts the
 // records ever written, the last mask + 1 of which the ring holds. One per
 // device (KernelStampRing), passed to each launch: no process-wide state.
+// Both pointers are set, or neither.
 struct KernelStampSink {
   KernelStamp* ring = nullptr;
   uint32_t* next = nullptr;

@@ -11,7 +11,6 @@
 #include <fmt/format.h>
 
 #include "common/log.h"
-#include "device/cuda/cuda_kernels.h"
 
 namespace hir::cuda {
 
@@ -36,28 +35,25 @@ std::unique_ptr<KernelStampRing> KernelStampRing::fromEnv(int ordinal) {
                  "no stamps", ordinal);
     return nullptr;
   }
-  auto sink = std::make_unique<KernelStampSink>();
-  sink->ring = static_cast<KernelStamp*>(ring);
-  sink->next = static_cast<uint32_t*>(next);
-  sink->mask = kStampCapacity - 1;
-  return std::unique_ptr<KernelStampRing>(new KernelStampRing(prefix, ordinal, std::move(sink)));
+  const KernelStampSink sink{static_cast<KernelStamp*>(ring), static_cast<uint32_t*>(next),
+                             kStampCapacity - 1};
+  return std::unique_ptr<KernelStampRing>(new KernelStampRing(prefix, ordinal, sink));
 }
 
-KernelStampRing::KernelStampRing(std::string prefix, int ordinal,
-                                 std::unique_ptr<KernelStampSink> sink)
-    : prefix_(std::move(prefix)), ordinal_(ordinal), sink_(std::move(sink)) {}
+KernelStampRing::KernelStampRing(std::string prefix, int ordinal, KernelStampSink sink)
+    : prefix_(std::move(prefix)), ordinal_(ordinal), sink_(sink) {}
 
 KernelStampRing::~KernelStampRing() {
-  (void)cudaFree(sink_->ring);
-  (void)cudaFree(sink_->next);
+  (void)cudaFree(sink_.ring);
+  (void)cudaFree(sink_.next);
 }
 
 void KernelStampRing::save() const {
   uint32_t written = 0;
-  const uint32_t capacity = sink_->mask + 1;
+  const uint32_t capacity = sink_.mask + 1;
   std::vector<KernelStamp> records(capacity);
-  if (cudaMemcpy(&written, sink_->next, sizeof written, cudaMemcpyDeviceToHost) != cudaSuccess ||
-      cudaMemcpy(records.data(), sink_->ring, sizeof(KernelStamp) * capacity,
+  if (cudaMemcpy(&written, sink_.next, sizeof written, cudaMemcpyDeviceToHost) != cudaSuccess ||
+      cudaMemcpy(records.data(), sink_.ring, sizeof(KernelStamp) * capacity,
                  cudaMemcpyDeviceToHost) != cudaSuccess) {
     (void)cudaGetLastError();
     HIR_LOG_WARN(Subsys::Cuda, "HIR_CUDA_STAMPS: reading device {}'s stamps failed", ordinal_);
@@ -74,7 +70,7 @@ void KernelStampRing::save() const {
                "end_ns\n");
   const uint32_t kept = written < capacity ? written : capacity;
   for (uint32_t i = written - kept; i != written; ++i) {
-    const KernelStamp& r = records[i & sink_->mask];
+    const KernelStamp& r = records[i & sink_.mask];
     std::fprintf(f, "%u,%u,%llu,%llu,%llu,%llu,%llu,%llu,%llu,%llu\n", r.kind, r.sm,
                  static_cast<unsigned long long>(r.entry),
                  static_cast<unsigned long long>(r.followed),

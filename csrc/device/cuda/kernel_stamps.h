@@ -8,10 +8,9 @@
 #include <memory>
 #include <string>
 
-namespace hir::cuda {
+#include "device/cuda/cuda_kernels.h"
 
-struct KernelStamp;
-struct KernelStampSink;
+namespace hir::cuda {
 
 class KernelStampRing {
  public:
@@ -21,7 +20,7 @@ class KernelStampRing {
   ~KernelStampRing();  // frees the ring: no kernel given sink() may still run
 
   // What the device's launches pass for their kernels to write into.
-  const KernelStampSink& sink() const { return *sink_; }
+  const KernelStampSink& sink() const { return sink_; }
   KernelStampRing(const KernelStampRing&) = delete;
   KernelStampRing& operator=(const KernelStampRing&) = delete;
 
@@ -31,10 +30,10 @@ class KernelStampRing {
   void save() const;
 
  private:
-  KernelStampRing(std::string prefix, int ordinal, std::unique_ptr<KernelStampSink> sink);
+  KernelStampRing(std::string prefix, int ordinal, KernelStampSink sink);
   std::string prefix_;
   int ordinal_;
-  std::unique_ptr<KernelStampSink> sink_;  // its ring and counter, in device memory
+  KernelStampSink sink_;  // its ring and counter, in device memory
 };
 
 }  // namespace hir::cuda
