@@ -26,23 +26,26 @@ import sys
 
 KINDS = {1: "message step", 2: "reduce in lines", 3: "fused reduce"}
 PHASES = ["start", "pushes", "waits", "signals", "handoff", "period"]
-
-
 SUB = ["numbers", "slots", "copies", "psignals"]  # inside the pushes, when recorded
 
 
 def read(path):
     """(kind, entry, followed, pushed, waited, end, (numbered, slotted,
-    copied) or None) per record, by start"""
+    copied) or None) per record, by start. Raises ValueError naming the
+    line of a record that is not one."""
     with open(path) as f:
-        rows = [r for r in csv.DictReader(f)]
+        rows = list(csv.DictReader(f))
     recs = []
-    for r in rows:
-        t = tuple(int(r[k]) for k in ("kind", "entry_ns", "followed_ns", "pushed_ns",
-                                        "waited_ns", "end_ns"))
-        inside = None
-        if "numbered_ns" in r and int(r["slotted_ns"] or 0) != 0:
-            inside = tuple(int(r[k]) for k in ("numbered_ns", "slotted_ns", "copied_ns"))
+    for line, r in enumerate(rows, start=2):
+        try:
+            t = tuple(int(r[k]) for k in ("kind", "entry_ns", "followed_ns", "pushed_ns",
+                                            "waited_ns", "end_ns"))
+            inside = None
+            if "numbered_ns" in r and int(r["slotted_ns"] or 0) != 0:
+                inside = tuple(int(r[k]) for k in ("numbered_ns", "slotted_ns", "copied_ns"))
+        except (KeyError, TypeError, ValueError) as e:
+            raise ValueError(f"line {line}: not a stamp record ({e!r}); expected the columns "
+                             "of KernelStampRing::save") from None
         recs.append(t + (inside,))
     recs = [r for r in recs if r[1] != 0]
     recs.sort(key=lambda r: r[2])
@@ -81,7 +84,11 @@ def main():
     print(f"  {'file':<34} {'kernel':<16} {'count':>6} " + " ".join(f"{p:>8}" for p in PHASES)
           + "   (median ns, second half)")
     for path in paths:
-        recs = read(path)
+        try:
+            recs = read(path)
+        except (OSError, ValueError) as e:
+            print(f"kernel_stamps: {path}: {e}", file=sys.stderr)
+            return 2
         if not recs:
             print(f"  {path.rsplit('/', 1)[-1]:<34} (no records)")
             continue

@@ -92,6 +92,18 @@ class KernelStamps(unittest.TestCase):
         self.assertIn("numbers 300, slots 100, copies 400, psignals 100", r.stdout)
         self.assertEqual(self.row(r.stdout, "p.gpu0.4.csv", "lines")[-5], "900", r.stdout)
 
+    def test_a_missing_or_malformed_file_is_named_in_a_usage_error(self):
+        r = self.run_on("absent.csv")
+        self.assertEqual(r.returncode, 2, r.stderr)
+        self.assertIn("absent.csv", r.stderr)
+        self.assertNotIn("Traceback", r.stderr)
+        with open(os.path.join(self.dir.name, "bad.csv"), "w") as f:
+            f.write(HEADER + "2,1,100,200,300\n")
+        r = self.run_on("bad.csv")
+        self.assertEqual(r.returncode, 2, r.stderr)
+        self.assertIn("bad.csv: line 2: not a stamp record", r.stderr)
+        self.assertNotIn("Traceback", r.stderr)
+
     def test_no_file_is_a_usage_error(self):
         r = subprocess.run([sys.executable, SCRIPT], capture_output=True, text=True)
         self.assertEqual(r.returncode, 2)
