@@ -72,10 +72,11 @@ void throwCudaError(cudaError_t err, const char* call, int ordinal) {
                                  ordinal, cudaGetErrorString(err), cudaGetErrorName(err)));
 }
 
-// The pause after the yielding: 20 us at least, a 32nd of the wait, at
-// most 1 ms (a wait of 10 ms pauses 312 us; from 32 ms, 1 ms).
+// The pause after the yielding: 20 us at least, a 256th of the wait, at
+// most 1 ms (a wait of 10 ms pauses 39 us; from 256 ms, 1 ms).
 static_assert(pollPause(std::chrono::microseconds{0}) == std::chrono::microseconds{20});
-static_assert(pollPause(kPollYield) == std::chrono::microseconds{312});
+static_assert(pollPause(kPollYield) == std::chrono::microseconds{39});
+static_assert(pollPause(std::chrono::milliseconds{100}) == std::chrono::microseconds{390});
 static_assert(pollPause(std::chrono::seconds{1}) == std::chrono::microseconds{1000});
 
 bool pollEvent(cudaEvent_t event, Duration timeout, int ordinal) {
