@@ -11,7 +11,10 @@
 #   p2p      hir_p2p_bench --protocols auto,put: send/recv as a program
 #            without "protocol" runs it (eager up to 16 MiB, put above), and
 #            put, against nccl, 4 KiB - 1 GiB by 4x, streamed and (up to
-#            16 MiB) ping-pong, plus the 8 B latency row
+#            16 MiB) ping-pong, plus the 8 B latency row; then
+#            hir_link_bench 64 MiB - 1 GiB: the link's ceiling (GPU 0 to
+#            GPU 1 by copy engines and kernels, pushes and pulls, no
+#            protocol), which the verdicts set a bandwidth miss against
 #   colls    ipc-collectives-bench.sh: allreduce, allgather, reduce_scatter,
 #            broadcast and alltoall, 8 B - 1 GiB by 8x, ipc and nccl, eager
 #            and (up to 32 KiB) with --graph, 20 collectives per run, medians
@@ -108,7 +111,7 @@ out=${OUT:-$root/gpu-out}/targets
 mkdir -p "$out"
 # A part that does not run this time must be "not measured", not judged
 # from an earlier run's file.
-rm -f "$out/p2p.csv" "$out/ipc-collectives.csv" "$out/ipc-latency.txt" "$out"/np*/ipc-collectives.csv \
+rm -f "$out/p2p.csv" "$out/link.csv" "$out/ipc-collectives.csv" "$out/ipc-latency.txt" "$out"/np*/ipc-collectives.csv \
   "$out"/np*/ipc-latency.txt
 has() { case " $parts " in *" $1 "*) return 0 ;; esac; return 1; }
 mps_flag=()
@@ -150,6 +153,12 @@ if has p2p; then
   part p2p "${mpi[@]}" "$build/bin/hir_p2p_bench" --device cuda --min 4K --max 1G --factor 4 \
     --reps "$reps" --run-bytes 1G --pingpong-max 16M --protocols auto,put "${base[@]}" \
     --csv "$out/p2p.csv"
+  # The link's ceiling (GPU 0 -> GPU 1, every way of copying, no protocol):
+  # what the 256 MiB and up verdict sets a miss against. Not under MPS (one
+  # GPU), nor from a build without it (an older pack).
+  if [ "$mps" = 0 ] && [ -x "$build/bin/hir_link_bench" ]; then
+    part link "$build/bin/hir_link_bench" --min 64M --max 1G --reps 5 --csv "$out/link.csv"
+  fi
   if [ "$mps" = 1 ]; then
     mps_stop
     unset HIR_SHARE_GPUS CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY CUDA_DEVICE_MAX_CONNECTIONS
@@ -170,7 +179,7 @@ if has colls; then
   done
 fi
 
-python3 "$root/scripts/ipc_targets.py" --p2p "$out/p2p.csv" \
+python3 "$root/scripts/ipc_targets.py" --p2p "$out/p2p.csv" --link "$out/link.csv" \
   --collectives "$out/ipc-collectives.csv" --latency "$out/ipc-latency.txt" "${at_ranks[@]}" \
   "${lat_at[@]}" \
   --gpus "$gpus" $([ "$mps" = 1 ] && echo --shared) >"$out/targets.md" || status=1

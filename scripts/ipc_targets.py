@@ -8,8 +8,8 @@ target with the figure, NCCL's in the same run, the ratio, the bar and the
 verdict.
 
   ipc_targets.py --p2p p2p.csv --collectives ipc-collectives.csv \\
-      --latency ipc-latency.txt [--collectives-at N=PATH]... [--latency-at N=PATH]...
-      [--gpus N] [--shared]
+      --latency ipc-latency.txt [--link link.csv] [--collectives-at N=PATH]...
+      [--latency-at N=PATH]... [--gpus N] [--shared]
 
 --shared: the ranks shared one GPU (no NCCL): every verdict is "not judged".
 --collectives-at N=PATH: the collectives of N ranks (a machine of N GPUs;
@@ -21,6 +21,9 @@ more than the bar's margin between runs).
 Inputs:
   p2p.csv          hir_p2p_bench --csv: world,test,bytes,variant,us,gbps,...
                    (variants nccl, ipc-auto, raw)
+  link.csv         hir_link_bench --csv: way,bytes,us,gbps (the link's
+                   ceiling: a bandwidth bar above it at some size is missed
+                   by the hardware, and its verdict says so)
   ipc-collectives.csv  ipc-collectives-bench.sh: op,backend,mode,size,count,
                    type,redop,root,time_us,algbw,busbw,wrong,...
   ipc-latency.txt  ipc-latency-probe.sh's table: "<backend> <op> <n> B
@@ -52,6 +55,19 @@ def read_p2p(path):
             key = (r["test"], int(r["bytes"]))
             rows.setdefault(key, {})[r["variant"]] = (float(r["us"]), float(r["gbps"]))
     return rows
+
+
+def read_link(path):
+    """{bytes: (gbps, way)}: the fastest way of hir_link_bench at each size."""
+    best = {}
+    if not path or not os.path.exists(path):
+        return best
+    with open(path) as f:
+        for r in csv.DictReader(f):
+            b, g = int(r["bytes"]), float(r["gbps"])
+            if g > best.get(b, (0.0, ""))[0]:
+                best[b] = (g, r["way"])
+    return best
 
 
 def read_collectives(path):
@@ -97,17 +113,17 @@ class Verdicts:
         self.shared = shared
         self.rows = []
 
-    def add(self, target, figure, baseline, ratio_text, bar, met):
+    def add(self, target, figure, baseline, ratio_text, bar, met, why_missed=""):
         if self.shared:
             verdict = "not judged (no NCCL: ranks share a GPU)"
         elif met is None:
             verdict = "not measured"
         else:
-            verdict = "**met**" if met else "**missed**"
+            verdict = "**met**" if met else "**missed**" + (f": {why_missed}" if why_missed else "")
         self.rows.append((target, figure, baseline, ratio_text, bar, verdict))
 
     def missed(self):
-        return [r for r in self.rows if r[5] == "**missed**"]
+        return [r for r in self.rows if r[5].startswith("**missed**")]
 
 
 def judge_rates(rows, bar):
@@ -226,12 +242,14 @@ def main():
     ap.add_argument("--p2p")
     ap.add_argument("--collectives")
     ap.add_argument("--latency")
+    ap.add_argument("--link")
     ap.add_argument("--collectives-at", action="append", default=[], metavar="N=PATH")
     ap.add_argument("--latency-at", action="append", default=[], metavar="N=PATH")
     ap.add_argument("--gpus", default="?")
     ap.add_argument("--shared", action="store_true")
     a = ap.parse_args()
     p2p = read_p2p(a.p2p)
+    link = read_link(a.link)
     colls = read_collectives(a.collectives)
     lat = read_latency(a.latency)
     def ranks_and_path(flag, spec):
@@ -265,7 +283,10 @@ def main():
     # 3. and 4. send/recv bandwidth, streamed, the default protocol. Beside
     #    each ratio, the raw copies' (the copy engine into the peer's
     #    buffer, no protocol) over NCCL's, when the bench measured them: a
-    #    bar above it is above what the copy engine does on that host.
+    #    bar above it is above what the copy engine does on that host; and
+    #    the link's ceiling over NCCL's (hir_link_bench's fastest way of
+    #    any): a size missed where that too is under the bar is missed by
+    #    the hardware, and the verdict says so.
     def bandwidth(lo, hi, bar, label):
         sizes = sorted(b for (t, b) in p2p if t == "bandwidth" and lo <= b <= hi)
         ok, judged = judge_rates([(b, p2p[("bandwidth", b)], "ipc-auto", "nccl")
@@ -273,12 +294,21 @@ def main():
 
         def ratio(b, i, n, x):
             raw = p2p[("bandwidth", b)].get("raw", (None, 0.0))[1]
-            return f"{size_text(b)} {x:.3f}x" + (f" (raw copies {raw / n:.3f}x)" if raw > 0 else "")
+            text = f"{size_text(b)} {x:.3f}x" + (f" (raw copies {raw / n:.3f}x" if raw > 0 else "")
+            if b in link:
+                text += ("; " if raw > 0 else " (") + \
+                    f"link ceiling {link[b][0]:.1f} GB/s by {link[b][1]}, {link[b][0] / n:.4f}x"
+            return text + (")" if raw > 0 or b in link else "")
+        short = [(b, n) for b, i, n, x in judged if x < bar]
+        why = ""
+        if short and all(b in link and link[b][0] / n < bar for b, n in short):
+            why = ("the bar is above the link's ceiling at " +
+                   ", ".join(size_text(b) for b, _ in short))
         v.add(label,
               "; ".join(f"{size_text(b)} {i:.1f} / {n:.1f}" for b, i, n, _ in judged)
               + " GB/s (ipc / nccl)" if judged else "-", "same row",
               ", ".join(ratio(*j) for j in judged) or "-",
-              f">= {bar}x bandwidth", ok)
+              f">= {bar}x bandwidth", ok, why)
 
     bandwidth(1 * MiB, 16 * MiB, 1.0, "1 - 16 MiB send/recv, streamed, defaults")
     bandwidth(256 * MiB, 1 << 40, 1.08, "256 MiB and up send/recv, streamed, defaults")
@@ -342,7 +372,9 @@ def main():
         print("| " + " | ".join(r) + " |")
     print()
     missed = v.missed()
-    print(f"{len(missed)} missed, "
+    hardware = sum("link's ceiling" in r[5] for r in missed)
+    print(f"{len(missed)} missed" + (f" ({hardware} of them above the link's ceiling)"
+                                     if hardware else "") + ", "
           f"{sum(r[5] == 'not measured' for r in v.rows)} not measured, "
           f"{sum(r[5] == '**met**' for r in v.rows)} met.")
     return 0

@@ -149,6 +149,42 @@ class IpcTargets(unittest.TestCase):
         self.assertIn("1 GiB 1.040x (raw copies 1.050x)", out)
         self.assertIn("4 MiB 1.200x (raw copies 1.050x)", out)
 
+    def write_link(self, gbps):
+        """hir_link_bench's CSV: {bytes: GB/s} for ce-push, and a slower
+        sm-push at each size (the ceiling is the fastest way's)."""
+        path = os.path.join(self.dir.name, "link.csv")
+        with open(path, "w") as f:
+            f.write("way,bytes,us,gbps\n")
+            for b, g in gbps.items():
+                f.write(f"ce-push,{b},{b / g / 1e3:.2f},{g:.2f}\n")
+                f.write(f"sm-push,{b},{b / (g - 20) / 1e3:.2f},{g - 20:.2f}\n")
+        return path
+
+    def test_a_miss_above_the_links_ceiling_is_named_so(self):
+        # 1 GiB at 1.06x NCCL's 100 GB/s where the fastest way of copying
+        # does 107.9 GB/s: no protocol reaches 1.08x there.
+        write_p2p(self.p2p, {1 << 30: 1.06}, raw_over_nccl=1.07)
+        write_collectives(self.colls)
+        write_latency(self.lat, GOOD_LATENCY)
+        link = self.write_link({256 << 20: 115.0, 1 << 30: 107.9})
+        rows, out = self.verdicts("--link", link)
+        self.assertEqual(rows["256 MiB and up send/recv, streamed, defaults"],
+                         "**missed**: the bar is above the link's ceiling at 1 GiB", out)
+        self.assertIn("1 GiB 1.060x (raw copies 1.070x; link ceiling 107.9 GB/s by ce-push, "
+                      "1.0790x)", out)
+        self.assertIn("1 missed (1 of them above the link's ceiling), 0 not measured, 7 met.", out)
+
+    def test_a_miss_below_the_links_ceiling_stays_a_plain_miss(self):
+        # The link could carry 1.15x at 1 GiB: the miss is the protocol's.
+        write_p2p(self.p2p, {1 << 30: 1.06})
+        write_collectives(self.colls)
+        write_latency(self.lat, GOOD_LATENCY)
+        link = self.write_link({1 << 30: 115.0})
+        rows, out = self.verdicts("--link", link)
+        self.assertEqual(rows["256 MiB and up send/recv, streamed, defaults"], "**missed**", out)
+        self.assertIn("1 GiB 1.060x (link ceiling 115.0 GB/s by ce-push, 1.1500x)", out)
+        self.assertIn("1 missed, 0 not measured, 7 met.", out)
+
     def test_a_part_that_did_not_run_leaves_its_targets_not_measured(self):
         write_p2p(self.p2p)  # the latency part failed, the collectives never ran
         rows, out = self.verdicts()

@@ -212,7 +212,7 @@ TEST(HirCli, SameParamTwiceIsBadUsage) {
 // number names its flag (it once said "stoi").
 TEST(HirCli, BenchmarkHelpExitsZero) {
   int found = 0;
-  for (const std::string& name : {"hir_p2p_bench", "hir_comm_bench"}) {
+  for (const std::string& name : {"hir_p2p_bench", "hir_comm_bench", "hir_link_bench"}) {
     const std::string bin = benchBinary(name);
     if (bin.empty()) continue;
     ++found;
@@ -231,7 +231,10 @@ TEST(HirCli, BenchmarkBadNumbersNameTheFlag) {
       {"hir_p2p_bench", {"--base", "gloo"}},   {"hir_p2p_bench", {"--protocols", "auto,lazy"}},
       {"hir_p2p_bench", {"--protocols=put,put"}},
       {"hir_comm_bench", {"--iters", "x"}},     {"hir_comm_bench", {"--warmup", "-1"}},
-      {"hir_comm_bench", {"--max", "lots"}},    {"hir_comm_bench", {"--iters", "4294967297"}}};
+      {"hir_comm_bench", {"--max", "lots"}},    {"hir_comm_bench", {"--iters", "4294967297"}},
+      {"hir_link_bench", {"--to", "x"}},        {"hir_link_bench", {"--from", "-1"}},
+      {"hir_link_bench", {"--min", "8"}},       {"hir_link_bench", {"--reps", "0"}},
+      {"hir_link_bench", {"--to=0"}}};
   int found = 0;
   for (const auto& [name, args] : cases) {
     const std::string bin = benchBinary(name);
@@ -252,6 +255,16 @@ TEST(HirCli, BenchmarkBadNumbersNameTheFlag) {
     EXPECT_EQ(twice.exit_code, 2);
     EXPECT_NE(twice.err.find("--reps given twice"), std::string::npos) << twice.err;
   }
+}
+
+// hir_link_bench needs two GPUs that map each other's memory; without them
+// (CI, a GPU of its own) it says which it needed and exits 1, not a crash.
+TEST(HirCli, LinkBenchWithoutTwoGpusSaysSo) {
+  const std::string bin = benchBinary("hir_link_bench");
+  if (bin.empty()) GTEST_SKIP() << "no hir_link_bench in this build (no CUDA)";
+  CommandResult r = runCommand({bin, "--from", "0", "--to", "1000", "--reps", "1"}, 60);
+  EXPECT_EQ(r.exit_code, 1) << r.out << r.err;
+  EXPECT_NE(r.err.find("needs GPUs 0 and 1000"), std::string::npos) << r.err;
 }
 
 TEST(HirCli, UnknownCommandIsBadUsage) {
