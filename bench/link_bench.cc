@@ -111,7 +111,7 @@ std::size_t splitAt(std::size_t bytes, std::size_t num, std::size_t den) {
 
 class Link {
  public:
-  Link(const Options& o) : o_(o) {
+  explicit Link(const Options& o) : o_(o) {
     int n = 0;
     if (cudaError_t err = cudaGetDeviceCount(&n); err != cudaSuccess) {
       (void)cudaGetLastError();
