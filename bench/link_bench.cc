@@ -93,16 +93,11 @@ int parse(int argc, char** argv, Options& o) {
 }
 
 // What the measurement cannot go on without (no GPU, no peer access, a way
-// that delivered wrong bytes): said by main, exit 1.
+// that delivered wrong bytes): said by main, exit 1, as a failed CUDA call
+// is (HIR_CUDA_CHECK's BackendError, naming the call and the device).
 struct Unmeasurable : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
-
-void check(cudaError_t err, const char* what) {
-  if (err != cudaSuccess)
-    throw Unmeasurable(fmt::format("{}: {} ({})", what, cudaGetErrorString(err),
-                                   cudaGetErrorName(err)));
-}
 
 // Splits a copy of `bytes` at a multiple of 16 near `num / den` of it.
 std::size_t splitAt(std::size_t bytes, std::size_t num, std::size_t den) {
@@ -119,37 +114,40 @@ class Link {
                                      o.to, cudaGetErrorString(err)));
     }
     if (std::max(o.from, o.to) >= n)
-      throw Unmeasurable(fmt::format("needs GPUs {} and {}; this machine shows {}", o.from, o.to, n));
+      throw Unmeasurable(
+          fmt::format("needs GPUs {} and {}; this machine shows {}", o.from, o.to, n));
     for (auto [a, b] : {std::pair{o.from, o.to}, std::pair{o.to, o.from}}) {
       int can = 0;
-      check(cudaDeviceCanAccessPeer(&can, a, b), "cudaDeviceCanAccessPeer");
+      HIR_CUDA_CHECK(a, cudaDeviceCanAccessPeer(&can, a, b));
       if (!can) throw Unmeasurable(fmt::format("GPU {} cannot map GPU {}'s memory", a, b));
       on(a);
       cudaError_t err = cudaDeviceEnablePeerAccess(b, 0);
-      if (err != cudaErrorPeerAccessAlreadyEnabled) check(err, "cudaDeviceEnablePeerAccess");
+      if (err != cudaErrorPeerAccessAlreadyEnabled)
+        hir::cuda::cudaCheck(err, "cudaDeviceEnablePeerAccess", a);
       (void)cudaGetLastError();
     }
     for (int side = 0; side < 2; ++side) {
-      on(side == 0 ? o.from : o.to);
+      on(gpu(side));
       int sms = 0;
-      check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, side == 0 ? o.from : o.to),
-            "cudaDeviceGetAttribute");
+      HIR_CUDA_CHECK(current_,
+                     cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, gpu(side)));
       blocks_[side] = std::max(1, sms) * 8;
       for (cudaStream_t& s : streams_[side])
-        check(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cudaStreamCreate");
+        HIR_CUDA_CHECK(current_, cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
       for (cudaEvent_t& e : joins_[side])
-        check(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "cudaEventCreate");
-      check(cudaMalloc(side == 0 ? &src_ : &dst_, static_cast<std::size_t>(o.max)), "cudaMalloc");
+        HIR_CUDA_CHECK(current_, cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+      HIR_CUDA_CHECK(current_,
+                     cudaMalloc(side == 0 ? &src_ : &dst_, static_cast<std::size_t>(o.max)));
     }
     on(o.from);
-    check(cudaEventCreate(&start_), "cudaEventCreate");
-    check(cudaEventCreate(&stop_), "cudaEventCreate");
-    check(cudaEventCreateWithFlags(&fork_, cudaEventDisableTiming), "cudaEventCreate");
+    HIR_CUDA_CHECK(current_, cudaEventCreate(&start_));
+    HIR_CUDA_CHECK(current_, cudaEventCreate(&stop_));
+    HIR_CUDA_CHECK(current_, cudaEventCreateWithFlags(&fork_, cudaEventDisableTiming));
   }
 
   ~Link() {
     for (int side = 0; side < 2; ++side) {
-      hir::cuda::activateQuietly(side == 0 ? o_.from : o_.to);
+      hir::cuda::activateQuietly(gpu(side));
       (void)cudaDeviceSynchronize();
       for (cudaStream_t s : streams_[side])
         if (s) (void)cudaStreamDestroy(s);
@@ -174,14 +172,13 @@ class Link {
   std::vector<Way> ways() {
     auto ce = [this](int side, int k, std::size_t off, std::size_t len) {
       use(side, k);
-      check(cudaMemcpyAsync(dst() + off, src() + off, len, cudaMemcpyDeviceToDevice,
-                            streams_[side][k]),
-            "cudaMemcpyAsync");
+      HIR_CUDA_CHECK(current_, cudaMemcpyAsync(dst() + off, src() + off, len,
+                                               cudaMemcpyDeviceToDevice, streams_[side][k]));
     };
     auto sm = [this](int side, int k, std::size_t off, std::size_t len) {
       use(side, k);
-      check(hir::cuda::launchCopy(streams_[side][k], dst() + off, src() + off, len, blocks_[side]),
-            "launchCopy");
+      HIR_CUDA_CHECK(current_, hir::cuda::launchCopy(streams_[side][k], dst() + off, src() + off,
+                                                     len, blocks_[side]));
     };
     return {
         {"ce-push", [=](std::size_t b) { ce(0, 0, 0, b); }},
@@ -213,18 +210,18 @@ class Link {
   // unless one byte a MiB and the last hold the source's.
   void verify(const Way& way, std::size_t bytes, uint8_t value) {
     on(o_.from);
-    check(cudaMemset(src_, value, bytes), "cudaMemset");
+    HIR_CUDA_CHECK(current_, cudaMemset(src_, value, bytes));
     on(o_.to);
-    check(cudaMemset(dst_, 0xEE, bytes), "cudaMemset");
-    check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+    HIR_CUDA_CHECK(current_, cudaMemset(dst_, 0xEE, bytes));
+    HIR_CUDA_CHECK(current_, cudaDeviceSynchronize());
     run(way, bytes, 1, false);
     on(o_.to);
     constexpr std::size_t kPitch = std::size_t{1} << 20;
     const std::size_t rows = (bytes + kPitch - 1) / kPitch;
     std::vector<uint8_t> seen(rows + 1);
-    check(cudaMemcpy2D(seen.data(), 1, dst_, kPitch, 1, rows, cudaMemcpyDeviceToHost),
-          "cudaMemcpy2D");
-    check(cudaMemcpy(&seen[rows], dst() + bytes - 1, 1, cudaMemcpyDeviceToHost), "cudaMemcpy");
+    HIR_CUDA_CHECK(current_,
+                   cudaMemcpy2D(seen.data(), 1, dst_, kPitch, 1, rows, cudaMemcpyDeviceToHost));
+    HIR_CUDA_CHECK(current_, cudaMemcpy(&seen[rows], dst() + bytes - 1, 1, cudaMemcpyDeviceToHost));
     for (std::size_t i = 0; i <= rows; ++i)
       if (seen[i] != value)
         throw Unmeasurable(fmt::format(
@@ -237,48 +234,54 @@ class Link {
   double run(const Way& way, std::size_t bytes, int copies, bool timed) {
     on(o_.from);
     cudaStream_t first = streams_[0][0];
-    check(cudaEventRecord(fork_, first), "cudaEventRecord");
+    HIR_CUDA_CHECK(current_, cudaEventRecord(fork_, first));
     for (int side = 0; side < 2; ++side)
       for (std::size_t k = 0; k < streams_[side].size(); ++k)
         if (side != 0 || k != 0) {
-          on(side == 0 ? o_.from : o_.to);
-          check(cudaStreamWaitEvent(streams_[side][k], fork_, 0), "cudaStreamWaitEvent");
+          on(gpu(side));
+          HIR_CUDA_CHECK(current_, cudaStreamWaitEvent(streams_[side][k], fork_, 0));
         }
     on(o_.from);
-    if (timed) check(cudaEventRecord(start_, first), "cudaEventRecord");
+    if (timed) HIR_CUDA_CHECK(current_, cudaEventRecord(start_, first));
     used_ = {};
     for (int i = 0; i < copies; ++i) way.copy(bytes);
     for (int side = 0; side < 2; ++side)
       for (std::size_t k = 0; k < streams_[side].size(); ++k)
         if (used_[side][k] && (side != 0 || k != 0)) {
-          on(side == 0 ? o_.from : o_.to);
-          check(cudaEventRecord(joins_[side][k], streams_[side][k]), "cudaEventRecord");
+          on(gpu(side));
+          HIR_CUDA_CHECK(current_, cudaEventRecord(joins_[side][k], streams_[side][k]));
           on(o_.from);
-          check(cudaStreamWaitEvent(first, joins_[side][k], 0), "cudaStreamWaitEvent");
+          HIR_CUDA_CHECK(current_, cudaStreamWaitEvent(first, joins_[side][k], 0));
         }
     on(o_.from);
-    check(cudaEventRecord(stop_, first), "cudaEventRecord");
+    HIR_CUDA_CHECK(current_, cudaEventRecord(stop_, first));
     if (!hir::cuda::pollEvent(stop_, std::chrono::seconds(60), o_.from))
       throw Unmeasurable(fmt::format("{} of {} bytes: not done after 60 s", way.name, bytes));
     if (!timed) return 0;
     float ms = 0;
-    check(cudaEventElapsedTime(&ms, start_, stop_), "cudaEventElapsedTime");
+    HIR_CUDA_CHECK(current_, cudaEventElapsedTime(&ms, start_, stop_));
     return static_cast<double>(ms) * 1000.0 / copies;
   }
 
  private:
-  void on(int ordinal) { check(cudaSetDevice(ordinal), "cudaSetDevice"); }
+  // Makes `ordinal` current (and the device HIR_CUDA_CHECK names).
+  void on(int ordinal) {
+    HIR_CUDA_CHECK(ordinal, cudaSetDevice(ordinal));
+    current_ = ordinal;
+  }
+  int gpu(int side) const { return side == 0 ? o_.from : o_.to; }
   // The stream's device current here and in the library's CUDA runtime
   // (each links its own), which launches the copy kernel.
   void use(int side, int k) {
-    on(side == 0 ? o_.from : o_.to);
-    hir::cuda::activate(side == 0 ? o_.from : o_.to);
+    on(gpu(side));
+    hir::cuda::activate(gpu(side));
     used_[side][static_cast<std::size_t>(k)] = true;
   }
   char* src() { return static_cast<char*>(src_); }
   char* dst() { return static_cast<char*>(dst_); }
 
   const Options& o_;
+  int current_ = -1;  // the device on() made current
   void* src_ = nullptr;
   void* dst_ = nullptr;
   std::array<int, 2> blocks_{};
