@@ -45,42 +45,42 @@ def size_text(b):
     return f"{b} B"
 
 
+def lines_of(path):
+    """The file's lines, or none when it was not given or not written (its
+    part did not run: its targets are then "not measured")."""
+    if not path or not os.path.exists(path):
+        return []
+    with open(path) as f:
+        return f.read().splitlines()
+
+
 def read_p2p(path):
     """{(test, bytes): {variant: (us, gbps)}}"""
     rows = {}
-    if not path or not os.path.exists(path):
-        return rows
-    with open(path) as f:
-        for r in csv.DictReader(f):
-            key = (r["test"], int(r["bytes"]))
-            rows.setdefault(key, {})[r["variant"]] = (float(r["us"]), float(r["gbps"]))
+    for r in csv.DictReader(lines_of(path)):
+        key = (r["test"], int(r["bytes"]))
+        rows.setdefault(key, {})[r["variant"]] = (float(r["us"]), float(r["gbps"]))
     return rows
 
 
 def read_link(path):
     """{bytes: (gbps, way)}: the fastest way of hir_link_bench at each size."""
     best = {}
-    if not path or not os.path.exists(path):
-        return best
-    with open(path) as f:
-        for r in csv.DictReader(f):
-            b, g = int(r["bytes"]), float(r["gbps"])
-            if g > best.get(b, (0.0, ""))[0]:
-                best[b] = (g, r["way"])
+    for r in csv.DictReader(lines_of(path)):
+        b, g = int(r["bytes"]), float(r["gbps"])
+        if g > best.get(b, (0.0, ""))[0]:
+            best[b] = (g, r["way"])
     return best
 
 
 def read_collectives(path):
     """{(op, mode, size): {backend: (us, busbw, wrong)}}"""
     rows = {}
-    if not path or not os.path.exists(path):
-        return rows
-    with open(path) as f:
-        for r in csv.reader(f):
-            if len(r) < 12:
-                continue
-            op, backend, mode, size = r[0], r[1], r[2], int(r[3])
-            rows.setdefault((op, mode, size), {})[backend] = (float(r[8]), float(r[10]), int(r[11]))
+    for r in csv.reader(lines_of(path)):
+        if len(r) < 12:
+            continue
+        op, backend, mode, size = r[0], r[1], r[2], int(r[3])
+        rows.setdefault((op, mode, size), {})[backend] = (float(r[8]), float(r[10]), int(r[11]))
     return rows
 
 
@@ -92,19 +92,16 @@ def read_latency(path):
     """{(backend, op, bytes, mode): us} for the default variant, and
     NCCL's symmetric kernels as mode "graph+sym" (variant "symmetric")"""
     rows = {}
-    if not path or not os.path.exists(path):
-        return rows
-    with open(path) as f:
-        for line in f:
-            m = LATENCY_ROW.match(line.rstrip("\n"))
-            if not m or m.group(4) not in ("default", "symmetric"):
-                continue
-            try:
-                us = float(m.group(6))
-            except ValueError:
-                continue  # "failed"
-            mode = m.group(5) + ("+sym" if m.group(4) == "symmetric" else "")
-            rows[(m.group(1), m.group(2), int(m.group(3)), mode)] = us
+    for line in lines_of(path):
+        m = LATENCY_ROW.match(line)
+        if not m or m.group(4) not in ("default", "symmetric"):
+            continue
+        try:
+            us = float(m.group(6))
+        except ValueError:
+            continue  # "failed"
+        mode = m.group(5) + ("+sym" if m.group(4) == "symmetric" else "")
+        rows[(m.group(1), m.group(2), int(m.group(3)), mode)] = us
     return rows
 
 
