@@ -33,15 +33,15 @@ while [ $# -gt 0 ]; do
   esac
   shift
 done
-targets=(hir hir_comm_bench hir_p2p_bench hir_link_bench hir_evaluator_bench hostir_gpu_tests hostir_mpi_tests
-         hostir_example_kernels)
+bins=(hir hir_comm_bench hir_p2p_bench hir_link_bench hir_evaluator_bench)  # into bin/
+targets=("${bins[@]}" hostir_gpu_tests hostir_mpi_tests hostir_example_kernels)
 [ -f "$build/CMakeCache.txt" ] || { echo "gpu-pack: $build is not a build directory" >&2; exit 2; }
 cmake --build "$build" --target "${targets[@]}" || { echo "gpu-pack: the build failed" >&2; exit 1; }
 [ -x "$build/tests/hostir_gpu_tests" ] ||
   { echo "gpu-pack: $build has no tests/hostir_gpu_tests: configure it with -DHIR_WITH_CUDA=ON" >&2; exit 2; }
 rm -rf "$out"
 mkdir -p "$out/bin" "$out/tests" "$out/lib"
-for f in hir hir_comm_bench hir_p2p_bench hir_link_bench hir_evaluator_bench; do
+for f in "${bins[@]}"; do
   strip --strip-debug -o "$out/bin/$f" "$build/bin/$f"
 done
 for f in hostir_gpu_tests hostir_mpi_tests libhostir_example_kernels.so; do
