@@ -54,6 +54,17 @@ def lines_of(path):
         return f.read().splitlines()
 
 
+def load(reader, path):
+    """reader(path); a file that is not what its part writes (a column
+    missing, a number that is not one) ends the script with status 2,
+    naming it."""
+    try:
+        return reader(path)
+    except (KeyError, TypeError, ValueError) as e:
+        print(f"ipc_targets: {path}: not the file its part writes ({e!r})", file=sys.stderr)
+        sys.exit(2)
+
+
 def read_p2p(path):
     """{(test, bytes): {variant: (us, gbps)}}"""
     rows = {}
@@ -245,19 +256,19 @@ def main():
     ap.add_argument("--gpus", default="?")
     ap.add_argument("--shared", action="store_true")
     a = ap.parse_args()
-    p2p = read_p2p(a.p2p)
-    link = read_link(a.link)
-    colls = read_collectives(a.collectives)
-    lat = read_latency(a.latency)
+    p2p = load(read_p2p, a.p2p)
+    link = load(read_link, a.link)
+    colls = load(read_collectives, a.collectives)
+    lat = load(read_latency, a.latency)
     def ranks_and_path(flag, spec):
         n, sep, path = spec.partition("=")
         if not sep or not n.isdigit():
             ap.error(f"{flag} expects N=PATH, got '{spec}'")
         return int(n), path
 
-    at_ranks = [(n, read_collectives(path)) for n, path in
+    at_ranks = [(n, load(read_collectives, path)) for n, path in
                 (ranks_and_path("--collectives-at", spec) for spec in a.collectives_at)]
-    lat_at = {n: read_latency(path) for n, path in
+    lat_at = {n: load(read_latency, path) for n, path in
               (ranks_and_path("--latency-at", spec) for spec in a.latency_at)}
     v = Verdicts(a.shared)
 

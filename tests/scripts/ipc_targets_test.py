@@ -197,6 +197,21 @@ class IpcTargets(unittest.TestCase):
         self.assertIn("1 GiB 1.060x (link ceiling 115.0 GB/s by ce-push, 1.1500x)", out)
         self.assertIn("1 missed, 0 not measured, 7 met.", out)
 
+    def test_a_malformed_file_is_a_usage_error_naming_it(self):
+        write_p2p(self.p2p)
+        write_collectives(self.colls)
+        write_latency(self.lat, GOOD_LATENCY)
+        link = os.path.join(self.dir.name, "link.csv")
+        with open(link, "w") as f:
+            f.write("way,bytes,us,gbps\nce-push,lots,1.0,2.0\n")
+        for args in (["--link", link], ["--p2p", link]):
+            r = subprocess.run([sys.executable, SCRIPT, "--p2p", self.p2p, "--collectives",
+                                self.colls, "--latency", self.lat, *args],
+                               capture_output=True, text=True)
+            self.assertEqual(r.returncode, 2, r.stdout + r.stderr)
+            self.assertIn(f"ipc_targets: {link}: not the file its part writes", r.stderr)
+            self.assertNotIn("Traceback", r.stderr)
+
     def test_a_part_that_did_not_run_leaves_its_targets_not_measured(self):
         write_p2p(self.p2p)  # the latency part failed, the collectives never ran
         rows, out = self.verdicts()
