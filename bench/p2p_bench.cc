@@ -51,7 +51,7 @@
 #include <string_view>
 #include <vector>
 
-#include "backends/ipc_collectives.h"
+#include "backends/ipc/collectives.h"
 #include "bench_cli.h"
 #include "common/check.h"
 #include <hostir/device.h>
@@ -418,7 +418,7 @@ int main(int argc, char** argv) {
                        : session.device().kind() == "cuda" ? "nccl"
                                                            : "mpi";
     // Read once: every rank has the same (the ipc backend's setup compares it).
-    const std::size_t eager_max = hir::ipcEagerSendMaxBytes();
+    const std::size_t eager_max = hir::ipcEagerSendMaxBytes(hir::Settings::fromEnvironment());
     // variants[0] is the base; the index of each is its place in every row.
     std::vector<Variant> variants = {{base, base, "", base}};
     for (const std::string& p : o.protocols) {

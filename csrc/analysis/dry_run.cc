@@ -578,7 +578,7 @@ class RankRun {
         findings_.collectives_[c.team][static_cast<std::size_t>(shape.me)].size();
     std::string_view algorithm;
     if (!attempt("collective", [&] {
-          algorithm = plan_.backends[c.backend].collective_messages(shape, messages_);
+          algorithm = plan_.backends[c.backend].collectiveMessages(shape, messages_);
         }))
       return {};
     for (const CollectiveMessage& m : messages_) {

@@ -3,7 +3,7 @@
 
 #include <mutex>
 
-#include "backends/ipc_backend.h"
+#include "backends/ipc/ipc_backend.h"
 #include "backends/local_backend.h"
 #include "backends/mpi_backend.h"
 #include "common/check.h"

@@ -16,7 +16,8 @@ CompiledProgram compile(const Program& program, const CompileOptions& options) {
   validate(program, ValidateOptions{options.world, catalog,
                                     options.kernels ? *options.kernels : kernelNames()});
   CompiledProgram out;
-  out.plan = lower(program, LowerOptions{options.world, options.device, std::move(catalog)});
+  out.plan = lower(program, LowerOptions{options.world, options.device, std::move(catalog),
+                                         options.settings});
   const Plan& plan = out.plan;
 
   ScheduleCheckOptions check;

@@ -35,6 +35,9 @@ struct CompileOptions {
   // binds a communication to a backend that reaches its own node only; null
   // or empty: every rank on one node.
   std::function<std::vector<std::string>()> nodes;
+  // The settings the bound backends decide by (ipc's eager and one-shot
+  // limits): the session's, so that the check and the run agree.
+  Settings settings;
 };
 
 struct CompiledProgram {

@@ -1,4 +1,5 @@
 #include <hostir/device.h>
+#include <hostir/settings.h>
 
 #include <mutex>
 
@@ -149,14 +150,18 @@ const std::vector<DeviceInfo>& registeredDevices() {
 }
 
 namespace {
-std::unique_ptr<Device> create(const DeviceInfo& info, int index) {
-  std::unique_ptr<Device> device = info.create(index);
+std::unique_ptr<Device> create(const DeviceInfo& info, int index, const Settings& settings) {
+  std::unique_ptr<Device> device = info.create(index, settings);
   HIR_INTERNAL_ASSERT(device != nullptr, "device factory \"{}\" returned null", info.name);
   return device;
 }
 }  // namespace
 
 std::unique_ptr<Device> createDevice(std::string_view name, int index) {
+  return createDevice(name, index, Settings::fromEnvironment());
+}
+
+std::unique_ptr<Device> createDevice(std::string_view name, int index, const Settings& settings) {
   const std::vector<DeviceInfo>& devices = registeredDevices();
   if (name == "auto") {
     std::string reasons;
@@ -164,7 +169,7 @@ std::unique_ptr<Device> createDevice(std::string_view name, int index) {
       const DeviceInfo* info = findDevice(devices, candidate);
       if (!info) continue;
       std::string why;
-      if (info->available(&why)) return create(*info, index);
+      if (info->available(&why)) return create(*info, index, settings);
       reasons += fmt::format("; {}: {}", candidate, why);
     }
     throw UsageError(fmt::format("--device auto: no device is available{}", reasons));
@@ -179,7 +184,7 @@ std::unique_ptr<Device> createDevice(std::string_view name, int index) {
   std::string why;
   HIR_CHECK_AS(UsageError, info->available(&why), "--device {}: not available: {}", name,
                why.empty() ? "no reason given" : why);
-  return create(*info, index);
+  return create(*info, index, settings);
 }
 
 }  // namespace hir

@@ -2,7 +2,6 @@
 
 #include <fmt/format.h>
 
-#include "common/parse_int.h"
 
 #ifdef HIR_WITH_CUDA
 #include "device/cuda/cuda_device.h"
@@ -34,6 +33,6 @@ std::string localRanksProblem(int local_ranks, int gpus, std::string_view how,
       gpus == 1 ? "" : "s");
 }
 
-bool gpuSharingAllowed() { return envSwitch("HIR_SHARE_GPUS", "ranks may share a GPU"); }
+bool gpuSharingAllowed(const Settings& settings) { return settings.on(Setting::ShareGpus); }
 
 }  // namespace hir

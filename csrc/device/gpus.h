@@ -7,6 +7,8 @@
 #include <string>
 #include <string_view>
 
+#include <hostir/settings.h>
+
 namespace hir {
 
 // The GPUs the CUDA runtime shows this process (cudaGetDeviceCount, so
@@ -26,8 +28,7 @@ std::string localRanksProblem(int local_ranks, int gpus, std::string_view how,
 // cuda device then takes GPU local_rank % count), which CUDA IPC, the host
 // side and compute allow and the nccl backend refuses at setup, naming the
 // ranks (NCCL needs a GPU per rank): for testing ipc programs on a machine
-// with fewer GPUs than ranks. Unset or 0: not; any other value throws
-// UsageError.
-bool gpuSharingAllowed();
+// with fewer GPUs than ranks (Setting::ShareGpus).
+bool gpuSharingAllowed(const Settings& settings);
 
 }  // namespace hir

@@ -1124,7 +1124,9 @@ void registerHostDevice() {
   registerDevice(DeviceInfo{
       "host",
       [](std::string*) { return true; },
-      [](int) -> std::unique_ptr<Device> { return std::make_unique<HostDevice>(); },
+      [](int, const Settings&) -> std::unique_ptr<Device> {
+        return std::make_unique<HostDevice>();
+      },
   });
 }
 

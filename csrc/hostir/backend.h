@@ -29,6 +29,7 @@
 #include <vector>
 
 #include <hostir/bootstrap.h>
+#include <hostir/settings.h>
 #include <hostir/types.h>
 #include <hostir/device.h>
 
@@ -117,7 +118,9 @@ struct CollectivePiece {
 // the k-th from a to b in b's list. Returns the algorithm's name ("copies",
 // "one-shot", ...): every member of a team must pick the same. Throws
 // ProgramError when the backend cannot run that collective (say why).
+// `settings`: the session's (a backend's limits, e.g. ipc's eager sizes).
 using CollectiveMessagesFn = std::string_view (*)(const CollectiveShape& shape,
+                                                  const Settings& settings,
                                                   std::vector<CollectiveMessage>& out);
 
 // The protocol a send/recv of `bytes` that asks for `asked` runs on a
@@ -126,7 +129,7 @@ using CollectiveMessagesFn = std::string_view (*)(const CollectiveShape& shape,
 // when `asked` cannot carry that many bytes (ipc's eager). The same answer
 // on every rank for the same size: the cross-rank check, the load-time
 // trace and the posts (PostArgs::protocol) all take it from here.
-using ResolveProtocolFn = Protocol (*)(Protocol asked, std::size_t bytes);
+using ResolveProtocolFn = Protocol (*)(const Settings& settings, Protocol asked, std::size_t bytes);
 
 struct BackendContext {
   Device* device = nullptr;
@@ -145,6 +148,9 @@ struct BackendContext {
   // the trace covers only a prefix of the run, or was not made. ipc sizes
   // its eager slots by it.
   int64_t largest_eager_send = -1;
+  // The session's settings (<hostir/settings.h>): every rank has the same
+  // value of those marked same_on_every_rank.
+  Settings settings;
 };
 
 // A set of values of a small enum (bit i: the value whose underlying value

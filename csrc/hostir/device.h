@@ -34,6 +34,8 @@
 
 namespace hir {
 
+class Settings;  // <hostir/settings.h>
+
 using Duration = std::chrono::milliseconds;
 
 // What is left of `total` since `start` (never negative): several waits
@@ -427,17 +429,21 @@ class Device {
 
 // Device factories, registered by name ("host", and "cuda" when built with
 // CUDA). `index` picks the GPU (the local rank); the host device ignores it.
+// `settings`: the session's (<hostir/settings.h>), which the device keeps
+// what it needs of.
 struct DeviceInfo {
   std::string name;
   // Is this kind usable here (cuda: a driver and at least one GPU)? If not,
   // `why` says why.
   std::function<bool(std::string* why)> available;
-  std::function<std::unique_ptr<Device>(int index)> create;
+  std::function<std::unique_ptr<Device>(int index, const Settings& settings)> create;
 };
 void registerDevice(DeviceInfo info);
 const std::vector<DeviceInfo>& registeredDevices();
 // "auto" picks cuda when available, else host. Unknown or unavailable
-// names throw UsageError saying why.
+// names throw UsageError saying why. Without settings:
+// Settings::fromEnvironment().
+std::unique_ptr<Device> createDevice(std::string_view name, int index, const Settings& settings);
 std::unique_ptr<Device> createDevice(std::string_view name, int index);
 
 }  // namespace hir

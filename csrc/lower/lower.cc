@@ -445,7 +445,8 @@ class Lowerer {
       if (plan_.backends[i].name == caps.name) return static_cast<int>(i);
     plan_.backends.push_back(
         PlanBackend{caps.name, caps.maps_peer_memory, caps.post_order, caps.capturable,
-                    caps.symmetric_memory, caps.collective_messages, caps.resolve_protocol});
+                    caps.symmetric_memory, caps.collective_messages, caps.resolve_protocol,
+                    options_.settings});
     return static_cast<int>(plan_.backends.size()) - 1;
   }
 

@@ -15,6 +15,7 @@ struct LowerOptions {
   int world = 1;
   std::string device = "host";         // device kind, for backend selection
   std::vector<BackendCaps> backends;   // what "backend" may name; "auto" picks among them
+  Settings settings;                   // given to each bound backend (PlanBackend::settings)
 };
 
 // Requires a validated program (analysis/validate.h). Throws ProgramError or

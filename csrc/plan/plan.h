@@ -80,11 +80,17 @@ struct PlanBackend {
   bool symmetric_memory = false;            // BackendCaps::symmetric_memory
   CollectiveMessagesFn collective_messages = nullptr;  // BackendCaps::collective_messages
   ResolveProtocolFn resolve_protocol = nullptr;        // BackendCaps::resolve_protocol
+  Settings settings;  // the compile's (CompileOptions::settings), which both of those read
   // The protocol a send/recv of `bytes` with `asked` runs (auto resolved);
   // may throw ProgramError (ResolveProtocolFn).
   Protocol protocolFor(Protocol asked, std::size_t bytes) const {
-    if (resolve_protocol != nullptr) return resolve_protocol(asked, bytes);
+    if (resolve_protocol != nullptr) return resolve_protocol(settings, asked, bytes);
     return asked == Protocol::Auto ? Protocol::Put : asked;
+  }
+  // A collective's messages (CollectiveMessagesFn); needs collective_messages.
+  std::string_view collectiveMessages(const CollectiveShape& shape,
+                                      std::vector<CollectiveMessage>& out) const {
+    return collective_messages(shape, settings, out);
   }
 };
 

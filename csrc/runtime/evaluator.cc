@@ -33,6 +33,7 @@
 #include <hostir/session.h>
 
 #include "common/check.h"
+#include "common/settings.h"
 #include "common/log.h"
 #include "common/overloaded.h"
 #include "compile/compile.h"
@@ -64,7 +65,10 @@ CompiledProgram compileFor(Session& session, const Program& program,
   co.world = session.bootstrap().world();
   co.device = std::string(session.device().kind());
   co.check_schedule = opts.check_schedule;
+  co.settings = session.settings();
   Bootstrap& boot = session.bootstrap();
+  // Before anything decides by them: the check, the trace and the backends.
+  if (co.world > 1) agreeOnSettings(boot, co.settings);
   co.backends = backendCatalog(boot);  // what can run with this bootstrap
   if (co.world > 1) co.nodes = [&boot] { return boot.nodes(); };
   const auto start = std::chrono::steady_clock::now();
@@ -168,6 +172,7 @@ struct Evaluator::Impl {
     ctx.bootstrap = &boot;
     ctx.timeout = opts.timeout;
     ctx.graph = opts.graph;
+    ctx.settings = session.settings();
     for (const PlanTeam& t : plan.teams) ctx.teams.push_back(t.ranks);
     {
       // Setup is collective (communicators, node names): a peer that never

@@ -125,7 +125,7 @@ void PeerRoutes::fillCollective(PostArgs& p, int slot, const AllocCache& allocs)
   Collective& cached = collectives_[slot];
   // The messages depend on the shape alone: listed again only when it changed.
   if (!cached.listed || cached.shape != shape) {
-    plan_.backends[c.backend].collective_messages(shape, cached.messages);
+    plan_.backends[c.backend].collectiveMessages(shape, cached.messages);
     cached.pieces.resize(cached.messages.size());
     cached.shape = shape;
     cached.listed = true;

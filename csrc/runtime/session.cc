@@ -12,12 +12,14 @@ int deviceIndex(const Bootstrap& b, const SessionOptions& o) {
 
 Session::Session(Bootstrap& bootstrap, const SessionOptions& options)
     : bootstrap_(&bootstrap),
-      device_(createDevice(options.device, deviceIndex(bootstrap, options))) {}
+      settings_(options.settings ? *options.settings : Settings::fromEnvironment()),
+      device_(createDevice(options.device, deviceIndex(bootstrap, options), settings_)) {}
 
 Session::Session(std::unique_ptr<Bootstrap> bootstrap, const SessionOptions& options)
     : owned_bootstrap_(std::move(bootstrap)),
       bootstrap_(owned_bootstrap_.get()),
-      device_(createDevice(options.device, deviceIndex(*bootstrap_, options))) {}
+      settings_(options.settings ? *options.settings : Settings::fromEnvironment()),
+      device_(createDevice(options.device, deviceIndex(*bootstrap_, options), settings_)) {}
 
 Session::~Session() = default;
 

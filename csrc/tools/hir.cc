@@ -33,7 +33,7 @@
 #include <hostir/session.h>
 #include <hostir/version.h>
 
-#include "backends/ipc_collectives.h"
+#include "backends/ipc/collectives.h"
 #include "common/check.h"
 #include "common/parse_int.h"
 #include "compile/compile.h"
@@ -499,6 +499,7 @@ CompiledProgram checkProgram(const Program& p, int world, const std::string& dev
   co.world = world;
   co.device = device;
   co.check_schedule = check_schedule;
+  co.settings = Settings::fromEnvironment();
   CompiledProgram out = compile(p, co);
   for (const ValidationError::Issue& n : out.notes)
     std::cerr << fmt::format("hir: note: {}: {}\n", n.path, n.message);
@@ -598,7 +599,7 @@ std::string programTextOnEveryRank(Bootstrap& boot) {
 void checkGpusForLaunch(const std::string& kind, int np) {
   if (kind != "cuda") return;
   const int gpus = visibleGpuCount();
-  if (gpus > 0 && gpuSharingAllowed()) return;
+  if (gpus > 0 && gpuSharingAllowed(Settings::fromEnvironment())) return;
   const std::string problem =
       localRanksProblem(np, gpus, fmt::format("--np {} starts {} ranks on this "
                                                            "machine", np, np),
@@ -657,7 +658,8 @@ int cmdCheck(const Args& a) {
   // largest eager send (or for the limit, when the check saw a prefix only).
   for (std::size_t b = 0; b < r.plan.backends.size(); ++b) {
     if (r.plan.backends[b].name != "ipc") continue;
-    const IpcEagerSlots slots = ipcEagerSlotsFor(largestEagerSend(r.trace, static_cast<int>(b)));
+    const IpcEagerSlots slots = ipcEagerSlotsFor(Settings::fromEnvironment(),
+                                                  largestEagerSend(r.trace, static_cast<int>(b)));
     if (slots.count == 0) continue;
     std::cout << fmt::format(
         "hir: ipc's eager slots: {} of {} per sender, {} per rank at world {}{}\n", slots.count,
@@ -749,7 +751,7 @@ void refuseHostCommsWithoutMpi(const Program& p, int world, const std::string& d
 // message.
 void checkGpusPerNode(Bootstrap& boot, const std::string& device) {
   if (device == "host") return;
-  const bool sharing = gpuSharingAllowed();
+  const bool sharing = gpuSharingAllowed(Settings::fromEnvironment());
   int32_t mine[2] = {boot.localSize(), visibleGpuCount()};
   std::vector<int32_t> all(2 * static_cast<std::size_t>(boot.world()));
   boot.allgather(mine, all.data(), sizeof mine);

@@ -39,6 +39,7 @@ Compiled compileAt(const Program& program, const SweepOptions& o, int64_t value,
   co.world = world;
   co.device = device_kind;
   co.check_schedule = check_schedule;
+  co.settings = Settings::fromEnvironment();
   CompiledProgram compiled = compile(c.program, co);
   // Only a size that will run must be capturable: the unchecked probes that
   // find the line from value to bytes never run.

@@ -1,7 +1,7 @@
 // The ipc backend on the host device, at any world size (a world of one
 // sends to itself; the tests up to the caller-buffer one run on the cuda
-// device too, under HIR_TEST_DEVICE=cuda, as gpu-check does): data seeded by (rank, iteration) through the evaluator
-// under both protocols and every posting order, slices of one allocation and
+// device too, under HIR_TEST_DEVICE=cuda, as gpu-check does): data seeded by (rank, iteration)
+// through the evaluator under both protocols and every posting order, slices of one allocation and
 // buffers shared by several communications, the ring allgather against the
 // MPI allgather, the exchange cache (counted), implicit exchanges, errors
 // (peer out of range, caller buffers, posts without an exchange), memory over
@@ -23,8 +23,9 @@
 #include <vector>
 
 #include <hostir/backend.h>
-#include "backends/ipc_backend.h"
-#include "backends/ipc_collectives.h"
+#include "backends/ipc/ipc_backend.h"
+#include "backends/ipc/collectives.h"
+#include "common/settings.h"
 #include "common/check.h"
 #include "common/log.h"
 #include "device/gpus.h"
@@ -131,7 +132,8 @@ std::string orderName(const ::testing::TestParamInfo<OrderParam>& info) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Ipc, IpcProtocolOrder,
-                         ::testing::Combine(::testing::Values(Protocol::Put, Protocol::Get, Protocol::Eager),
+                         ::testing::Combine(::testing::Values(Protocol::Put, Protocol::Get,
+                                                              Protocol::Eager),
                                             ::testing::Values(0, 1, 2)),
                          orderName);
 
@@ -305,7 +307,8 @@ TEST_P(IpcProtocol, JoinedAndDetachedMessagesOfOneLaneStayInOrderAcrossStreams) 
       comm("sb", "send", "out_b", next), comm("rb", "recv", "in_b", prev), prev, prev);
   const std::string text = program("lanes", R"("n": 64)", body);
   // The plan really mixes both kinds of post.
-  Plan plan = lower(parseProgram(text), LowerOptions{test::world().world(), "host", backendCatalog()});
+  Plan plan =
+      lower(parseProgram(text), LowerOptions{test::world().world(), "host", backendCatalog()});
   int joined = 0, detached = 0;
   for (const Instr& in : plan.code) {
     if (const auto* p = std::get_if<instr::Post>(&in.op); p && plan.comms[p->comm].group < 0)
@@ -419,7 +422,8 @@ TEST_P(IpcProtocol, AGroupMixingBothProtocolsOnOneLanePairsItsMessagesInOrder) {
       ]}})",
       protocol(), otherProtocol());
   const std::string text = program("mixed", R"("n": 96)", body);
-  Plan plan = lower(parseProgram(text), LowerOptions{test::world().world(), "host", backendCatalog()});
+  Plan plan =
+      lower(parseProgram(text), LowerOptions{test::world().world(), "host", backendCatalog()});
   int joined = 0;
   for (const Instr& in : plan.code)
     if (const auto* e = std::get_if<instr::GroupEnd>(&in.op)) joined += e->joined;
@@ -568,7 +572,8 @@ TEST(IpcEager, AutoIsEagerUpToTheLimitAndPutAbove) {
       {"op": "communication", "name": "s2", "type": "send", "tensor": "big", "peer": 0, "backend": "ipc"},
       {"op": "communication", "name": "r2", "type": "recv", "tensor": "big", "peer": 0, "backend": "ipc"})");
   auto protocols = [&] {
-    Plan plan = lower(parseProgram(text), LowerOptions{1, "host", backendCatalog()});
+    Plan plan = lower(parseProgram(text),
+                      LowerOptions{1, "host", backendCatalog(), Settings::fromEnvironment()});
     std::vector<Protocol> out;
     for (const PlanBackend& b : plan.backends)
       if (b.name == "ipc")
@@ -589,11 +594,15 @@ TEST(IpcEager, AutoIsEagerUpToTheLimitAndPutAbove) {
     ScopedEnv max("HIR_IPC_EAGER_MAX", "1024");
     EXPECT_EQ(protocols(), (std::vector<Protocol>{Protocol::Eager, Protocol::Put}));
   }
-  EXPECT_EQ(ipcResolveProtocol(Protocol::Auto, kIpcEagerSendMaxDefault), Protocol::Eager);
-  EXPECT_EQ(ipcResolveProtocol(Protocol::Auto, kIpcEagerSendMaxDefault + 1), Protocol::Put);
+  EXPECT_EQ(
+      ipcResolveProtocol(Settings::fromEnvironment(), Protocol::Auto, kIpcEagerSendMaxDefault),
+      Protocol::Eager);
+  EXPECT_EQ(
+      ipcResolveProtocol(Settings::fromEnvironment(), Protocol::Auto, kIpcEagerSendMaxDefault + 1),
+      Protocol::Put);
   ScopedEnv off("HIR_IPC_EAGER_MAX", "0");
   EXPECT_EQ(protocols(), (std::vector<Protocol>{Protocol::Put, Protocol::Put}));
-  EXPECT_EQ(ipcResolveProtocol(Protocol::Auto, 8), Protocol::Put);
+  EXPECT_EQ(ipcResolveProtocol(Settings::fromEnvironment(), Protocol::Auto, 8), Protocol::Put);
 }
 
 // HIR_IPC_EAGER_SEND_MAX takes a number of bytes up to 1 GiB; anything else
@@ -602,7 +611,7 @@ TEST(IpcEager, ABadEagerSendMaxIsAUsageErrorNamingIt) {
   for (const char* bad : {"16M", "-1", "1073741825"}) {
     ScopedEnv sends("HIR_IPC_EAGER_SEND_MAX", bad);
     try {
-      ipcResolveProtocol(Protocol::Auto, 64);
+      ipcResolveProtocol(Settings::fromEnvironment(), Protocol::Auto, 64);
       ADD_FAILURE() << "HIR_IPC_EAGER_SEND_MAX=" << bad << " was accepted";
     } catch (const UsageError& e) {
       EXPECT_THAT(e.what(), HasSubstr("HIR_IPC_EAGER_SEND_MAX")) << bad;
@@ -709,7 +718,8 @@ TEST(IpcEager, MidSizeSendsStreamThroughSlotsSizedForTheProgram) {
         ]}
       ]})";
   const std::string text = program("mid_stream", "", body);
-  Plan plan = lower(parseProgram(text), LowerOptions{1, "host", backendCatalog()});
+  Plan plan = lower(parseProgram(text),
+                      LowerOptions{1, "host", backendCatalog(), Settings::fromEnvironment()});
   for (const PlanBackend& b : plan.backends)
     if (b.name == "ipc") {
       EXPECT_EQ(b.protocolFor(Protocol::Auto, 65536), Protocol::Eager);
@@ -759,6 +769,8 @@ std::unique_ptr<IpcBackend> ipcFor(HostDevice& device, int64_t largest) {
   for (int r = 0; r < test::world().world(); ++r) ctx.teams[0].push_back(r);
   ctx.timeout = testTimeout();
   ctx.largest_eager_send = largest;
+  ctx.settings = Settings::fromEnvironment();
+  agreeOnSettings(test::world(), ctx.settings);  // as an Evaluator's load does
   backend->setup(ctx);
   return backend;
 }
@@ -872,26 +884,17 @@ TEST(Ipc, APeerBlockSmallerThanTheMessageIsNotCopiedPast) {
 }
 
 // The slots, and which messages go in lines, must be alike everywhere: a
-// rank with another limit fails the backend's setup on every rank, saying
-// which.
+// rank with another limit fails the load on every rank, naming the setting
+// (the settings' comparison across ranks, common/settings.h).
 TEST(IpcEager, LimitsThatDifferAcrossRanksFailOnEveryRank) {
   HIR_REQUIRE_WORLD_AT_LEAST(2);
-  const struct {
-    const char* variable;
-    const char* says;
-  } cases[] = {
-      {"HIR_IPC_EAGER_MAX",
-       "HIR_IPC_EAGER_MAX and HIR_IPC_EAGER_SLOTS must be the same on every rank"},
-      {"HIR_IPC_INLINE_MAX", "eager messages in lines go up to"},
-  };
-  for (const auto& c : cases) {
-    ScopedEnv max(c.variable, test::world().rank() == 1 ? "1024" : "2048");
+  for (const char* variable : {"HIR_IPC_EAGER_MAX", "HIR_IPC_INLINE_MAX", "HIR_IPC_EAGER_SLOTS"}) {
+    ScopedEnv max(variable, test::world().rank() == 1 ? "4" : "8");
     try {
       runProgram(eagerBurst(1, true), 1);
-      ADD_FAILURE() << "ranks with different " << c.variable << " ran";
-    } catch (const Error& e) {
-      EXPECT_THAT(e.what(), HasSubstr(c.says));
-      EXPECT_THAT(e.what(), HasSubstr(c.variable));
+      ADD_FAILURE() << "ranks with different " << variable << " ran";
+    } catch (const UsageError& e) {
+      EXPECT_THAT(e.what(), HasSubstr(fmt::format("{} must be the same on every rank", variable)));
     }
   }
 }
@@ -1095,7 +1098,8 @@ TEST(IpcEager, MessagesAboveTheLinesArriveWhicheverSideComesFirst) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Ipc, IpcProtocol,
-                         ::testing::Combine(::testing::Values(Protocol::Put, Protocol::Get, Protocol::Eager),
+                         ::testing::Combine(::testing::Values(Protocol::Put, Protocol::Get,
+                                                              Protocol::Eager),
                                             ::testing::Bool()),
                          [](const auto& info) {
                            return protocolName(std::get<0>(info.param)) +
@@ -1444,6 +1448,7 @@ struct Harness {
     for (int r = 0; r < test::world().world(); ++r) ctx.teams[0].push_back(r);
     ctx.timeout = testTimeout();
     ctx.largest_eager_send = 0;  // its messages are small: slots of HIR_IPC_EAGER_MAX
+    ctx.settings = Settings::fromEnvironment();
     backend->setup(ctx);
   }
   ~Harness() { backend.reset(); }
@@ -1502,6 +1507,7 @@ TEST(IpcBackend, ALargeLocalCopyRunsBesideTheTransfersAndIsPartOfTheCollective) 
   for (int r = 0; r < world; ++r) ctx.teams[0].push_back(r);
   ctx.timeout = testTimeout();
   ctx.largest_eager_send = 0;
+  ctx.settings = Settings::fromEnvironment();
   backend->setup(ctx);
   const std::size_t c = (std::size_t{4} << 20) / sizeof(int32_t) + 3, size = sizeof(int32_t);
   auto* in = static_cast<int32_t*>(device.allocate(c * size));
@@ -1514,7 +1520,7 @@ TEST(IpcBackend, ALargeLocalCopyRunsBesideTheTransfersAndIsPartOfTheCollective) 
   // message is number 1.
   std::vector<CollectiveMessage> messages;
   ASSERT_EQ(ipcCollectiveMessages({CommType::Allgather, DType::Int32, c, world, rank, 0, false},
-                                  messages),
+                                  Settings::fromEnvironment(), messages),
             "copies");
   std::vector<ShareItem> items;
   std::vector<CollectivePiece> pieces;
@@ -1674,8 +1680,10 @@ TEST(IpcBackend, AutoNeverPicksIpcAndIpcRefusesRootedReductionsAndOtherNodes) {
     selectBackend(backendCatalog(), "auto", q, "/body/3");
     FAIL() << "auto picked a backend for a recv with protocol get";
   } catch (const ProgramError& e) {
-    EXPECT_THAT(e.what(), HasSubstr("/body/3: no backend can run recv of float32 on device 'host'"));
-    EXPECT_THAT(e.what(), HasSubstr("backend 'mpi' takes no protocol, yet protocol 'get' is given"));
+    EXPECT_THAT(e.what(),
+                HasSubstr("/body/3: no backend can run recv of float32 on device 'host'"));
+    EXPECT_THAT(e.what(),
+                HasSubstr("backend 'mpi' takes no protocol, yet protocol 'get' is given"));
     EXPECT_THAT(e.what(), HasSubstr("backend 'ipc' could, but \"auto\" never picks it"));
   }
 }

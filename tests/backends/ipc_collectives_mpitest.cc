@@ -1,4 +1,4 @@
-// ipc's collectives (backends/ipc_collectives.h) through the evaluator, at
+// ipc's collectives (backends/ipc/collectives.h) through the evaluator, at
 // any world size: every type, dtype and reduce op on data seeded by rank and
 // iteration, outputs poisoned before each post, checked on the device
 // against the host's arithmetic; in and out of place; with the host's

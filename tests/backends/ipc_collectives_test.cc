@@ -1,8 +1,8 @@
-// The messages ipc runs a collective as (backends/ipc_collectives.h), for
+// The messages ipc runs a collective as (backends/ipc/collectives.h), for
 // every type, team size, count, root and placement: both ends of a pair list
 // its messages alike, and what a member receives plus its own chunk covers
 // its output exactly once.
-#include "backends/ipc_collectives.h"
+#include "backends/ipc/collectives.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -28,7 +28,8 @@ std::vector<std::vector<CollectiveMessage>> lists(CollectiveShape s, std::string
   std::vector<std::vector<CollectiveMessage>> out(static_cast<std::size_t>(s.team_size));
   for (int me = 0; me < s.team_size; ++me) {
     s.me = me;
-    std::string_view a = ipcCollectiveMessages(s, out[static_cast<std::size_t>(me)]);
+    std::string_view a =
+        ipcCollectiveMessages(s, Settings::fromEnvironment(), out[static_cast<std::size_t>(me)]);
     if (me == 0) *algorithm = a;
     EXPECT_EQ(a, *algorithm) << "member " << me << " picked another algorithm";
   }
@@ -143,23 +144,24 @@ TEST(IpcCollectives, AllreduceIsOneShotUpToTheLimitAndTwoShotAboveItOrInPlace) {
   ::setenv("HIR_IPC_ONE_SHOT_MAX", "4096", 1);
   std::vector<CollectiveMessage> out;
   CollectiveShape s{CommType::Allreduce, DType::Float32, 1024, 4, 1, 0, false};
-  EXPECT_EQ(ipcCollectiveMessages(s, out), "one-shot");
+  EXPECT_EQ(ipcCollectiveMessages(s, Settings::fromEnvironment(), out), "one-shot");
   EXPECT_EQ(out.size(), 6u);  // a get from and to each of 3 peers
   s.count = 1025;
-  EXPECT_EQ(ipcCollectiveMessages(s, out), "two-shot");
+  EXPECT_EQ(ipcCollectiveMessages(s, Settings::fromEnvironment(), out), "two-shot");
   EXPECT_EQ(out.size(), 12u);  // and a put from and to each
   s.count = 16;
   s.in_place = true;  // the peers would read what this member overwrites
-  EXPECT_EQ(ipcCollectiveMessages(s, out), "two-shot");
+  EXPECT_EQ(ipcCollectiveMessages(s, Settings::fromEnvironment(), out), "two-shot");
   s.type = CommType::ReduceScatter;  // each member writes only its own chunk
-  EXPECT_EQ(ipcCollectiveMessages(s, out), "one-shot");
+  EXPECT_EQ(ipcCollectiveMessages(s, Settings::fromEnvironment(), out), "one-shot");
   ::unsetenv("HIR_IPC_ONE_SHOT_MAX");
   s.type = CommType::Allreduce;
   s.in_place = false;
   s.count = (256 << 10) / 4;
-  EXPECT_EQ(ipcCollectiveMessages(s, out), "one-shot") << "the default limit is 256 KiB";
+  EXPECT_EQ(ipcCollectiveMessages(s, Settings::fromEnvironment(), out), "one-shot")
+      << "the default limit is 256 KiB";
   s.count += 1;
-  EXPECT_EQ(ipcCollectiveMessages(s, out), "two-shot");
+  EXPECT_EQ(ipcCollectiveMessages(s, Settings::fromEnvironment(), out), "two-shot");
   ::unsetenv("HIR_IPC_EAGER_MAX");
 }
 
@@ -170,19 +172,20 @@ TEST(IpcCollectives, AnAllreduceOfTwoIsOneShotUpTo16MiB) {
   ::setenv("HIR_IPC_EAGER_MAX", "0", 1);
   std::vector<CollectiveMessage> out;
   CollectiveShape s{CommType::Allreduce, DType::Float32, (16 << 20) / 4, 2, 1, 0, false};
-  EXPECT_EQ(ipcCollectiveMessages(s, out), "one-shot");
+  EXPECT_EQ(ipcCollectiveMessages(s, Settings::fromEnvironment(), out), "one-shot");
   EXPECT_EQ(out.size(), 2u);  // a get from and to the peer
   s.count += 1;
-  EXPECT_EQ(ipcCollectiveMessages(s, out), "two-shot");
+  EXPECT_EQ(ipcCollectiveMessages(s, Settings::fromEnvironment(), out), "two-shot");
   s.count = (1 << 20) / 4;
   s.team_size = 3;
-  EXPECT_EQ(ipcCollectiveMessages(s, out), "two-shot") << "a team of 3 stops at 256 KiB";
+  EXPECT_EQ(ipcCollectiveMessages(s, Settings::fromEnvironment(), out), "two-shot")
+      << "a team of 3 stops at 256 KiB";
   s.team_size = 2;
   s.in_place = true;
-  EXPECT_EQ(ipcCollectiveMessages(s, out), "two-shot");
+  EXPECT_EQ(ipcCollectiveMessages(s, Settings::fromEnvironment(), out), "two-shot");
   s.in_place = false;
   ::setenv("HIR_IPC_ONE_SHOT_MAX", "4096", 1);
-  EXPECT_EQ(ipcCollectiveMessages(s, out), "two-shot");
+  EXPECT_EQ(ipcCollectiveMessages(s, Settings::fromEnvironment(), out), "two-shot");
   ::unsetenv("HIR_IPC_ONE_SHOT_MAX");
   ::unsetenv("HIR_IPC_EAGER_MAX");
 }
@@ -195,7 +198,8 @@ TEST(IpcCollectives, ABroadcastOfThreeOrMoreFrom4MiBIsScatterAllgather) {
   std::vector<CollectiveMessage> out;
   const std::size_t c = (4 << 20) / 4;  // float32
   CollectiveShape s{CommType::Broadcast, DType::Float32, c, 4, 1, 1, false};  // member 1, root 1
-  EXPECT_EQ(ipcCollectiveMessages(s, out), "scatter-allgather") << "the root";
+  EXPECT_EQ(ipcCollectiveMessages(s, Settings::fromEnvironment(), out), "scatter-allgather")
+      << "the root";
   std::size_t sent = 0;
   for (const CollectiveMessage& m : out) {
     EXPECT_EQ(m.from, 1);
@@ -206,7 +210,8 @@ TEST(IpcCollectives, ABroadcastOfThreeOrMoreFrom4MiBIsScatterAllgather) {
   EXPECT_EQ(out.size(), 3u);
   EXPECT_EQ(sent, c) << "the root's links carry the buffer once";
   s.me = 2;
-  EXPECT_EQ(ipcCollectiveMessages(s, out), "scatter-allgather") << "a member";
+  EXPECT_EQ(ipcCollectiveMessages(s, Settings::fromEnvironment(), out), "scatter-allgather")
+      << "a member";
   ASSERT_EQ(out.size(), 5u);  // its chunk from the root, then to and from each of 2 members
   EXPECT_EQ(out[0].from, 1);
   EXPECT_EQ(out[0].protocol, Protocol::Get);
@@ -217,20 +222,21 @@ TEST(IpcCollectives, ABroadcastOfThreeOrMoreFrom4MiBIsScatterAllgather) {
     EXPECT_NE(out[k].to, 1) << k;
   }
   s.count = c - 1;
-  EXPECT_EQ(ipcCollectiveMessages(s, out), "copies") << "below 4 MiB";
+  EXPECT_EQ(ipcCollectiveMessages(s, Settings::fromEnvironment(), out), "copies") << "below 4 MiB";
   s.count = 8 * c;
   s.me = 0;
   s.team_size = 2;
-  EXPECT_EQ(ipcCollectiveMessages(s, out), "copies") << "a pair";
+  EXPECT_EQ(ipcCollectiveMessages(s, Settings::fromEnvironment(), out), "copies") << "a pair";
   s.team_size = 3;
-  EXPECT_EQ(ipcCollectiveMessages(s, out), "scatter-allgather") << "3 members";
+  EXPECT_EQ(ipcCollectiveMessages(s, Settings::fromEnvironment(), out), "scatter-allgather")
+      << "3 members";
   ::setenv("HIR_IPC_BROADCAST_SPLIT_MIN", "0", 1);
   s.count = 4096;  // 16 KiB: eager
-  EXPECT_EQ(ipcCollectiveMessages(s, out), "eager copies");
+  EXPECT_EQ(ipcCollectiveMessages(s, Settings::fromEnvironment(), out), "eager copies");
   s.count = 4097;
-  EXPECT_EQ(ipcCollectiveMessages(s, out), "scatter-allgather");
+  EXPECT_EQ(ipcCollectiveMessages(s, Settings::fromEnvironment(), out), "scatter-allgather");
   ::setenv("HIR_IPC_BROADCAST_SPLIT_MIN", "-1", 1);
-  EXPECT_THROW(ipcCollectiveMessages(s, out), UsageError);
+  EXPECT_THROW(ipcCollectiveMessages(s, Settings::fromEnvironment(), out), UsageError);
   ::unsetenv("HIR_IPC_BROADCAST_SPLIT_MIN");
 }
 
@@ -246,38 +252,40 @@ TEST(IpcCollectives, ChunksUpToTheEagerLimitGoEagerInPlaceToo) {
   };
   const std::set<Protocol> eager{Protocol::Eager};
   CollectiveShape s{CommType::Allreduce, DType::Float32, 4096, 4, 1, 0, false};
-  EXPECT_EQ(ipcCollectiveMessages(s, out), "eager one-shot");
+  EXPECT_EQ(ipcCollectiveMessages(s, Settings::fromEnvironment(), out), "eager one-shot");
   EXPECT_EQ(out.size(), 6u);  // from and to each of 3 peers, as get's one-shot
   EXPECT_EQ(protocols(), eager);
   s.in_place = true;
-  EXPECT_EQ(ipcCollectiveMessages(s, out), "eager one-shot");
+  EXPECT_EQ(ipcCollectiveMessages(s, Settings::fromEnvironment(), out), "eager one-shot");
   s.count = 4097;  // 16 KiB + 4: two-shot in place, one-shot by get out of place
-  EXPECT_EQ(ipcCollectiveMessages(s, out), "two-shot");
+  EXPECT_EQ(ipcCollectiveMessages(s, Settings::fromEnvironment(), out), "two-shot");
   s.in_place = false;
-  EXPECT_EQ(ipcCollectiveMessages(s, out), "one-shot");
+  EXPECT_EQ(ipcCollectiveMessages(s, Settings::fromEnvironment(), out), "one-shot");
   s.type = CommType::ReduceScatter;  // chunk c of each input
-  EXPECT_EQ(ipcCollectiveMessages(s, out), "one-shot");
+  EXPECT_EQ(ipcCollectiveMessages(s, Settings::fromEnvironment(), out), "one-shot");
   s.count = 4096;
-  EXPECT_EQ(ipcCollectiveMessages(s, out), "eager one-shot");
+  EXPECT_EQ(ipcCollectiveMessages(s, Settings::fromEnvironment(), out), "eager one-shot");
   for (CommType t : {CommType::Allgather, CommType::Broadcast, CommType::Alltoall}) {
     s.type = t;
     s.count = 4096;
-    EXPECT_EQ(ipcCollectiveMessages(s, out), "eager copies") << toString(t);
+    EXPECT_EQ(ipcCollectiveMessages(s, Settings::fromEnvironment(), out), "eager copies")
+        << toString(t);
     EXPECT_EQ(protocols(), eager) << toString(t);
     s.count = 4097;
-    EXPECT_EQ(ipcCollectiveMessages(s, out), "copies") << toString(t);
+    EXPECT_EQ(ipcCollectiveMessages(s, Settings::fromEnvironment(), out), "copies") << toString(t);
     EXPECT_EQ(protocols(), std::set<Protocol>{Protocol::Put}) << toString(t);
   }
   ::setenv("HIR_IPC_EAGER_MAX", "0", 1);  // off
   s.count = 1;
-  EXPECT_EQ(ipcCollectiveMessages(s, out), "copies");
+  EXPECT_EQ(ipcCollectiveMessages(s, Settings::fromEnvironment(), out), "copies");
   ::unsetenv("HIR_IPC_EAGER_MAX");
 }
 
 TEST(IpcCollectives, AlltoallInPlaceIsRefusedSayingWhy) {
   std::vector<CollectiveMessage> out;
   try {
-    ipcCollectiveMessages({CommType::Alltoall, DType::Int32, 4, 2, 0, 0, true}, out);
+    ipcCollectiveMessages({CommType::Alltoall, DType::Int32, 4, 2, 0, 0, true},
+                          Settings::fromEnvironment(), out);
     FAIL() << "an in-place alltoall was accepted";
   } catch (const ProgramError& e) {
     EXPECT_THAT(e.what(), HasSubstr("cannot run in place: give it an output apart from its input"));
@@ -286,11 +294,13 @@ TEST(IpcCollectives, AlltoallInPlaceIsRefusedSayingWhy) {
 
 TEST(IpcCollectives, ATeamLargerThanANodeIsRefusedSoTheCheckStaysSmall) {
   std::vector<CollectiveMessage> out;
-  EXPECT_EQ(ipcCollectiveMessages({CommType::Allgather, DType::Int32, 4, 64, 0, 0, false}, out),
+  EXPECT_EQ(ipcCollectiveMessages({CommType::Allgather, DType::Int32, 4, 64, 0, 0, false},
+                                  Settings::fromEnvironment(), out),
             "eager copies");
   EXPECT_EQ(out.size(), 126u);
   try {
-    ipcCollectiveMessages({CommType::Allgather, DType::Int32, 4, 65, 0, 0, false}, out);
+    ipcCollectiveMessages({CommType::Allgather, DType::Int32, 4, 65, 0, 0, false},
+                          Settings::fromEnvironment(), out);
     FAIL() << "an allgather of 65 members was accepted";
   } catch (const ProgramError& e) {
     EXPECT_THAT(e.what(), HasSubstr("at most 64 ranks (the ranks of one node)"));
@@ -301,7 +311,8 @@ TEST(IpcCollectives, ATeamLargerThanANodeIsRefusedSoTheCheckStaysSmall) {
 TEST(IpcCollectives, AReductionOverMoreRanksThanOneKernelReadsIsRefused) {
   std::vector<CollectiveMessage> out;
   try {
-    ipcCollectiveMessages({CommType::Allreduce, DType::Int32, 4, 17, 0, 0, false}, out);
+    ipcCollectiveMessages({CommType::Allreduce, DType::Int32, 4, 17, 0, 0, false},
+                          Settings::fromEnvironment(), out);
     FAIL() << "a reduction of 17 members was accepted";
   } catch (const ProgramError& e) {
     EXPECT_THAT(e.what(), HasSubstr("at most 16 ranks"));

@@ -17,7 +17,7 @@
 #include <gtest/gtest.h>
 
 #include <hostir/backend.h>
-#include "backends/ipc_backend.h"
+#include "backends/ipc/ipc_backend.h"
 #include "backends/mpi_backend.h"
 #include "common/elements.h"
 #include "common/check.h"

@@ -47,14 +47,14 @@ TEST(GpuSharing, OnlyOneAllowsItAndAnyOtherValueIsAUsageError) {
   const char* before = std::getenv("HIR_SHARE_GPUS");
   const std::string saved = before ? before : "";
   unsetenv("HIR_SHARE_GPUS");
-  EXPECT_FALSE(gpuSharingAllowed());
+  EXPECT_FALSE(gpuSharingAllowed(Settings::fromEnvironment()));
   setenv("HIR_SHARE_GPUS", "0", 1);
-  EXPECT_FALSE(gpuSharingAllowed());
+  EXPECT_FALSE(gpuSharingAllowed(Settings::fromEnvironment()));
   setenv("HIR_SHARE_GPUS", "1", 1);
-  EXPECT_TRUE(gpuSharingAllowed());
+  EXPECT_TRUE(gpuSharingAllowed(Settings::fromEnvironment()));
   setenv("HIR_SHARE_GPUS", "yes", 1);
   try {
-    gpuSharingAllowed();
+    gpuSharingAllowed(Settings::fromEnvironment());
     ADD_FAILURE() << "HIR_SHARE_GPUS=yes was accepted";
   } catch (const UsageError& e) {
     EXPECT_NE(std::string(e.what()).find("got 'yes'"), std::string::npos) << e.what();

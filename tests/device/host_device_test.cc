@@ -1776,15 +1776,18 @@ TEST(DeviceRegistry, UnavailableDeviceSaysWhy) {
                                 if (why) *why = "no such hardware in tests";
                                 return false;
                               },
-                              [](int) -> std::unique_ptr<Device> { return nullptr; }});
+                              [](int, const Settings&) -> std::unique_ptr<Device> {
+                                return nullptr;
+                              }});
     registered = true;
   }
   std::string msg = messageOf([] { createDevice("test-unavailable", 0); });
   EXPECT_EQ(msg, "--device test-unavailable: not available: no such hardware in tests");
   EXPECT_THROW(createDevice("test-unavailable", 0), UsageError);
-  EXPECT_THROW(registerDevice(DeviceInfo{"host", [](std::string*) { return true; },
-                                         [](int) { return std::unique_ptr<Device>(); }}),
-               UsageError);
+  EXPECT_THROW(
+      registerDevice(DeviceInfo{"host", [](std::string*) { return true; },
+                                [](int, const Settings&) { return std::unique_ptr<Device>(); }}),
+      UsageError);
 }
 
 }  // namespace

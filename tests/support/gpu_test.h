@@ -16,6 +16,7 @@
 #include <fmt/format.h>
 
 #include <hostir/device.h>
+#include <hostir/settings.h>
 #include "support/mpi_test.h"
 
 namespace hir::test {
@@ -36,8 +37,7 @@ inline std::string localGpuProblem() {
   if (cudaGetDeviceCount(&count) != cudaSuccess) return "cudaGetDeviceCount failed";
   // HIR_SHARE_GPUS=1 (gpu-check's ipc step on a machine of 1 GPU): the
   // ranks share the GPUs; only tests without NCCL are run so.
-  const char* share = std::getenv("HIR_SHARE_GPUS");
-  const bool shared = share != nullptr && std::string(share) == "1";
+  const bool shared = Settings::fromEnvironment().on(Setting::ShareGpus);
   if (count < w.localSize() && !(shared && count > 0))
     return fmt::format("{} ranks on this node but only {} GPU(s)", w.localSize(), count);
   return "";

@@ -1100,7 +1100,7 @@ int cudaVisibleGpuCount(std::string* why) {
 void registerCudaDevice() {
   registerDevice(DeviceInfo{
       "cuda", cudaAvailable,
-      [](int index) -> std::unique_ptr<Device> {
+      [](int index, const Settings&) -> std::unique_ptr<Device> {
         return std::make_unique<cuda::CudaDevice>(index);
       }});
 }

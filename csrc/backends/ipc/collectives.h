@@ -37,20 +37,21 @@
 #include <vector>
 
 #include <hostir/backend.h>
+#include <hostir/settings.h>
 
 namespace hir {
 
+// The limits below come from the session's settings (<hostir/settings.h>),
+// the same on every rank (Evaluator load compares them), so that the
+// cross-rank check, the evaluator and the backend decide alike.
+
 // The smallest broadcast, in bytes, that a team of 3 or more runs as
-// scatter-allgather instead of copies from the root:
-// HIR_IPC_BROADCAST_SPLIT_MIN (read at each call, as ipcOneShotMaxBytes()
-// is; the same on every rank), default kIpcBroadcastSplitMin. Copies from
-// the root take (T - 1) N / B on the root's links (B their rate);
-// scatter-allgather N / B + (T - 2) N / ((T - 1) B) and one more phase:
-// on 4 H100s (4 ranks) a 16 MiB - 1 GiB broadcast by copies ran at 0.34 - 0.41x
-// NCCL's rate (96 - 121 against 237 - 356 GB/s busbw), which the root's
-// links account for. Chunks small enough to go eager stay copies.
-inline constexpr std::size_t kIpcBroadcastSplitMin = std::size_t{4} << 20;
-std::size_t ipcBroadcastSplitMinBytes();
+// scatter-allgather instead of copies from the root
+// (HIR_IPC_BROADCAST_SPLIT_MIN). Copies from the root take (T - 1) N / B on
+// the root's links (B their rate); scatter-allgather N / B +
+// (T - 2) N / ((T - 1) B) and one more phase. Chunks small enough to go
+// eager stay copies.
+std::size_t ipcBroadcastSplitMinBytes(const Settings& settings);
 
 // Team members whose buffers one reduction reads at most (Device::reduce).
 inline constexpr int kIpcMaxReduceMembers = 16;
@@ -60,39 +61,32 @@ inline constexpr int kIpcMaxReduceMembers = 16;
 inline constexpr int kIpcMaxCollectiveMembers = 64;
 
 // The one-shot/two-shot boundary of an allreduce of a team of `members`, in
-// bytes: HIR_IPC_ONE_SHOT_MAX (read at each call, which the check makes at
-// load and the evaluator when a collective's shape changes; it must be the
-// same on every rank), default kIpcOneShotMaxPair for a team of 2 and
-// kIpcOneShotMax for a larger one. One-shot makes each member read
+// bytes: HIR_IPC_ONE_SHOT_MAX, by default kIpcOneShotMaxPair for a team of
+// 2 and kIpcOneShotMax for a larger one. One-shot makes each member read
 // (T - 1) x N bytes of its peers; two-shot reads and writes 2 (T - 1) N / T
 // in two phases. A pair moves as many bytes either way, and one-shot saves
-// the second phase and its round trip: on one H100 (2 ranks under MPS) a
-// 1 - 4 MiB allreduce took 20 against 23 - 52 us eagerly and 10 - 14 against
-// 18 - 23 us in a graph. From 64 MiB one-shot was slower there (152 against
-// 134 us: each member also reduces all N), hence the pair's limit.
+// the second phase and its round trip, until reducing all N on every member
+// costs more than that (docs/performance.md, "ipc's defaults").
 inline constexpr std::size_t kIpcOneShotMax = std::size_t{256} << 10;
 inline constexpr std::size_t kIpcOneShotMaxPair = std::size_t{16} << 20;
-std::size_t ipcOneShotMaxBytes(int members);
+std::size_t ipcOneShotMaxBytes(const Settings& settings, int members);
 
-// The eager protocol's limits, which must be the same on every rank (the
-// backend's setup compares them): a collective's chunk of at most
-// ipcEagerMaxBytes() (HIR_IPC_EAGER_MAX, default 16 KiB; 0 turns eager off,
-// for sends and recvs too) goes eager, and each ordered pair of ranks has
-// ipcEagerSlots() slots of at least that size in the receiver's signal page
-// (HIR_IPC_EAGER_SLOTS, a power of two from 1 to 1024, default 8). Read at
-// each call, as ipcOneShotMaxBytes() is.
-std::size_t ipcEagerMaxBytes();
-uint32_t ipcEagerSlots();
+// The eager protocol's limits: a collective's chunk of at most
+// ipcEagerMaxBytes() (HIR_IPC_EAGER_MAX; 0 turns eager off, for sends and
+// recvs too) goes eager, and each ordered pair of ranks has ipcEagerSlots()
+// slots (HIR_IPC_EAGER_SLOTS, a power of two) of at least that size in the
+// receiver's signal page.
+std::size_t ipcEagerMaxBytes(const Settings& settings);
+uint32_t ipcEagerSlots(const Settings& settings);
 // A send or recv goes eager (auto's choice) up to ipcEagerSendMaxBytes():
-// HIR_IPC_EAGER_SEND_MAX (default kIpcEagerSendMaxDefault, at most 1 GiB),
-// or ipcEagerMaxBytes() where that is larger; 0 when ipcEagerMaxBytes() is
-// 0 (eager off). A stream of mid-size messages then needs no round trip per
-// message (the slots are credits); the backend sizes its slots to the
-// program's largest eager message (BackendContext::largest_eager_send), so
-// a program without such messages pays no memory for them. Read at each
-// call, as ipcOneShotMaxBytes() is.
+// HIR_IPC_EAGER_SEND_MAX, or ipcEagerMaxBytes() where that is larger; 0
+// when ipcEagerMaxBytes() is 0 (eager off). A stream of mid-size messages
+// then needs no round trip per message (the slots are credits); the backend
+// sizes its slots to the program's largest eager message
+// (BackendContext::largest_eager_send), so a program without such messages
+// pays no memory for them.
 inline constexpr std::size_t kIpcEagerSendMaxDefault = std::size_t{16} << 20;
-std::size_t ipcEagerSendMaxBytes();
+std::size_t ipcEagerSendMaxBytes(const Settings& settings);
 // Memory of one sender's row of slots that larger slots are fitted into:
 // slots of more than kIpcSlotRowBudget / ipcEagerSlots() bytes come fewer
 // per row (a power of two, at least 2).
@@ -108,20 +102,19 @@ struct IpcEagerSlots {
   std::size_t bytes = 0;
   uint32_t count = 0;
 };
-IpcEagerSlots ipcEagerSlotsFor(int64_t largest);
-// Eager messages of 1 to ipcInlineMaxBytes() bytes (HIR_IPC_INLINE_MAX,
-// default 8 KiB; 0: none) travel in lines, with their flags inline
-// (device.h), where the device offers it; the backend caps it at half a
-// slot and at the device's inlineFlagsMax(), and compares the result
-// across ranks.
-std::size_t ipcInlineMaxBytes();
+IpcEagerSlots ipcEagerSlotsFor(const Settings& settings, int64_t largest);
+// Eager messages of 1 to ipcInlineMaxBytes() bytes (HIR_IPC_INLINE_MAX; 0:
+// none) travel in lines, with their flags inline (device.h), where the
+// device offers it; the backend caps it at half a slot and at the device's
+// inlineFlagsMax(), and compares the result across ranks.
+std::size_t ipcInlineMaxBytes(const Settings& settings);
 
 // BackendCaps::resolve_protocol of ipc (send and recv): auto is eager up to
 // ipcEagerSendMaxBytes(), put above; an eager message above it is refused.
-Protocol ipcResolveProtocol(Protocol asked, std::size_t bytes);
+Protocol ipcResolveProtocol(const Settings& settings, Protocol asked, std::size_t bytes);
 
 // BackendCaps::collective_messages of ipc.
-std::string_view ipcCollectiveMessages(const CollectiveShape& shape,
+std::string_view ipcCollectiveMessages(const CollectiveShape& shape, const Settings& settings,
                                        std::vector<CollectiveMessage>& out);
 
 // The elements of chunk k of `count` split over `parts` (the first

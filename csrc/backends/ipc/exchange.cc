@@ -1,4 +1,4 @@
-#include "backends/ipc_exchange.h"
+#include "backends/ipc/exchange.h"
 
 #include <algorithm>
 #include <cstring>

@@ -32,7 +32,7 @@
 //   Lanes stay in order across streams (an event per lane).
 // - Collectives (allgather, broadcast, alltoall, allreduce, reduce_scatter)
 //   are messages of the same protocol between the team's members, listed by
-//   ipcCollectiveMessages (ipc_collectives.h), plus a local part: a copy of
+//   ipcCollectiveMessages (collectives.h), plus a local part: a copy of
 //   the member's own chunk, or one Device::reduce of the peers' buffers
 //   (read where they are, after their "ready", before "consumed"), or of
 //   the member's own eager slots that they wrote (after "done", before
@@ -47,6 +47,10 @@
 #include <hostir/backend.h>
 
 namespace hir {
+
+namespace ipc {
+struct State;
+}
 
 class IpcBackend final : public Backend {
  public:
@@ -89,8 +93,7 @@ class IpcBackend final : public Backend {
   uint32_t eagerSlots() const;
 
  private:
-  struct State;
-  std::unique_ptr<State> state_;
+  std::unique_ptr<ipc::State> state_;
 };
 
 // Adds "ipc" to the backend registry: auto priority 0, below mpi and nccl,

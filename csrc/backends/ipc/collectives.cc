@@ -1,42 +1,37 @@
-#include "backends/ipc_collectives.h"
+#include "backends/ipc/collectives.h"
 
 #include <algorithm>
 
 #include "common/check.h"
-#include "common/parse_int.h"
 
 namespace hir {
 
-std::size_t ipcOneShotMaxBytes(int members) {
-  const std::size_t fallback = members == 2 ? kIpcOneShotMaxPair : kIpcOneShotMax;
-  return static_cast<std::size_t>(
-      envInteger("HIR_IPC_ONE_SHOT_MAX", static_cast<int64_t>(fallback), 0));
+std::size_t ipcOneShotMaxBytes(const Settings& settings, int members) {
+  const int64_t set = settings.get(Setting::IpcOneShotMax);
+  if (set >= 0) return static_cast<std::size_t>(set);
+  return members == 2 ? kIpcOneShotMaxPair : kIpcOneShotMax;
 }
 
-std::size_t ipcBroadcastSplitMinBytes() {
-  return static_cast<std::size_t>(envInteger("HIR_IPC_BROADCAST_SPLIT_MIN",
-                                             static_cast<int64_t>(kIpcBroadcastSplitMin), 0));
+std::size_t ipcBroadcastSplitMinBytes(const Settings& settings) {
+  return static_cast<std::size_t>(settings.get(Setting::IpcBroadcastSplitMin));
 }
 
-std::size_t ipcEagerMaxBytes() {
-  return static_cast<std::size_t>(
-      envInteger("HIR_IPC_EAGER_MAX", int64_t{16} << 10, 0, int64_t{1} << 24));
+std::size_t ipcEagerMaxBytes(const Settings& settings) {
+  return static_cast<std::size_t>(settings.get(Setting::IpcEagerMax));
 }
 
-std::size_t ipcEagerSendMaxBytes() {
-  const std::size_t chunks = ipcEagerMaxBytes();
+std::size_t ipcEagerSendMaxBytes(const Settings& settings) {
+  const std::size_t chunks = ipcEagerMaxBytes(settings);
   if (chunks == 0) return 0;
-  const auto sends = static_cast<std::size_t>(
-      envInteger("HIR_IPC_EAGER_SEND_MAX", static_cast<int64_t>(kIpcEagerSendMaxDefault), 0,
-                 int64_t{1} << 30));
-  return std::max(chunks, sends);
+  return std::max(chunks, static_cast<std::size_t>(settings.get(Setting::IpcEagerSendMax)));
 }
 
-IpcEagerSlots ipcEagerSlotsFor(int64_t largest) {
-  const std::size_t max = ipcEagerMaxBytes();
+IpcEagerSlots ipcEagerSlotsFor(const Settings& settings, int64_t largest) {
+  const std::size_t max = ipcEagerMaxBytes(settings);
   if (max == 0) return {};
-  const uint32_t slots = ipcEagerSlots();
-  const std::size_t need = largest < 0 ? ipcEagerSendMaxBytes() : static_cast<std::size_t>(largest);
+  const uint32_t slots = ipcEagerSlots(settings);
+  const std::size_t need =
+      largest < 0 ? ipcEagerSendMaxBytes(settings) : static_cast<std::size_t>(largest);
   const std::size_t bytes = (std::max(max, need) + 15) / 16 * 16;
   if (bytes <= max || static_cast<std::size_t>(slots) * bytes <= kIpcSlotRowBudget)
     return {bytes, slots};
@@ -46,19 +41,18 @@ IpcEagerSlots ipcEagerSlotsFor(int64_t largest) {
   return {bytes, std::min(fit, slots)};
 }
 
-std::size_t ipcInlineMaxBytes() {
-  return static_cast<std::size_t>(
-      envInteger("HIR_IPC_INLINE_MAX", int64_t{8} << 10, 0, int64_t{1} << 24));
+std::size_t ipcInlineMaxBytes(const Settings& settings) {
+  return static_cast<std::size_t>(settings.get(Setting::IpcInlineMax));
 }
 
-uint32_t ipcEagerSlots() {
-  const auto n = static_cast<uint32_t>(envInteger("HIR_IPC_EAGER_SLOTS", 8, 1, 1024));
+uint32_t ipcEagerSlots(const Settings& settings) {
+  const auto n = static_cast<uint32_t>(settings.get(Setting::IpcEagerSlots));
   HIR_CHECK_AS(UsageError, (n & (n - 1)) == 0, "HIR_IPC_EAGER_SLOTS={} is not a power of two", n);
   return n;
 }
 
-Protocol ipcResolveProtocol(Protocol asked, std::size_t bytes) {
-  const std::size_t max = ipcEagerSendMaxBytes();
+Protocol ipcResolveProtocol(const Settings& settings, Protocol asked, std::size_t bytes) {
+  const std::size_t max = ipcEagerSendMaxBytes(settings);
   if (asked == Protocol::Auto) return max > 0 && bytes <= max ? Protocol::Eager : Protocol::Put;
   HIR_CHECK(asked != Protocol::Eager || bytes <= max,
             "protocol 'eager' carries at most {} bytes in one send or recv (the larger of "
@@ -78,7 +72,8 @@ std::size_t chunkLength(std::size_t count, int parts, int k) {
   return count / n + (i < count % n ? 1 : 0);
 }
 
-std::string_view ipcCollectiveMessages(const CollectiveShape& s, std::vector<CollectiveMessage>& out) {
+std::string_view ipcCollectiveMessages(const CollectiveShape& s, const Settings& settings,
+                                       std::vector<CollectiveMessage>& out) {
   out.clear();
   const int n = s.team_size, me = s.me;
   const std::size_t c = s.count;
@@ -99,7 +94,7 @@ std::string_view ipcCollectiveMessages(const CollectiveShape& s, std::vector<Col
   // Every message of the copies and of one-shot carries c elements: up to
   // the eager limit they go through the receiver's slots, with no round
   // trip (the same decision on every member: c and the limit are).
-  const std::size_t eager_max = ipcEagerMaxBytes();
+  const std::size_t eager_max = ipcEagerMaxBytes(settings);
   const bool eager = eager_max > 0 && c * dtypeSize(s.dtype) <= eager_max;
   const Protocol copy = eager ? Protocol::Eager : Protocol::Put;
   const std::string_view copies = eager ? "eager copies" : "copies";
@@ -113,7 +108,7 @@ std::string_view ipcCollectiveMessages(const CollectiveShape& s, std::vector<Col
     case CommType::Broadcast:
       HIR_INTERNAL_ASSERT(s.root >= 0 && s.root < n, "ipc broadcast from member {} of {}", s.root,
                           n);
-      if (!eager && n >= 3 && c * dtypeSize(s.dtype) >= ipcBroadcastSplitMinBytes()) {
+      if (!eager && n >= 3 && c * dtypeSize(s.dtype) >= ipcBroadcastSplitMinBytes(settings)) {
         // The members other than the root, in ring order from it: member
         // at(p) holds chunk p of T - 1. It gets its chunk from the root, then
         // puts it from its output into the others' (after the get on its
@@ -163,7 +158,8 @@ std::string_view ipcCollectiveMessages(const CollectiveShape& s, std::vector<Col
                 "{} has a team of {}",
                 kIpcMaxReduceMembers, toString(s.type), n);
       const bool scatter = s.type == CommType::ReduceScatter;
-      if (eager || scatter || (!s.in_place && c * dtypeSize(s.dtype) <= ipcOneShotMaxBytes(n))) {
+      if (eager || scatter ||
+          (!s.in_place && c * dtypeSize(s.dtype) <= ipcOneShotMaxBytes(settings, n))) {
         // Member me reduces [me * c, +c) of each input (reduce_scatter) or
         // all of it (allreduce): read where it is (get), or pushed by each
         // peer into me's slots (eager; in place too, since no peer reads
