@@ -28,6 +28,7 @@
 #include <mutex>
 #include <thread>
 
+#include "backends/buffer_ranges.h"
 #include "common/elements.h"
 #include "common/reductions.h"
 #include "common/check.h"
@@ -318,15 +319,6 @@ void completePost(PostRecord* record) {
   record->completed = true;
   for (const Call& c : record->calls)
     if (c.avg_out != nullptr) divideBy(c.avg_out, c.dtype, c.avg_count, c.avg_divisor);
-}
-
-bool overlaps(const void* a, std::size_t a_bytes, const void* b, std::size_t b_bytes) {
-  auto x = reinterpret_cast<uintptr_t>(a), y = reinterpret_cast<uintptr_t>(b);
-  return a_bytes > 0 && b_bytes > 0 && x < y + b_bytes && y < x + a_bytes;
-}
-
-const std::byte* bytesAt(const void* base, std::size_t offset) {
-  return static_cast<const std::byte*>(base) + offset;
 }
 
 void stageToTemp(Call& c, const void* input, std::size_t bytes) {

@@ -18,6 +18,7 @@
 #include <utility>
 #include <vector>
 
+#include "backends/buffer_ranges.h"
 #include "backends/nccl/nccl_types.h"
 #include "common/check.h"
 #include "common/log.h"
@@ -63,18 +64,6 @@ inline void ncclCheck(ncclResult_t r, const char* call, int rank, std::string_vi
 }
 
 #define HIR_NCCL_CHECK(call, rank, path) ncclCheck((call), #call, (rank), (path))
-
-bool overlaps(const void* a, std::size_t a_bytes, const void* b, std::size_t b_bytes) {
-  if (a == nullptr || b == nullptr || a_bytes == 0 || b_bytes == 0) return false;
-  auto pa = reinterpret_cast<uintptr_t>(a);
-  auto pb = reinterpret_cast<uintptr_t>(b);
-  return pa < pb + b_bytes && pb < pa + a_bytes;
-}
-
-const char* at(const void* base, std::size_t offset) {
-  return static_cast<const char*>(base) + offset;
-}
-char* at(void* base, std::size_t offset) { return static_cast<char*>(base) + offset; }
 
 // One team's communicator as seen by this rank.
 struct TeamComm {
@@ -186,7 +175,7 @@ struct NcclBackend::State {
       offset = 0;
     }
     scratch_used = offset + bytes;
-    return at(scratch, offset);
+    return bytesAt(scratch, offset);
   }
 
   // The buffer the op should read: `in` itself, or, when it overlaps `out`
@@ -301,13 +290,13 @@ void NcclBackend::State::enqueue(const PostArgs& op) {
     }
     case CommType::Allgather: {
       const void* in = separate(op.input, chunk, op.output, n * chunk,
-                                op.input == at(op.output, me * chunk), path);
+                                op.input == bytesAt(op.output, me * chunk), path);
       HIR_NCCL_CHECK(ncclAllGather(in, op.output, op.count, dt, t.comm, target), rank, path);
       return;
     }
     case CommType::ReduceScatter: {
       const void* in = separate(op.input, n * chunk, op.output, chunk,
-                                op.output == at(op.input, me * chunk), path);
+                                op.output == bytesAt(op.input, me * chunk), path);
       HIR_NCCL_CHECK(
           ncclReduceScatter(in, op.output, op.count, dt, ncclOp(op.reduce), t.comm, target),
           rank, path);
@@ -360,10 +349,10 @@ void NcclBackend::State::enqueueGather(const PostArgs& op, const TeamComm& t,
     HIR_NCCL_CHECK(ncclSend(op.input, op.count, dt, op.root, t.comm, target), rank, path);
   } else {
     const std::size_t n = static_cast<std::size_t>(t.size);
-    void* own = at(op.output, static_cast<std::size_t>(t.rank) * chunk);
+    void* own = bytesAt(op.output, static_cast<std::size_t>(t.rank) * chunk);
     const void* in = separate(op.input, chunk, op.output, n * chunk, op.input == own, path);
     for (int r = 0; r < t.size; ++r) {
-      void* dst = at(op.output, static_cast<std::size_t>(r) * chunk);
+      void* dst = bytesAt(op.output, static_cast<std::size_t>(r) * chunk);
       if (r == t.rank) {
         if (in == dst) continue;  // in place
         HIR_NCCL_CHECK(ncclSend(in, op.count, dt, r, t.comm, target), rank, path);
@@ -389,9 +378,9 @@ void NcclBackend::State::enqueueScatter(const PostArgs& op, const TeamComm& t,
     // An output that overlaps another member's chunk would be overwritten
     // while that chunk is sent: such an input is staged.
     const void* in = separate(op.input, n * chunk, op.output, chunk,
-                              op.output == at(op.input, own), path);
+                              op.output == bytesAt(op.input, own), path);
     for (int r = 0; r < t.size; ++r) {
-      const void* src = at(in, static_cast<std::size_t>(r) * chunk);
+      const void* src = bytesAt(in, static_cast<std::size_t>(r) * chunk);
       if (r == t.rank) {
         if (src == op.output) continue;  // in place
         HIR_NCCL_CHECK(ncclRecv(op.output, op.count, dt, r, t.comm, target), rank, path);
@@ -414,8 +403,9 @@ void NcclBackend::State::enqueueAlltoall(const PostArgs& op, const TeamComm& t,
   Group group(rank, path);
   for (int r = 0; r < t.size; ++r) {
     const std::size_t offset = static_cast<std::size_t>(r) * chunk;
-    HIR_NCCL_CHECK(ncclSend(at(in, offset), op.count, dt, r, t.comm, target), rank, path);
-    HIR_NCCL_CHECK(ncclRecv(at(op.output, offset), op.count, dt, r, t.comm, target), rank, path);
+    HIR_NCCL_CHECK(ncclSend(bytesAt(in, offset), op.count, dt, r, t.comm, target), rank, path);
+    HIR_NCCL_CHECK(ncclRecv(bytesAt(op.output, offset), op.count, dt, r, t.comm, target), rank,
+                   path);
   }
   group.end();
 }
@@ -575,8 +565,8 @@ void NcclBackend::State::connectPeers() {
   for (int peer = 0; peer < world; ++peer) {
     if (peer == rank) continue;
     HIR_NCCL_CHECK(ncclSend(bytes, 1, ncclUint8, peer, comm, stream), rank, "setup");
-    HIR_NCCL_CHECK(ncclRecv(at(bytes, 1 + static_cast<std::size_t>(peer)), 1, ncclUint8, peer,
-                            comm, stream),
+    HIR_NCCL_CHECK(ncclRecv(bytesAt(bytes, 1 + static_cast<std::size_t>(peer)), 1, ncclUint8,
+                            peer, comm, stream),
                    rank, "setup");
   }
   group.end();
