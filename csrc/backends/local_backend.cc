@@ -17,6 +17,7 @@
 #include <tuple>
 #include <type_traits>
 
+#include "backends/post_checks.h"
 #include "common/check.h"
 #include "common/elements.h"
 #include "common/reductions.h"
@@ -454,22 +455,16 @@ void LocalBackend::setup(const BackendContext& ctx) {
 
 void LocalBackend::post(std::span<const PostArgs> ops, Stream& current, Event& done) {
   State& st = *state_;
-  HIR_INTERNAL_ASSERT(st.start_stream != nullptr, "local backend posted to before setup()");
-  HIR_CHECK_AS(BackendError, !st.aborted->load(),
-               "local: cannot post at {} on rank {}: the backend was aborted",
-               ops.empty() ? "" : ops[0].path, st.rank);
+  checkPostable("local", ops, st.start_stream != nullptr, st.aborted->load(), st.rank);
   auto record = std::make_shared<PostRecord>();
   record->rank = st.rank;
   record->timeout = st.ctx.timeout;
   record->aborted = st.aborted;
+  record->what = describePost(ops);
   record->ops.reserve(ops.size());
   Device& d = *device_;
   std::lock_guard lock(st.post_mutex);
-  for (const PostArgs& a : ops) {
-    record->ops.push_back(st.resolve(a));
-    record->what += fmt::format("{}{} ({})", record->what.empty() ? "" : ", ", a.path,
-                                toString(a.type));
-  }
+  for (const PostArgs& a : ops) record->ops.push_back(st.resolve(a));
   record->pending = static_cast<int>(record->ops.size());
   State* state = &st;  // the backend's teardown drains both streams first
   d.record(*st.ready, current);

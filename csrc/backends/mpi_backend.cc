@@ -29,6 +29,7 @@
 #include <thread>
 
 #include "backends/buffer_ranges.h"
+#include "backends/post_checks.h"
 #include "common/elements.h"
 #include "common/reductions.h"
 #include "common/check.h"
@@ -620,21 +621,17 @@ void MpiBackend::setup(const BackendContext& ctx) {
 
 void MpiBackend::post(std::span<const PostArgs> ops, Stream& current, Event& done) {
   State& st = *state_;
-  HIR_INTERNAL_ASSERT(st.start_stream != nullptr, "mpi backend posted to before setup()");
-  HIR_CHECK_AS(BackendError, !st.aborted->load(),
-               "mpi: cannot post at {} on rank {}: the backend was aborted",
-               ops.empty() ? "" : ops[0].path, st.rank);
+  checkPostable("mpi", ops, st.start_stream != nullptr, st.aborted->load(), st.rank);
   auto record = std::make_shared<PostRecord>();
   record->rank = st.rank;
   record->timeout = st.ctx.timeout;
   record->aborted = st.aborted;
+  record->what = describePost(ops);
   record->calls.reserve(ops.size());
   for (const PostArgs& a : ops) {
     record->calls.push_back(st.resolve(a));
     record->bytes += a.count * dtypeSize(a.dtype) *
                      (isPointToPoint(a.type) ? 1 : static_cast<std::size_t>(st.team_size[a.team]));
-    record->what += fmt::format("{}{} ({})", record->what.empty() ? "" : ", ", a.path,
-                                toString(a.type));
   }
   Device& d = *device_;
   std::lock_guard lock(st.post_mutex);

@@ -20,6 +20,7 @@
 
 #include "backends/buffer_ranges.h"
 #include "backends/nccl/nccl_types.h"
+#include "backends/post_checks.h"
 #include "common/check.h"
 #include "common/log.h"
 #include "device/cuda_interop.h"
@@ -254,6 +255,13 @@ struct NcclBackend::State {
       lane_marked = true;
     }
     return lane_mark;
+  }
+  // What post() and postJoined() do first: the checks, the device, and the
+  // caller's stream.
+  cuda::CudaStream& openPost(std::span<const PostArgs> ops, Stream& current) {
+    checkPostable("nccl", ops, ready, aborted.load(), rank, "the communicators were aborted");
+    cuda::activate(ordinal);
+    return cuda::cudaStream(current, "nccl post");
   }
   void abortAll();
   // BackendError when a communicator reports an asynchronous error.
@@ -714,13 +722,8 @@ void NcclBackend::setup(const BackendContext& ctx) {
 
 void NcclBackend::post(std::span<const PostArgs> ops, Stream& current, Event& done) {
   State& s = *state_;
-  const std::string_view path = !ops.empty() && ops[0].path ? ops[0].path : "";
-  HIR_INTERNAL_ASSERT(s.ready, "{}: nccl post before setup", path);
-  HIR_CHECK_AS(BackendError, !s.aborted.load(),
-               "nccl: cannot post at {} on rank {}: the communicators were aborted", path,
-               s.rank);
-  cuda::activate(s.ordinal);
-  cuda::CudaStream& caller = cuda::cudaStream(current, "nccl post");
+  cuda::CudaStream& caller = s.openPost(ops, current);
+  const std::string_view path = postPath(ops);
   cudaEvent_t done_event = cuda::nativeEvent(done, "nccl post");
 
   // The inputs are ready once the caller's stream reaches this point: the
@@ -755,13 +758,8 @@ void NcclBackend::post(std::span<const PostArgs> ops, Stream& current, Event& do
 // operations needs care.
 bool NcclBackend::postJoined(std::span<const PostArgs> ops, Stream& current, Event&) {
   State& s = *state_;
-  const std::string_view path = !ops.empty() && ops[0].path ? ops[0].path : "";
-  HIR_INTERNAL_ASSERT(s.ready, "{}: nccl post before setup", path);
-  HIR_CHECK_AS(BackendError, !s.aborted.load(),
-               "nccl: cannot post at {} on rank {}: the communicators were aborted", path,
-               s.rank);
-  cuda::activate(s.ordinal);
-  cuda::CudaStream& caller = cuda::cudaStream(current, "nccl post");
+  cuda::CudaStream& caller = s.openPost(ops, current);
+  const std::string_view path = postPath(ops);
   cudaStream_t on = caller.native();
   if (s.lane_on == nullptr) {
     // After the backend stream's operations, unless this stream already
