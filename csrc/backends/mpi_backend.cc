@@ -1,13 +1,10 @@
-// The MPI backend (one file of about 650 lines: one backend's state, its two
-// streams and the MPI call of every communication type belong together).
-// A post never blocks the host:
+// The MPI backend (mpi_backend.h): its communicators and the MPI call of
+// every communication type. A post never blocks the host: it goes through
+// the two streams of backends/host_post.h, where
 //
-//   record(ready, current); wait(start, ready);
-//   start stream:      host function that starts the non-blocking MPI calls
-//   record(started, start); wait(completion, started);
-//   completion stream: host function that polls them (MPI_Testall, with the
-//                      backend timeout), then divides the result of avg
-//   record(done, completion)
+//   start:      a host function starts the non-blocking MPI calls
+//   completion: a host function polls them (MPI_Testall, with the backend
+//               timeout), then divides the result of avg
 //
 // Every start runs on one thread, in post order, on every rank: MPI needs the
 // collectives of a communicator in the same order everywhere, and a start
@@ -29,6 +26,7 @@
 #include <thread>
 
 #include "backends/buffer_ranges.h"
+#include "backends/host_post.h"
 #include "backends/post_checks.h"
 #include "common/elements.h"
 #include "common/reductions.h"
@@ -358,12 +356,9 @@ struct MpiBackend::State {
   std::vector<int> team_size;
   MPI_Op ops16[2][kOpSlots] = {{MPI_OP_NULL, MPI_OP_NULL, MPI_OP_NULL, MPI_OP_NULL},
                                {MPI_OP_NULL, MPI_OP_NULL, MPI_OP_NULL, MPI_OP_NULL}};
-  std::unique_ptr<Stream> start_stream, completion_stream;
-  std::unique_ptr<Event> ready, started;
+  HostPostStreams streams;
   // Set by abort(); shared with the posts' tasks.
   std::shared_ptr<std::atomic<bool>> aborted = std::make_shared<std::atomic<bool>>(false);
-  // post() re-records the two shared events: keep each post's sequence whole.
-  std::mutex post_mutex;
 
   void createTeams();
   void createOps();
@@ -534,22 +529,10 @@ void MpiBackend::State::resolveCollective(const PostArgs& a, Call& c) const {
 }
 
 void MpiBackend::State::shutdown() noexcept {
-  Device* device = ctx.device;
-  // Let posted work finish (or time out) before its communicators go, with
-  // one deadline for both streams. After abort() the tasks end at once.
-  const auto start = std::chrono::steady_clock::now();
-  for (Stream* s : {start_stream.get(), completion_stream.get()}) {
-    if (device == nullptr || s == nullptr) continue;
-    try {
-      device->synchronize(*s, remainingOf(ctx.timeout, start));
-    } catch (...) {
-      // A failed or timed-out run: the error was reported where it happened.
-    }
-  }
-  completion_stream.reset();
-  start_stream.reset();
-  started.reset();
-  ready.reset();
+  // Let posted work finish (or time out) before its communicators go. After
+  // abort() the tasks end at once.
+  streams.drain(ctx.timeout);
+  streams.reset();
   int finalized = 0;
   MPI_Finalized(&finalized);
   if (finalized) return;
@@ -611,17 +594,14 @@ void MpiBackend::setup(const BackendContext& ctx) {
   device_ = ctx.device;
   st.createTeams();
   st.createOps();
-  st.start_stream = device_->createStream();
-  st.completion_stream = device_->createStream();
-  st.ready = device_->createEvent();
-  st.started = device_->createEvent();
+  st.streams.create(*device_);
   HIR_LOG_INFO(Subsys::Mpi, "communicators of {} team(s) created (rank {} of {})",
                ctx.teams.size(), mpi_rank, mpi_world);
 }
 
 void MpiBackend::post(std::span<const PostArgs> ops, Stream& current, Event& done) {
   State& st = *state_;
-  checkPostable("mpi", ops, st.start_stream != nullptr, st.aborted->load(), st.rank);
+  checkPostable("mpi", ops, st.streams.created(), st.aborted->load(), st.rank);
   auto record = std::make_shared<PostRecord>();
   record->rank = st.rank;
   record->timeout = st.ctx.timeout;
@@ -633,15 +613,9 @@ void MpiBackend::post(std::span<const PostArgs> ops, Stream& current, Event& don
     record->bytes += a.count * dtypeSize(a.dtype) *
                      (isPointToPoint(a.type) ? 1 : static_cast<std::size_t>(st.team_size[a.team]));
   }
-  Device& d = *device_;
-  std::lock_guard lock(st.post_mutex);
-  d.record(*st.ready, current);
-  d.wait(*st.start_stream, *st.ready);
-  d.launchHostFunc(*st.start_stream, [record] { startPost(*record); });
-  d.record(*st.started, *st.start_stream);
-  d.wait(*st.completion_stream, *st.started);
-  d.launchHostFunc(*st.completion_stream, [record] { completePost(record.get()); });
-  d.record(done, *st.completion_stream);
+  const auto lock = st.streams.lock();
+  st.streams.enqueue(lock, current, done, [record] { startPost(*record); },
+                     [record] { completePost(record.get()); });
 }
 
 void MpiBackend::abort() {
