@@ -26,6 +26,7 @@
 #include <algorithm>
 #include <array>
 #include <map>
+#include <span>
 
 #include <hostir/backend.h>
 #include <hostir/device.h>
@@ -492,15 +493,39 @@ struct Evaluator::Impl {
     posted_this_run.push_back(slot);
   }
 
-  // Posts a unit: on the current stream when the plan says it is waited for
-  // right away and the backend can; the stream it then ran on, or -1.
-  int postUnit(Backend& b, std::span<const PostArgs> ops, Event& done, bool joined) {
+  // A post as a unit reached its backend: `event` its done event (-1: none,
+  // joined to stream `joined_on`), still referenced by its communications.
+  struct Posted {
+    int event = -1;
+    int joined_on = -1;
+  };
+
+  // Posts `ops`, of communications `slots` (one post, or a group's), to
+  // backend `backend` as one unit: on the current stream when the plan says
+  // it is waited for right away (`joined`) and the backend can. Each
+  // communication then has it as its latest post.
+  Posted postUnit(int pc, int backend, std::span<const PostArgs> ops, std::span<const int> slots,
+                  bool joined) {
     Stream& cur = stream(current);
-    if (!joined) {
-      b.post(ops, cur, done);
-      return -1;
+    const int span = tracer ? tracer->postBegin(pc, current, cur) : -1;
+    const int ev = events.take();
+    Backend& b = *backends[backend];
+    Posted out;
+    if (!joined)
+      b.post(ops, cur, events[ev]);
+    else if (b.postJoined(ops, cur, events[ev]))
+      out.joined_on = current;
+    out.event = out.joined_on >= 0 ? -1 : ev;  // a joined post recorded no event
+    if (tracer) tracer->postEnd(span, out.event >= 0 ? &events[out.event] : nullptr);
+    for (std::size_t i = 0; i < slots.size(); ++i) {
+      const int c = slots[i];
+      markPosted(c);
+      comms[c].joined_on = out.joined_on;
+      setLastDone(comms[c], out.event);
+      recordPost(c, ops[i], out.event, out.joined_on);
     }
-    return b.postJoined(ops, cur, done) ? current : -1;
+    events.unref(ev);  // take()'s reference
+    return out;
   }
 
   void operator()(const instr::Post& in, int pc) {
@@ -517,16 +542,8 @@ struct Evaluator::Impl {
       g.ops.push_back(p);
       g.comms.push_back(in.comm);
     } else {
-      const int span = tracer ? tracer->postBegin(pc, current, stream(current)) : -1;
-      const int ev = events.take();
-      cs.joined_on =
-          postUnit(*backends[c.backend], std::span<const PostArgs>(&p, 1), events[ev], in.joined);
-      const int kept = cs.joined_on >= 0 ? -1 : ev;  // a joined post recorded no event
-      if (tracer) tracer->postEnd(span, kept >= 0 ? &events[kept] : nullptr);
-      setLastDone(cs, kept);
-      recordPost(in.comm, p, kept, cs.joined_on);
-      events.unref(ev);  // take()'s reference
-      markPosted(in.comm);
+      postUnit(pc, c.backend, std::span<const PostArgs>(&p, 1),
+               std::span<const int>(&in.comm, 1), in.joined);
     }
     cs.state = PostState::Posted;
     cs.pending = true;
@@ -546,25 +563,31 @@ struct Evaluator::Impl {
       g.state = PostState::Skipped;
       return;
     }
-    const int backend = plan.groups[in.group].backend;
-    const int span = tracer ? tracer->postBegin(pc, current, stream(current)) : -1;
-    const int ev = events.take();
-    g.joined_on = postUnit(*backends[backend], g.ops, events[ev], in.joined);
-    const int kept = g.joined_on >= 0 ? -1 : ev;
-    if (tracer) tracer->postEnd(span, kept >= 0 ? &events[kept] : nullptr);
-    if (kept >= 0) events.ref(kept);
+    const Posted u = postUnit(pc, plan.groups[in.group].backend, g.ops, g.comms, in.joined);
+    g.joined_on = u.joined_on;
+    if (u.event >= 0) events.ref(u.event);
     events.unref(g.event);
-    g.event = kept;
-    g.done = kept >= 0 ? &events[kept] : nullptr;
+    g.event = u.event;
+    g.done = u.event >= 0 ? &events[u.event] : nullptr;
     g.state = PostState::Posted;
-    for (std::size_t i = 0; i < g.comms.size(); ++i) {
-      const int c = g.comms[i];
-      markPosted(c);
-      comms[c].joined_on = g.joined_on;
-      setLastDone(comms[c], kept);
-      recordPost(c, g.ops[i], kept, g.joined_on);
-    }
-    events.unref(ev);
+  }
+
+  // A wait on a communication's or a group's latest post (`what`: "" or
+  // "group "): none if skipped here, nothing if in stream mode on the
+  // stream it joined. False when the post was skipped.
+  bool waitFor(PostState state, int joined_on, Event* done, int backend, int node,
+               std::string_view what, const std::string& name, WaitMode mode, Stream& cur) {
+    HIR_CHECK(state != PostState::Never, "wait on {}'{}', which was never posted", what, name);
+    if (state == PostState::Skipped) return false;
+    // Posted on this stream (postJoined): already in its order.
+    if (mode == WaitMode::Stream && joined_on == current) return true;
+    HIR_INTERNAL_ASSERT(done != nullptr,
+                        "{}: wait on {}'{}', joined to stream {}, from stream {} in {} mode "
+                        "(lowering marks a post joined only for a stream wait right after it)",
+                        diag.where(node, scalars.data()), what, name, joined_on, current,
+                        toString(mode));
+    backends[backend]->wait(*done, cur, mode, opts.timeout);
+    return true;
   }
 
   void operator()(const instr::Wait& in, int) {
@@ -572,33 +595,16 @@ struct Evaluator::Impl {
     if (in.comm >= 0) {
       CommState& cs = comms[in.comm];
       const PlanComm& c = plan.comms[in.comm];
-      HIR_CHECK(cs.state != PostState::Never, "wait on '{}', which was never posted", c.name);
-      if (cs.state == PostState::Skipped) return;
-      // Posted on this stream (postJoined): already in its order.
-      if (!(in.mode == WaitMode::Stream && cs.joined_on == current)) {
-        HIR_INTERNAL_ASSERT(cs.last_done != nullptr,
-                            "{}: wait on '{}', joined to stream {}, from stream {} in {} mode "
-                            "(lowering marks a post joined only for a stream wait right after it)",
-                            diag.where(c.node, scalars.data()), c.name, cs.joined_on, current,
-                            toString(in.mode));
-        backends[c.backend]->wait(*cs.last_done, cur, in.mode, opts.timeout);
-      }
-      cs.pending = false;
+      if (waitFor(cs.state, cs.joined_on, cs.last_done, c.backend, c.node, "", c.name, in.mode,
+                  cur))
+        cs.pending = false;
       return;
     }
-    GroupState& g = groups[in.group];
+    const GroupState& g = groups[in.group];
     const PlanGroup& pg = plan.groups[in.group];
-    HIR_CHECK(g.state != PostState::Never, "wait on group '{}', which was never posted", pg.name);
-    if (g.state == PostState::Skipped) return;
-    if (!(in.mode == WaitMode::Stream && g.joined_on == current)) {
-      HIR_INTERNAL_ASSERT(g.joined_on < 0,
-                          "{}: wait on group '{}', joined to stream {}, from stream {} in {} mode "
-                          "(lowering marks a post joined only for a stream wait right after it)",
-                          diag.where(pg.node, scalars.data()), pg.name, g.joined_on, current,
-                          toString(in.mode));
-      backends[pg.backend]->wait(*g.done, cur, in.mode, opts.timeout);
-    }
-    for (int c : g.comms) comms[c].pending = false;
+    if (waitFor(g.state, g.joined_on, g.done, pg.backend, pg.node, "group ", pg.name, in.mode,
+                cur))
+      for (int c : g.comms) comms[c].pending = false;
   }
 
   // Collective: every rank reaches the same decision (PeerRoutes) and, if
