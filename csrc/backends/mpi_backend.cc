@@ -45,14 +45,13 @@ constexpr int kAutoPriority = 10;
 constexpr int kPointToPointTag = 0;
 // Polling of a pending post. MPI moves a message larger than its eager
 // limit in fragments, and only while both ranks call into it (Open MPI has
-// no progress thread), so a poller that sleeps a millisecond between calls
-// moves about one fragment per millisecond: 0.17 GB/s for a 2 MiB
-// allgather on 2 ranks of a 2-core machine, against 3.9 GB/s when polling
-// without sleeping. So a post is polled without sleeping (yielding the
-// core) while it could still be moving data: kHotBase, plus its bytes at
-// kHotNsPerByte (250 MB/s, well below any host's copy rate). Then, for a
-// peer that is late, the poller sleeps, doubling from kFirstPause to
-// kLongestPause, so that several ranks sharing few cores do not spin.
+// no progress thread), so a poller that sleeps between calls moves about one
+// fragment per sleep (docs/performance.md, "The mpi backend on the host").
+// So a post is polled without sleeping (yielding the core) while it could
+// still be moving data: kHotBase, plus its bytes at kHotNsPerByte (250 MB/s,
+// well below any host's copy rate). Then, for a peer that is late, the
+// poller sleeps, doubling from kFirstPause to kLongestPause, so that several
+// ranks sharing few cores do not spin.
 constexpr std::chrono::microseconds kHotBase{1000};
 constexpr double kHotNsPerByte = 4.0;
 constexpr std::chrono::microseconds kFirstPause{2};
@@ -540,9 +539,8 @@ void MpiBackend::State::shutdown() noexcept {
   // for deallocation, which waits for the operations still pending on them
   // (an abandoned request keeps its communicator and op alive), and Open
   // MPI's free of an intracommunicator does not communicate, so a peer that
-  // is gone cannot hold it up (the fault tests kill peers). Keeping them
-  // instead left Open MPI to release them in MPI_Finalize, which loses
-  // part of each communicator (LeakSanitizer's 72-byte reports).
+  // is gone cannot hold it up (the fault tests kill peers). Left to
+  // MPI_Finalize instead, part of each communicator is never freed.
   for (MPI_Comm& comm : comms)
     if (comm != MPI_COMM_NULL) MPI_Comm_free(&comm);
   for (auto& row : ops16)

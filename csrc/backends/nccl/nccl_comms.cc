@@ -361,8 +361,7 @@ void* NcclBackend::allocateSymmetric(std::size_t bytes, std::span<const int> tea
   // device memory it returns before the memset ran, on the legacy default
   // stream, with which the evaluator's non-blocking streams do not
   // synchronize, so a program's first fill could run first and be zeroed
-  // after it (GraphMode.AGraphOfSendsAndRecvsTearsDownPromptly once saw its
-  // alltoall's input all zeros).
+  // after it.
   HIR_CUDA_CHECK(s.ordinal, cudaMemsetAsync(p, 0, bytes, s.stream));
   HIR_CHECK_AS(TimeoutError, s.drainStream(s.timeout),
                "nccl: zeroing {} bytes of symmetric memory on rank {} did not complete within {} ms",
