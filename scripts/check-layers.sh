@@ -27,6 +27,9 @@ set -euo pipefail
 
 # ---- The layers: folder of csrc/ -> what it may include (besides itself,
 # ---- external and standard headers). "*" = everything. Edit here.
+# runtime/ and compile/ reach devices, backends and kernels only through
+# the public interfaces and registries of hostir/ (device.h, backend.h,
+# kernel.h): no concrete device, backend or bootstrap.
 LAYERS='
 hostir:    -                  # public API: <hostir/...> and <std> only
 common:    hostir
@@ -36,9 +39,10 @@ analysis:  hostir, common, ir, plan
 lower:     hostir, common, ir, plan
 device:    hostir, common
 transport: hostir, common
+kernels:   hostir, common
 backends:  hostir, common, device, transport
-compile:   hostir, common, ir, plan, analysis, lower, backends
-runtime:   hostir, common, ir, plan, compile, device, transport, backends
+compile:   hostir, common, ir, plan, analysis, lower
+runtime:   hostir, common, ir, plan, compile
 testing:   hostir             # the GoogleTest harness (hostir::gtest_main)
 tools:     *
 '

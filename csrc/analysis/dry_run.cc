@@ -9,7 +9,6 @@
 #include <array>
 
 #include "analysis/hazards.h"
-#include "common/overloaded.h"
 #include "plan/step.h"
 
 namespace hir::dry {
@@ -27,35 +26,14 @@ std::string listInts(const std::vector<int64_t>& v) {
 
 namespace {
 
-// What an instruction is called in messages ("the fill at /body/2").
+// What an instruction is called in messages ("the fill at /body/2",
+// "communication 'ar'"): its name, and the name of what it posts or calls.
 std::string opName(const Plan& plan, const Instr& in) {
-  return std::visit(
-      Overloaded{
-          [](const instr::Allocate&) -> std::string { return "allocate"; },
-          [](const instr::Deallocate&) -> std::string { return "deallocate"; },
-          [&](const instr::Post& p) -> std::string {
-            return fmt::format("communication '{}'", plan.comms[p.comm].name);
-          },
-          [](const instr::GroupBegin&) -> std::string { return "group"; },
-          [](const instr::GroupEnd&) -> std::string { return "group"; },
-          [](const instr::Share&) -> std::string { return "share_mem_handles"; },
-          [](const instr::Wait&) -> std::string { return "wait"; },
-          [](const instr::LoopInit&) -> std::string { return "for"; },
-          [](const instr::LoopNext&) -> std::string { return "for"; },
-          [](const instr::JumpIfZero&) -> std::string { return "if"; },
-          [](const instr::Jump&) -> std::string { return "if"; },
-          [](const instr::SetStream&) -> std::string { return "set_stream"; },
-          [](const instr::SyncStream&) -> std::string { return "sync_stream"; },
-          [](const instr::Fill&) -> std::string { return "fill"; },
-          [](const instr::Copy&) -> std::string { return "copy"; },
-          [](const instr::Check&) -> std::string { return "check"; },
-          [](const instr::Matmul&) -> std::string { return "matmul"; },
-          [](const instr::Add&) -> std::string { return "add"; },
-          [&](const instr::Kernel& k) -> std::string {
-            return fmt::format("kernel '{}'", plan.kernels[k.kernel]);
-          },
-      },
-      in.op);
+  if (const auto* p = std::get_if<instr::Post>(&in.op))
+    return fmt::format("{} '{}'", instrName(in), plan.comms[p->comm].name);
+  if (const auto* k = std::get_if<instr::Kernel>(&in.op))
+    return fmt::format("{} '{}'", instrName(in), plan.kernels[k->kernel]);
+  return std::string(instrName(in));
 }
 
 // Runs the plan for one rank.

@@ -17,6 +17,8 @@
 #include <tuple>
 #include <type_traits>
 
+#include "backends/host_post.h"
+#include "backends/post_checks.h"
 #include "common/check.h"
 #include "common/elements.h"
 #include "common/reductions.h"
@@ -219,13 +221,11 @@ struct LocalBackend::State {
   std::vector<int> team_rank;  // per team: this rank's team rank, or -1
   // Sequence numbers of this rank's posts: per team, per peer and direction.
   std::vector<uint64_t> team_seq, send_seq, recv_seq;
-  std::unique_ptr<Stream> start_stream, completion_stream;
-  std::unique_ptr<Event> ready, started;
+  HostPostStreams streams;
   std::shared_ptr<std::atomic<bool>> aborted = std::make_shared<std::atomic<bool>>(false);
   // Posts deposited and not yet finished (guarded by the hub's mutex), for
   // abort().
   std::vector<std::shared_ptr<PostRecord>> live;
-  std::mutex post_mutex;  // keeps a post's sequence of records whole
 
   Op resolve(const PostArgs& a);
   void start(const std::shared_ptr<PostRecord>& record);
@@ -370,16 +370,7 @@ void LocalBackend::State::complete(const std::shared_ptr<PostRecord>& record) {
 }
 
 void LocalBackend::State::shutdown() noexcept {
-  Device* device = ctx.device;
-  const auto begin = std::chrono::steady_clock::now();
-  for (Stream* s : {start_stream.get(), completion_stream.get()}) {
-    if (device == nullptr || s == nullptr) continue;
-    try {
-      device->synchronize(*s, remainingOf(ctx.timeout, begin));
-    } catch (...) {
-      // A failed or timed-out run: the error was reported where it happened.
-    }
-  }
+  streams.drain(ctx.timeout);
   // What is still deposited (its tasks skipped after a failure) gives up,
   // so that no peer writes into this rank's memory after the teardown.
   if (hub != nullptr) {
@@ -389,10 +380,7 @@ void LocalBackend::State::shutdown() noexcept {
       abandon(*hub, lock, *r, fmt::format("rank {} was torn down", rank));
     live.clear();
   }
-  completion_stream.reset();
-  start_stream.reset();
-  started.reset();
-  ready.reset();
+  streams.reset();
 }
 
 LocalBackend::LocalBackend() : state_(std::make_unique<State>()) {}
@@ -446,39 +434,25 @@ void LocalBackend::setup(const BackendContext& ctx) {
   if (st.rank != 0) st.hub = *reinterpret_cast<const std::shared_ptr<Hub>*>(address);
   boot.barrier();
   device_ = ctx.device;
-  st.start_stream = device_->createStream();
-  st.completion_stream = device_->createStream();
-  st.ready = device_->createEvent();
-  st.started = device_->createEvent();
+  st.streams.create(*device_);
 }
 
 void LocalBackend::post(std::span<const PostArgs> ops, Stream& current, Event& done) {
   State& st = *state_;
-  HIR_INTERNAL_ASSERT(st.start_stream != nullptr, "local backend posted to before setup()");
-  HIR_CHECK_AS(BackendError, !st.aborted->load(),
-               "local: cannot post at {} on rank {}: the backend was aborted",
-               ops.empty() ? "" : ops[0].path, st.rank);
+  checkPostable("local", ops, st.streams.created(), st.aborted->load(), st.rank);
   auto record = std::make_shared<PostRecord>();
   record->rank = st.rank;
   record->timeout = st.ctx.timeout;
   record->aborted = st.aborted;
+  record->what = describePost(ops);
   record->ops.reserve(ops.size());
-  Device& d = *device_;
-  std::lock_guard lock(st.post_mutex);
-  for (const PostArgs& a : ops) {
-    record->ops.push_back(st.resolve(a));
-    record->what += fmt::format("{}{} ({})", record->what.empty() ? "" : ", ", a.path,
-                                toString(a.type));
-  }
+  // The sequence numbers resolve() gives follow the order of the starts.
+  const auto lock = st.streams.lock();
+  for (const PostArgs& a : ops) record->ops.push_back(st.resolve(a));
   record->pending = static_cast<int>(record->ops.size());
   State* state = &st;  // the backend's teardown drains both streams first
-  d.record(*st.ready, current);
-  d.wait(*st.start_stream, *st.ready);
-  d.launchHostFunc(*st.start_stream, [state, record] { state->start(record); });
-  d.record(*st.started, *st.start_stream);
-  d.wait(*st.completion_stream, *st.started);
-  d.launchHostFunc(*st.completion_stream, [state, record] { state->complete(record); });
-  d.record(done, *st.completion_stream);
+  st.streams.enqueue(lock, current, done, [state, record] { state->start(record); },
+                     [state, record] { state->complete(record); });
 }
 
 void LocalBackend::abort() {

@@ -7,16 +7,14 @@
 // The ranks of a world share a hub (made once at setup and handed round
 // through the bootstrap): per team, the k-th collective of every member
 // meets in one rendezvous slot, and per ordered pair of ranks, the k-th send
-// meets the k-th recv. A post never blocks the host (see local_backend.cc):
+// meets the k-th recv. A post never blocks the host: it goes through the two
+// streams of backends/host_post.h, where
 //
-//   record(ready, current); wait(start, ready);
-//   start stream:      a host function deposits the post's ops in their slots;
-//                      whoever completes a slot moves the data for every
-//                      member at once, then marks their ops done
-//   record(started, start); wait(completion, started);
-//   completion stream: a host function waits for this rank's ops to be done
-//                      (the backend timeout and a grace; abort() wakes it)
-//   record(done, completion)
+//   start:      a host function deposits the post's ops in their slots;
+//               whoever completes a slot moves the data for every member
+//               at once, then marks their ops done
+//   completion: a host function waits for this rank's ops to be done (the
+//               backend timeout and a grace; abort() wakes it)
 //
 // A deposit never waits for a peer, so sends and recvs posted in any order
 // cannot deadlock (PostOrder::kFree, as mpi). A rank that gives up on a post

@@ -1,13 +1,10 @@
-// The MPI backend (one file of about 650 lines: one backend's state, its two
-// streams and the MPI call of every communication type belong together).
-// A post never blocks the host:
+// The MPI backend (mpi_backend.h): its communicators and the MPI call of
+// every communication type. A post never blocks the host: it goes through
+// the two streams of backends/host_post.h, where
 //
-//   record(ready, current); wait(start, ready);
-//   start stream:      host function that starts the non-blocking MPI calls
-//   record(started, start); wait(completion, started);
-//   completion stream: host function that polls them (MPI_Testall, with the
-//                      backend timeout), then divides the result of avg
-//   record(done, completion)
+//   start:      a host function starts the non-blocking MPI calls
+//   completion: a host function polls them (MPI_Testall, with the backend
+//               timeout), then divides the result of avg
 //
 // Every start runs on one thread, in post order, on every rank: MPI needs the
 // collectives of a communicator in the same order everywhere, and a start
@@ -28,6 +25,9 @@
 #include <mutex>
 #include <thread>
 
+#include "backends/buffer_ranges.h"
+#include "backends/host_post.h"
+#include "backends/post_checks.h"
 #include "common/elements.h"
 #include "common/reductions.h"
 #include "common/check.h"
@@ -45,14 +45,13 @@ constexpr int kAutoPriority = 10;
 constexpr int kPointToPointTag = 0;
 // Polling of a pending post. MPI moves a message larger than its eager
 // limit in fragments, and only while both ranks call into it (Open MPI has
-// no progress thread), so a poller that sleeps a millisecond between calls
-// moves about one fragment per millisecond: 0.17 GB/s for a 2 MiB
-// allgather on 2 ranks of a 2-core machine, against 3.9 GB/s when polling
-// without sleeping. So a post is polled without sleeping (yielding the
-// core) while it could still be moving data: kHotBase, plus its bytes at
-// kHotNsPerByte (250 MB/s, well below any host's copy rate). Then, for a
-// peer that is late, the poller sleeps, doubling from kFirstPause to
-// kLongestPause, so that several ranks sharing few cores do not spin.
+// no progress thread), so a poller that sleeps between calls moves about one
+// fragment per sleep (docs/performance.md, "The mpi backend on the host").
+// So a post is polled without sleeping (yielding the core) while it could
+// still be moving data: kHotBase, plus its bytes at kHotNsPerByte (250 MB/s,
+// well below any host's copy rate). Then, for a peer that is late, the
+// poller sleeps, doubling from kFirstPause to kLongestPause, so that several
+// ranks sharing few cores do not spin.
 constexpr std::chrono::microseconds kHotBase{1000};
 constexpr double kHotNsPerByte = 4.0;
 constexpr std::chrono::microseconds kFirstPause{2};
@@ -320,15 +319,6 @@ void completePost(PostRecord* record) {
     if (c.avg_out != nullptr) divideBy(c.avg_out, c.dtype, c.avg_count, c.avg_divisor);
 }
 
-bool overlaps(const void* a, std::size_t a_bytes, const void* b, std::size_t b_bytes) {
-  auto x = reinterpret_cast<uintptr_t>(a), y = reinterpret_cast<uintptr_t>(b);
-  return a_bytes > 0 && b_bytes > 0 && x < y + b_bytes && y < x + a_bytes;
-}
-
-const std::byte* bytesAt(const void* base, std::size_t offset) {
-  return static_cast<const std::byte*>(base) + offset;
-}
-
 void stageToTemp(Call& c, const void* input, std::size_t bytes) {
   c.stage = Call::Stage::InputToTemp;
   c.stage_src = input;
@@ -365,12 +355,9 @@ struct MpiBackend::State {
   std::vector<int> team_size;
   MPI_Op ops16[2][kOpSlots] = {{MPI_OP_NULL, MPI_OP_NULL, MPI_OP_NULL, MPI_OP_NULL},
                                {MPI_OP_NULL, MPI_OP_NULL, MPI_OP_NULL, MPI_OP_NULL}};
-  std::unique_ptr<Stream> start_stream, completion_stream;
-  std::unique_ptr<Event> ready, started;
+  HostPostStreams streams;
   // Set by abort(); shared with the posts' tasks.
   std::shared_ptr<std::atomic<bool>> aborted = std::make_shared<std::atomic<bool>>(false);
-  // post() re-records the two shared events: keep each post's sequence whole.
-  std::mutex post_mutex;
 
   void createTeams();
   void createOps();
@@ -541,22 +528,10 @@ void MpiBackend::State::resolveCollective(const PostArgs& a, Call& c) const {
 }
 
 void MpiBackend::State::shutdown() noexcept {
-  Device* device = ctx.device;
-  // Let posted work finish (or time out) before its communicators go, with
-  // one deadline for both streams. After abort() the tasks end at once.
-  const auto start = std::chrono::steady_clock::now();
-  for (Stream* s : {start_stream.get(), completion_stream.get()}) {
-    if (device == nullptr || s == nullptr) continue;
-    try {
-      device->synchronize(*s, remainingOf(ctx.timeout, start));
-    } catch (...) {
-      // A failed or timed-out run: the error was reported where it happened.
-    }
-  }
-  completion_stream.reset();
-  start_stream.reset();
-  started.reset();
-  ready.reset();
+  // Let posted work finish (or time out) before its communicators go. After
+  // abort() the tasks end at once.
+  streams.drain(ctx.timeout);
+  streams.reset();
   int finalized = 0;
   MPI_Finalized(&finalized);
   if (finalized) return;
@@ -564,9 +539,8 @@ void MpiBackend::State::shutdown() noexcept {
   // for deallocation, which waits for the operations still pending on them
   // (an abandoned request keeps its communicator and op alive), and Open
   // MPI's free of an intracommunicator does not communicate, so a peer that
-  // is gone cannot hold it up (the fault tests kill peers). Keeping them
-  // instead left Open MPI to release them in MPI_Finalize, which loses
-  // part of each communicator (LeakSanitizer's 72-byte reports).
+  // is gone cannot hold it up (the fault tests kill peers). Left to
+  // MPI_Finalize instead, part of each communicator is never freed.
   for (MPI_Comm& comm : comms)
     if (comm != MPI_COMM_NULL) MPI_Comm_free(&comm);
   for (auto& row : ops16)
@@ -618,41 +592,28 @@ void MpiBackend::setup(const BackendContext& ctx) {
   device_ = ctx.device;
   st.createTeams();
   st.createOps();
-  st.start_stream = device_->createStream();
-  st.completion_stream = device_->createStream();
-  st.ready = device_->createEvent();
-  st.started = device_->createEvent();
+  st.streams.create(*device_);
   HIR_LOG_INFO(Subsys::Mpi, "communicators of {} team(s) created (rank {} of {})",
                ctx.teams.size(), mpi_rank, mpi_world);
 }
 
 void MpiBackend::post(std::span<const PostArgs> ops, Stream& current, Event& done) {
   State& st = *state_;
-  HIR_INTERNAL_ASSERT(st.start_stream != nullptr, "mpi backend posted to before setup()");
-  HIR_CHECK_AS(BackendError, !st.aborted->load(),
-               "mpi: cannot post at {} on rank {}: the backend was aborted",
-               ops.empty() ? "" : ops[0].path, st.rank);
+  checkPostable("mpi", ops, st.streams.created(), st.aborted->load(), st.rank);
   auto record = std::make_shared<PostRecord>();
   record->rank = st.rank;
   record->timeout = st.ctx.timeout;
   record->aborted = st.aborted;
+  record->what = describePost(ops);
   record->calls.reserve(ops.size());
   for (const PostArgs& a : ops) {
     record->calls.push_back(st.resolve(a));
     record->bytes += a.count * dtypeSize(a.dtype) *
                      (isPointToPoint(a.type) ? 1 : static_cast<std::size_t>(st.team_size[a.team]));
-    record->what += fmt::format("{}{} ({})", record->what.empty() ? "" : ", ", a.path,
-                                toString(a.type));
   }
-  Device& d = *device_;
-  std::lock_guard lock(st.post_mutex);
-  d.record(*st.ready, current);
-  d.wait(*st.start_stream, *st.ready);
-  d.launchHostFunc(*st.start_stream, [record] { startPost(*record); });
-  d.record(*st.started, *st.start_stream);
-  d.wait(*st.completion_stream, *st.started);
-  d.launchHostFunc(*st.completion_stream, [record] { completePost(record.get()); });
-  d.record(done, *st.completion_stream);
+  const auto lock = st.streams.lock();
+  st.streams.enqueue(lock, current, done, [record] { startPost(*record); },
+                     [record] { completePost(record.get()); });
 }
 
 void MpiBackend::abort() {

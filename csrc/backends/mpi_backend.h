@@ -1,12 +1,13 @@
 // The MPI backend: collectives and send/recv on host memory through
 // non-blocking MPI-3 calls. It runs on the host device only.
 //
-// How a post stays asynchronous (see mpi_backend.cc): a host function on the
-// backend's "start" stream starts the MPI calls once the inputs are ready on
-// the caller's stream; a host function on its "completion" stream polls them
-// (with the backend timeout and a grace, so that the evaluator's own waits
-// report first) and records `done`. Starts run in post order on
-// every rank and never wait, so send/recv posted in any order cannot deadlock.
+// How a post stays asynchronous (backends/host_post.h): a host function on
+// the backend's "start" stream starts the MPI calls once the inputs are
+// ready on the caller's stream; a host function on its "completion" stream
+// polls them (with the backend timeout and a grace, so that the evaluator's
+// own waits report first) and records `done`. Starts run in post order on
+// every rank and never wait, so send/recv posted in any order cannot
+// deadlock.
 //
 // Needs MPI initialized with MPI_THREAD_MULTIPLE (the MPI bootstrap does it,
 // at any world size, one rank included). Destroy the backend before the

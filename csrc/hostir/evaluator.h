@@ -57,10 +57,9 @@ struct EvaluatorOptions {
   // symmetric memory use, is placed in that backend's memory at load (nccl:
   // ncclMemAlloc and a symmetric window per team, NCCL >= 2.27, which
   // NCCL's symmetric kernels need). Auto: in graph mode only, where those
-  // kernels are the fastest small collectives (nccl-tests on 2 H200s: 8 B
-  // allreduce 3.45 us with a graph and symmetric windows, 5.6 us with a graph
-  // alone), while eagerly they were slower (9.7 vs 7.0 us). On: always;
-  // Off: never. Evaluator::symmetricAllocations() lists what was placed.
+  // kernels make the fastest small collectives, while eagerly they are
+  // slower (docs/performance.md). On: always; Off: never.
+  // Evaluator::symmetricAllocations() lists what was placed.
   enum class Symmetric : uint8_t { Auto, On, Off };
   Symmetric symmetric_memory = Symmetric::Auto;
 };

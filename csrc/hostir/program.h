@@ -1,6 +1,6 @@
 // The nodes of the host IR. Each node is plain data; its comment says what it
 // means. Cross-references (a tensor, a communication) are names here and
-// become slots after lowering (lower/plan.h).
+// become slots after lowering (plan/plan.h).
 //
 // HIR_NODE_KINDS is the one list of node kinds. It generates NodeKind, the
 // JSON op names and the std::variant `Node::Variant`, so a new node kind

@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <variant>
 #include <vector>
 
@@ -219,6 +220,13 @@ struct Instr {
       op;
   int node = -1;
 };
+
+// What instruction `in` is called in messages and on the timeline: the JSON
+// op of the node it is lowered from ("allocate", "communication", "group",
+// "for", "if", "kernel", ...; HIR_NODE_KINDS spells them). plan/plan.cc maps
+// every instruction to its node kind: a new instruction does not compile
+// until it has one.
+std::string_view instrName(const Instr& in);
 
 // At most this many accesses per instruction: a kernel's reads and writes
 // (validation caps them), a matmul's three operands.

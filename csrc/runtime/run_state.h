@@ -1,6 +1,7 @@
 // What the evaluator keeps per communication, group and stream between
 // instructions and across runs (internal to runtime/). The interpreter
-// (evaluator.cc) changes it; the diagnostics (diagnostics.h) read it.
+// (evaluator_exec.cc, evaluator_run.cc) changes it; the diagnostics
+// (diagnostics.h) read it.
 #pragma once
 
 #include <array>

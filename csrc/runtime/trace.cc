@@ -53,9 +53,10 @@ std::string jsonString(std::string_view s) {
   return out;
 }
 
-// What the tracer knows of an instruction: "<op> <path> (<detail>)", and
-// whether it gets a span on its stream. Every instruction is listed: a new
-// one does not compile until it has a name here.
+// What the tracer knows of an instruction: "<name> <path> (<detail>)", and
+// whether it gets a span on its stream. The name is instrName()'s; every
+// instruction is listed here for its detail, so a new one does not compile
+// until it has one.
 enum class SpanKind : uint8_t { None, Compute, Communication, Wait };
 
 struct InstrInfo {
@@ -65,10 +66,10 @@ struct InstrInfo {
 };
 
 InstrInfo describe(const Plan& plan, const Instr& in) {
-  auto named = [&](std::string_view op, const std::string& detail,
-                   SpanKind on_stream = SpanKind::None, int backend = -1) {
+  auto named = [&](const std::string& detail, SpanKind on_stream = SpanKind::None,
+                   int backend = -1) {
     std::string path = in.node >= 0 ? plan.nodes[in.node].path : std::string("?");
-    std::string name = fmt::format("{} {}", op, path);
+    std::string name = fmt::format("{} {}", instrName(in), path);
     // An implicit group's name is already in parentheses.
     if (!detail.empty()) name += detail.front() == '(' ? " " + detail : " (" + detail + ")";
     return InstrInfo{std::move(name), on_stream, backend};
@@ -76,42 +77,36 @@ InstrInfo describe(const Plan& plan, const Instr& in) {
   auto loopIndex = [&](int slot) { return plan.scalar_names[slot]; };
   return std::visit(
       Overloaded{
-          [&](const instr::Allocate& a) { return named("allocate", plan.allocs[a.alloc].name); },
-          [&](const instr::Deallocate& a) {
-            return named("deallocate", plan.allocs[a.alloc].name);
-          },
+          [&](const instr::Allocate& a) { return named(plan.allocs[a.alloc].name); },
+          [&](const instr::Deallocate& a) { return named(plan.allocs[a.alloc].name); },
           [&](const instr::Post& p) {
             const PlanComm& c = plan.comms[p.comm];
-            return named("communication", c.name, SpanKind::None, c.backend);
+            return named(c.name, SpanKind::None, c.backend);
           },
-          [&](const instr::GroupBegin& g) {
-            return named("group", plan.groups[g.group].name + ", begin");
-          },
+          [&](const instr::GroupBegin& g) { return named(plan.groups[g.group].name + ", begin"); },
           [&](const instr::GroupEnd& g) {
             const PlanGroup& pg = plan.groups[g.group];
-            return named("group", pg.name, SpanKind::None, pg.backend);
+            return named(pg.name, SpanKind::None, pg.backend);
           },
-          [&](const instr::Share&) { return named("share_mem_handles", ""); },
+          [&](const instr::Share&) { return named(""); },
           [&](const instr::Wait& w) {
-            return named("wait", w.comm >= 0 ? plan.comms[w.comm].name : plan.groups[w.group].name,
+            return named(w.comm >= 0 ? plan.comms[w.comm].name : plan.groups[w.group].name,
                          w.mode == WaitMode::Stream ? SpanKind::Wait : SpanKind::None);
           },
-          [&](const instr::LoopInit& l) { return named("for", loopIndex(l.slot)); },
-          [&](const instr::LoopNext& l) { return named("for", loopIndex(l.slot) + ", next"); },
-          [&](const instr::JumpIfZero&) { return named("if", ""); },
-          [&](const instr::Jump&) { return named("if", "jump"); },
-          [&](const instr::SetStream&) { return named("set_stream", ""); },
-          [&](const instr::SyncStream&) { return named("sync_stream", ""); },
-          [&](const instr::Fill& f) { return named("fill", f.ref.text, SpanKind::Compute); },
+          [&](const instr::LoopInit& l) { return named(loopIndex(l.slot)); },
+          [&](const instr::LoopNext& l) { return named(loopIndex(l.slot) + ", next"); },
+          [&](const instr::JumpIfZero&) { return named(""); },
+          [&](const instr::Jump&) { return named("jump"); },
+          [&](const instr::SetStream&) { return named(""); },
+          [&](const instr::SyncStream&) { return named(""); },
+          [&](const instr::Fill& f) { return named(f.ref.text, SpanKind::Compute); },
           [&](const instr::Copy& c) {
-            return named("copy", c.src.text + " -> " + c.dst.text, SpanKind::Compute);
+            return named(c.src.text + " -> " + c.dst.text, SpanKind::Compute);
           },
-          [&](const instr::Check& c) { return named("check", c.ref.text, SpanKind::Compute); },
-          [&](const instr::Matmul& m) { return named("matmul", m.out.text, SpanKind::Compute); },
-          [&](const instr::Add& a) { return named("add", a.out.text, SpanKind::Compute); },
-          [&](const instr::Kernel& k) {
-            return named("kernel", plan.kernels[k.kernel], SpanKind::Compute);
-          },
+          [&](const instr::Check& c) { return named(c.ref.text, SpanKind::Compute); },
+          [&](const instr::Matmul& m) { return named(m.out.text, SpanKind::Compute); },
+          [&](const instr::Add& a) { return named(a.out.text, SpanKind::Compute); },
+          [&](const instr::Kernel& k) { return named(plan.kernels[k.kernel], SpanKind::Compute); },
       },
       in.op);
 }

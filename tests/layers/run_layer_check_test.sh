@@ -34,9 +34,12 @@ clean_tree() {
     '#include <nccl.h>' '#include <mpi.h>'
   put csrc/backends/nccl/n.h '#pragma once'
   put csrc/backends/backend.h '#pragma once' '#include "device/device.h"'
-  put csrc/runtime/evaluator.h '#pragma once' '#include "backends/backend.h"' '#include "plan/p.h"'
+  put csrc/runtime/evaluator.h '#pragma once' '#include "compile/c.h"' '#include "plan/p.h"' \
+    '#include <hostir/a.h>'
+  put csrc/compile/c.h '#pragma once' '#include "analysis/v.h"'
   put csrc/plan/p.h '#pragma once' '#include "ir/x.h"'
-  put csrc/tools/hir.cc '#include "runtime/evaluator.h"' '#include "analysis/v.h"' '#include <hostir/a.h>'
+  put csrc/tools/hir.cc '#include "runtime/evaluator.h"' '#include "analysis/v.h"' '#include <hostir/a.h>' \
+    '#include "backends/backend.h"' '#include "device/device.h"'
   put csrc/analysis/v.h '#pragma once' '#include "plan/p.h"'
   put csrc/README.md 'not a source file: #include "runtime/evaluator.h"'
 }
@@ -103,6 +106,23 @@ expect g_bare_not_here 1 \
 clean_tree h_top_level
 put csrc/hostir.h '#pragma once'
 expect h_top_level 1 "csrc/hostir.h:1: file directly in csrc/: files belong in a layer folder"
+
+# runtime/ and compile/ see devices and backends only through hostir/: a
+# concrete backend, a device or a bootstrap is a violation there.
+clean_tree i_runtime_includes_backend
+echo '#include "backends/backend.h"' >>"$tree/csrc/runtime/evaluator.h"   # line 5
+expect i_runtime_includes_backend 1 \
+  "csrc/runtime/evaluator.h:5: folder 'runtime' includes \"backends/backend.h\" but runtime may include only: hostir, common, ir, plan, compile"
+
+clean_tree j_runtime_includes_device
+put csrc/runtime/evaluator.cc '#include "runtime/evaluator.h"' '#include "device/device.h"'
+expect j_runtime_includes_device 1 \
+  "csrc/runtime/evaluator.cc:2: folder 'runtime' includes \"device/device.h\" but runtime may include only: hostir, common, ir, plan, compile"
+
+clean_tree k_compile_includes_backend
+echo '#include "backends/nccl/n.h"' >>"$tree/csrc/compile/c.h"          # line 3
+expect k_compile_includes_backend 1 \
+  "csrc/compile/c.h:3: folder 'compile' includes \"backends/nccl/n.h\" but compile may include only: hostir, common, ir, plan, analysis, lower"
 
 if [ "$failures" != 0 ]; then
   echo "layers.selftest: $failures case(s) FAILED" >&2

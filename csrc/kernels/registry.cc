@@ -1,7 +1,6 @@
-// The registry of kernels an embedder registers (hostir/kernel.h), and the
-// loading of kernel plugins.
-#include <dlfcn.h>
-
+// The registry of kernels that an embedder or a plugin registers by name
+// (hostir/kernel.h), where validation and the evaluator find them, and
+// KernelLaunch::arg, the one call of a launch that is not inline.
 #include <algorithm>
 #include <mutex>
 
@@ -60,22 +59,6 @@ std::vector<std::string> kernelNames() {
   for (const KernelInfo& k : r.kernels) out.push_back(k.name);
   std::sort(out.begin(), out.end());
   return out;
-}
-
-void loadKernelPlugin(const std::string& path) {
-  // RTLD_NODELETE: registered functions stay valid for the process.
-  void* lib = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE);
-  if (lib == nullptr) {
-    const char* why = dlerror();
-    throw UsageError(fmt::format("--plugin {}: cannot load it: {}", path, why ? why : "unknown"));
-  }
-  using RegisterFn = void (*)();
-  auto fn = reinterpret_cast<RegisterFn>(dlsym(lib, "hostir_register_kernels"));
-  HIR_CHECK_AS(UsageError, fn != nullptr,
-               "--plugin {}: it has no function hostir_register_kernels() (declare it extern "
-               "\"C\" and export it)",
-               path);
-  fn();
 }
 
 }  // namespace hir
