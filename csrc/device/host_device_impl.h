@@ -1,6 +1,7 @@
 // The host device's internals that its files share (host_device.cc,
-// host_messages.cc): its state (HostDevice::Impl), the worker thread of
-// each stream (Worker) and the streams (HostStream). Private to device/.
+// host_device_memory.cc, host_messages.cc): its state (HostDevice::Impl),
+// the worker thread of each stream (Worker) and the streams (HostStream).
+// Private to device/.
 #pragma once
 
 #include <pthread.h>
