@@ -1,9 +1,9 @@
 // The CUDA device's class (CudaDevice), private to device/cuda/. Its
-// members are defined in cuda_device.cc (creation, memory, streams,
-// events, data kernels, graphs, compute, timing, IPC) and cuda_messages.cc
-// (ipc's message protocol: stream semaphores, signaled copies, counted
-// steps, message steps and reduce, with the settings they read).
-// cuda_device.h says how it behaves.
+// members are defined in cuda_device.cc (creation, streams, events, data
+// kernels, graphs, compute, timing), cuda_device_memory.cc (memory, check
+// records, IPC handles) and cuda_messages.cc (ipc's message protocol:
+// stream semaphores, signaled copies, counted steps, message steps and
+// reduce, with the settings they read). cuda_device.h says how it behaves.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -82,6 +82,7 @@ class CudaDevice final : public Device {
   bool supports(DeviceFeature f) const override;
 
   // --------------------------------------------------------------- memory
+  // (cuda_device_memory.cc)
 
   void* allocate(std::size_t bytes) override;
   std::string outOfMemory(std::size_t size) const;
@@ -133,6 +134,7 @@ class CudaDevice final : public Device {
   double elapsedMs(Event& from, Event& to) override;
 
   // ------------------------------------------------------------------ IPC
+  // (cuda_device_memory.cc)
 
   MemoryHandle exportMemory(void* p) override;
   void* importMemory(const MemoryHandle& h) override;
@@ -169,6 +171,8 @@ class CudaDevice final : public Device {
   const KernelStampSink* stampSink() const {
     return stamps_ != nullptr ? &stamps_->sink() : nullptr;
   }
+
+  // cuda_device_memory.cc
   CheckRecord* devicePointerOf(CheckRecord* host);
 
   // cuda_messages.cc
