@@ -15,8 +15,8 @@
 //   enqueue from the host that finds its stream's queue full blocks until
 //   the queue is down to half; a stream that takes no task for the
 //   stream-wait timeout meanwhile fails the device, and the enqueue throws
-//   TimeoutError naming the stream (host_device.cc says why this cannot
-//   deadlock). Enqueues from stream tasks never block.
+//   TimeoutError naming the stream (Worker, in host_device_impl.h, says why
+//   this cannot deadlock). Enqueues from stream tasks never block.
 // - Memory is memfd-backed shared memory, zeroed (so semaphores start at 0),
 //   that another process of the same node (same user) can map through
 //   /proc/<pid>/fd/<fd> (IPC). Each allocation holds one file descriptor
@@ -132,8 +132,8 @@ class HostDevice : public Device {
   // A host function already running finishes on its own.
   void cancel(std::string_view why) override;
 
-  // Opaque state (host_device.cc); public only so that helpers there can
-  // name it.
+  // Opaque state (host_device_impl.h); public only so that the device's
+  // files and their helpers can name it.
   struct Impl;
 
  private:

@@ -1,6 +1,9 @@
-// Host-side launchers of the CUDA device's kernels (cuda_kernels.cu). Each
-// returns the launch's error code; the caller checks it (cudaLaunchKernel
-// reports launch errors directly, so no stale cudaGetLastError is involved).
+// Host-side launchers of the CUDA device's kernels: the data kernels
+// (cuda_data_kernels.cu), the copies (cuda_copy_kernels.cu), the messages
+// (cuda_message_kernels.cu), the reductions (cuda_reduce_kernels.cu), and
+// their launch switches and preloading (cuda_launch.cu). Each returns the
+// launch's error code; the caller checks it (cudaLaunchKernel reports
+// launch errors directly, so no stale cudaGetLastError is involved).
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -145,7 +148,7 @@ cudaError_t launchSpin(cudaStream_t stream, uint64_t nanoseconds);
 
 // Whether kernels of one block are launched as programmatic dependents of
 // the kernel before them on their stream (on by default; launchKernel in
-// cuda_kernels.cu says why one block only). Process-wide; CudaDevice sets it
+// cuda_kernel_common.cuh says why one block only). Process-wide; CudaDevice sets it
 // from HIR_CUDA_PDL when it is created, and off below compute capability 9.0.
 void setProgrammaticLaunch(bool on);
 
@@ -193,7 +196,7 @@ struct KernelStampSink {
   uint32_t mask = 0;
 };
 
-// Loads every kernel of this file into the current device's context
+// Loads every kernel of the cuda device into the current device's context
 // (cudaFuncGetAttributes), launching none. Under CUDA's lazy loading (the
 // default since CUDA 12.2) a kernel is otherwise loaded at its first launch,
 // which may wait for the kernels running on the device: a launch made while
