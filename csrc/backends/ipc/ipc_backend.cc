@@ -39,6 +39,7 @@
 #include <chrono>
 
 #include "backends/ipc/state.h"
+#include "backends/post_checks.h"
 #include "common/log.h"
 
 namespace hir::ipc {
@@ -168,9 +169,8 @@ BackendCaps IpcBackend::caps() {
 
 void IpcBackend::post(std::span<const PostArgs> ops, Stream& current, Event& done) {
   State& st = *state_;
-  HIR_INTERNAL_ASSERT(st.dev != nullptr, "ipc backend posted to before setup()");
+  checkPostable("ipc", ops, st.dev != nullptr, st.aborted.load(), st.rank);
   HIR_INTERNAL_ASSERT(!ops.empty(), "ipc: empty post");
-  st.checkNotAborted(ops);
   Device& d = *st.dev;
   // Posts re-record the shared events and may create a pair's stream.
   std::lock_guard lock(st.post_mutex);
@@ -205,9 +205,8 @@ void IpcBackend::post(std::span<const PostArgs> ops, Stream& current, Event& don
 // on its own stream).
 bool IpcBackend::postJoined(std::span<const PostArgs> ops, Stream& current, Event& done) {
   State& st = *state_;
-  HIR_INTERNAL_ASSERT(st.dev != nullptr, "ipc backend posted to before setup()");
+  checkPostable("ipc", ops, st.dev != nullptr, st.aborted.load(), st.rank);
   HIR_INTERNAL_ASSERT(!ops.empty(), "ipc: empty post");
-  st.checkNotAborted(ops);
   std::lock_guard lock(st.post_mutex);
   const bool collective = std::any_of(ops.begin(), ops.end(),
                                       [](const PostArgs& a) { return !isPointToPoint(a.type); });

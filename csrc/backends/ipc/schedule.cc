@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "backends/buffer_ranges.h"
 #include "backends/ipc/state.h"
 #include "common/log.h"
 
@@ -175,12 +176,6 @@ void countInGroup(std::vector<Step>& steps,
       if (s.counter == counter && (last == nullptr || !s.copies || last->copies)) last = &s;
     last->advance = total;
   }
-}
-
-// Whether [a, a + an) and [b, b + bn) share a byte.
-bool overlaps(const void* a, std::size_t an, const void* b, std::size_t bn) {
-  const auto x = reinterpret_cast<uintptr_t>(a), y = reinterpret_cast<uintptr_t>(b);
-  return an > 0 && bn > 0 && x < y + bn && y < x + an;
 }
 
 }  // namespace

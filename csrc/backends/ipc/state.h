@@ -378,11 +378,6 @@ struct State {
   void importBlock(int peer, int slot, const Offer& offer);
   std::string exportError(const ShareItem& item, const std::string& what) const;
   void unblock();
-  void checkNotAborted(std::span<const PostArgs> ops) const {
-    HIR_CHECK_AS(BackendError, !aborted.load(),
-                 "ipc: cannot post at {} on rank {}: the backend was aborted",
-                 ops.empty() ? "" : ops[0].path, rank);
-  }
   void shutdown() noexcept;
 };
 

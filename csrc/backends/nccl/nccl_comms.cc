@@ -122,8 +122,7 @@ void NcclBackend::setup(const BackendContext& ctx) {
   HIR_CUDA_CHECK(ordinal, cudaEventCreateWithFlags(&s.inputs_ready, cudaEventDisableTiming));
   HIR_CUDA_CHECK(ordinal, cudaEventCreateWithFlags(&s.stream_tail, cudaEventDisableTiming));
   HIR_CUDA_CHECK(ordinal, cudaEventCreateWithFlags(&s.lane_mark, cudaEventDisableTiming));
-  const char* always_join = std::getenv("HIR_NCCL_ALWAYS_JOIN");
-  s.always_join = always_join != nullptr && std::strcmp(always_join, "0") != 0;
+  s.always_join = ctx.settings.on(Setting::NcclAlwaysJoin);
   s.setupTeams(ctx);
   device_ = ctx.device;
   s.ready = true;

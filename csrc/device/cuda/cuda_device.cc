@@ -18,7 +18,6 @@
 
 #include "common/check.h"
 #include "common/log.h"
-#include "common/parse_int.h"
 #include "device/compute.h"
 #include "device/cuda_interop.h"
 #include "device/cuda/cuda_compute.h"
@@ -36,19 +35,6 @@ namespace {
 // device that still does not is left to the process exit rather than
 // holding the rank past its timeout (docs/cli.md, "Timeouts").
 constexpr Duration kCancelledDrainTimeout = std::chrono::seconds(2);
-
-// HIR_CUDA_PDL: 1 (default) launches one-block kernels as programmatic
-// dependents of the kernel before them (setProgrammaticLaunch), 0 plainly.
-bool programmaticLaunch() {
-  const char* text = std::getenv("HIR_CUDA_PDL");
-  if (text == nullptr || *text == '\0') return true;
-  const std::string_view v(text);
-  HIR_CHECK_AS(UsageError, v == "0" || v == "1",
-               "HIR_CUDA_PDL is '{}'; expected 1 (launch one-block kernels as programmatic "
-               "dependents, the default) or 0",
-               text);
-  return v == "1";
-}
 
 void CUDART_CB runHostTask(void* data) {
   auto* raw = static_cast<HostTask*>(data);
@@ -87,7 +73,7 @@ class CudaGraph final : public Graph {
 
 // ------------------------------------------------------------- the device
 
-CudaDevice::CudaDevice(int index) {
+CudaDevice::CudaDevice(int index, const Settings& settings) {
   HIR_CHECK_AS(UsageError, index >= 0, "cuda: device index must be >= 0, got {}", index);
   int count = 0;
   HIR_CUDA_CHECK(index, cudaGetDeviceCount(&count));
@@ -99,22 +85,18 @@ CudaDevice::CudaDevice(int index) {
   HIR_CUDA_CHECK(ordinal_, cudaGetDeviceProperties(&props, ordinal_));
   name_ = props.name;
   max_blocks_ = std::max(1, props.multiProcessorCount) * 8;
-  kernel_copy_max_ = kernelCopyMax();
-  grid_copy_max_ = gridCopyMax();
-  grid_wait_in_kernel_ = gridCopyWaitsInKernel();
-  pull_fence_ = envSwitch("HIR_CUDA_PULL_FENCE", "grid pulls fence at system scope");
-  grid_copy_blocks_ = gridCopyBlocks();
-  kernel_semaphores_ = kernelSemaphores();
+  kernel_copy_max_ = kernelCopyMax(settings);
+  grid_copy_max_ = gridCopyMax(settings);
+  grid_wait_in_kernel_ = gridCopyWaitsInKernel(settings);
+  pull_fence_ = settings.on(Setting::CudaPullFence);
+  grid_copy_blocks_ = gridCopyBlocks(settings);
+  kernel_semaphores_ = kernelSemaphores(settings);
   // Programmatic dependent launch exists from compute capability 9.0.
-  setProgrammaticLaunch(programmaticLaunch() && props.major >= 9);
-  // HIR_CUDA_SPREAD_SOURCES (1 by default): setSpreadSources.
-  setSpreadSources(envSwitch("HIR_CUDA_SPREAD_SOURCES",
-                             "a small reduction's sources in lines are loaded at once", true));
-  // HIR_CUDA_PUSHES_AT_ONCE (1 by default): setPushesAtOnce.
-  setPushesAtOnce(envSwitch("HIR_CUDA_PUSHES_AT_ONCE",
-                            "a step's small pushes in lines go each in a warp of its own", true));
+  setProgrammaticLaunch(settings.on(Setting::CudaPdl) && props.major >= 9);
+  setSpreadSources(settings.on(Setting::CudaSpreadSources));
+  setPushesAtOnce(settings.on(Setting::CudaPushesAtOnce));
   HIR_CUDA_CHECK(ordinal_, preloadKernels());
-  stamps_ = KernelStampRing::fromEnv(ordinal_);  // HIR_CUDA_STAMPS
+  stamps_ = KernelStampRing::create(settings.text(Setting::CudaStamps), ordinal_);
   cudaStream_t s = nullptr;
   HIR_CUDA_CHECK(ordinal_, cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
   default_stream_ = std::make_unique<CudaStream>(s, ordinal_, /*owned=*/true, default_counter_);
@@ -473,8 +455,8 @@ int cudaVisibleGpuCount(std::string* why) {
 void registerCudaDevice() {
   registerDevice(DeviceInfo{
       "cuda", cudaAvailable,
-      [](int index, const Settings&) -> std::unique_ptr<Device> {
-        return std::make_unique<cuda::CudaDevice>(index);
+      [](int index, const Settings& settings) -> std::unique_ptr<Device> {
+        return std::make_unique<cuda::CudaDevice>(index, settings);
       }});
 }
 

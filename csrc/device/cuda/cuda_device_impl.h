@@ -29,6 +29,7 @@
 #include "device/cuda/kernel_stamps.h"
 
 #include <hostir/device.h>
+#include <hostir/settings.h>
 
 namespace hir::cuda {
 
@@ -38,11 +39,11 @@ constexpr Duration kHousekeepingTimeout = std::chrono::seconds(60);
 
 // The message protocol's settings from the environment, read when the
 // device is created (defined, with what each means, in cuda_messages.cc).
-std::size_t kernelCopyMax();
-bool gridCopyWaitsInKernel();
-std::size_t gridCopyMax();
-int gridCopyBlocks();
-bool kernelSemaphores();
+std::size_t kernelCopyMax(const Settings& settings);
+bool gridCopyWaitsInKernel(const Settings& settings);
+std::size_t gridCopyMax(const Settings& settings);
+int gridCopyBlocks(const Settings& settings);
+bool kernelSemaphores(const Settings& settings);
 
 // The sticky error of failed host functions, shared with the tasks in
 // flight so that a task finishing after the device is gone stays safe.
@@ -69,7 +70,7 @@ struct HostTask {
 
 class CudaDevice final : public Device {
  public:
-  explicit CudaDevice(int index);
+  CudaDevice(int index, const Settings& settings);
   ~CudaDevice() override;
 
   CudaDevice(const CudaDevice&) = delete;

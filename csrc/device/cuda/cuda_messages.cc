@@ -13,7 +13,6 @@
 #include <string_view>
 
 #include "common/check.h"
-#include "common/parse_int.h"
 #include "device/compute.h"
 #include "device/cuda_interop.h"
 #include "device/cuda/cuda_device_impl.h"
@@ -26,14 +25,11 @@ namespace hir::cuda {
 
 // --------------------------------------------------------------- settings
 
-// Copies up to this many bytes run as a kernel rather than on a copy engine:
-// a kernel starts sooner, which is what small messages (ipc) wait for.
-// HIR_CUDA_KERNEL_COPY_MAX overrides it (bytes; 0: always the copy engine).
-constexpr std::size_t kDefaultKernelCopyMax = 64 * 1024;
-
-std::size_t kernelCopyMax() {
-  return static_cast<std::size_t>(
-      envInteger("HIR_CUDA_KERNEL_COPY_MAX", static_cast<int64_t>(kDefaultKernelCopyMax), 0));
+// Copies up to HIR_CUDA_KERNEL_COPY_MAX bytes run as a kernel rather than on
+// a copy engine: a kernel starts sooner, which is what small messages (ipc)
+// wait for (0: always the copy engine).
+std::size_t kernelCopyMax(const Settings& settings) {
+  return static_cast<std::size_t>(settings.get(Setting::CudaKernelCopyMax));
 }
 
 // HIR_CUDA_GRID_COPY_WAIT: "kernel" (default): each block of a grid
@@ -42,37 +38,26 @@ std::size_t kernelCopyMax() {
 // block is resident while it waits, at the cost of a kernel launch after
 // the wait (docs/ipc.md, "Mid-size copies: one grid kernel", compares
 // them).
-bool gridCopyWaitsInKernel() {
-  const char* text = std::getenv("HIR_CUDA_GRID_COPY_WAIT");
-  if (text == nullptr || *text == '\0') return true;
-  const std::string_view v(text);
-  HIR_CHECK_AS(UsageError, v == "stream" || v == "kernel",
-               "HIR_CUDA_GRID_COPY_WAIT is '{}'; expected kernel (the grid copy's blocks wait, "
-               "the default) or stream (a stream wait before its kernel)",
-               text);
-  return v == "kernel";
+bool gridCopyWaitsInKernel(const Settings& settings) {
+  return settings.text(Setting::CudaGridCopyWait) == "kernel";
 }
 
 // Signaled copies above HIR_CUDA_KERNEL_COPY_MAX and up to
-// HIR_CUDA_GRID_COPY_MAX bytes (default kDefaultGridCopyMax; 0: none) run
-// as one kernel of a grid of blocks instead of a stream wait, a copy
-// engine's copy and a stream write. Each block copies about
-// kGridCopyBlockBytes, and a grid has at most HIR_CUDA_GRID_COPY_BLOCKS
-// blocks (default kDefaultGridCopyBlocks): few enough that the grids of
+// HIR_CUDA_GRID_COPY_MAX bytes (0: none) run as one kernel of a grid of
+// blocks instead of a stream wait, a copy engine's copy and a stream
+// write. Each block copies about kGridCopyBlockBytes, and a grid has at
+// most HIR_CUDA_GRID_COPY_BLOCKS blocks: few enough that the grids of
 // every lane of a rank of 8, waiting at once, hold well under the GPU's
 // resident blocks. docs/ipc.md, "Mid-size copies: one grid kernel", has
 // the measurements behind the defaults.
-constexpr std::size_t kDefaultGridCopyMax = std::size_t{1} << 20;
 constexpr std::size_t kGridCopyBlockBytes = 32 * 1024;
-constexpr int kDefaultGridCopyBlocks = 16;
 
-std::size_t gridCopyMax() {
-  return static_cast<std::size_t>(
-      envInteger("HIR_CUDA_GRID_COPY_MAX", static_cast<int64_t>(kDefaultGridCopyMax), 0));
+std::size_t gridCopyMax(const Settings& settings) {
+  return static_cast<std::size_t>(settings.get(Setting::CudaGridCopyMax));
 }
 
-int gridCopyBlocks() {
-  return static_cast<int>(envInteger("HIR_CUDA_GRID_COPY_BLOCKS", kDefaultGridCopyBlocks, 2, 256));
+int gridCopyBlocks(const Settings& settings) {
+  return static_cast<int>(settings.get(Setting::CudaGridCopyBlocks));
 }
 
 // HIR_CUDA_SEMAPHORES: how waitValue and writeValue run. "memop" (default):
@@ -81,16 +66,8 @@ int gridCopyBlocks() {
 // one-block kernel whose thread 0 polls the word, or releases the value, at
 // system scope (what the fused signaled copies and the counted steps do
 // already). docs/ipc.md, "Kernel semaphores", compares the two.
-bool kernelSemaphores() {
-  const char* text = std::getenv("HIR_CUDA_SEMAPHORES");
-  if (text == nullptr || *text == '\0') return false;
-  const std::string_view v(text);
-  HIR_CHECK_AS(UsageError, v == "kernel" || v == "memop",
-               "HIR_CUDA_SEMAPHORES is '{}'; expected memop (the driver's stream memory "
-               "operations, the default) or kernel (one-block kernels poll and release the "
-               "semaphore words)",
-               text);
-  return v == "kernel";
+bool kernelSemaphores(const Settings& settings) {
+  return settings.text(Setting::CudaSemaphores) == "kernel";
 }
 
 // ------------------------------------------------------ stream semaphores

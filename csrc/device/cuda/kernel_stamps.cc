@@ -19,9 +19,8 @@ namespace {
 constexpr uint32_t kStampCapacity = 1u << 16;
 }  // namespace
 
-std::unique_ptr<KernelStampRing> KernelStampRing::fromEnv(int ordinal) {
-  const char* prefix = std::getenv("HIR_CUDA_STAMPS");
-  if (prefix == nullptr || *prefix == '\0') return nullptr;
+std::unique_ptr<KernelStampRing> KernelStampRing::create(const std::string& prefix, int ordinal) {
+  if (prefix.empty()) return nullptr;
   void* ring = nullptr;
   void* next = nullptr;
   if (cudaMalloc(&ring, sizeof(KernelStamp) * kStampCapacity) != cudaSuccess ||

@@ -14,9 +14,9 @@ namespace hir::cuda {
 
 class KernelStampRing {
  public:
-  // A ring of records on the current device (ordinal) when HIR_CUDA_STAMPS
-  // names a path prefix; null when it is unset or empty.
-  static std::unique_ptr<KernelStampRing> fromEnv(int ordinal);
+  // A ring of records on the current device (ordinal) when `prefix`
+  // (HIR_CUDA_STAMPS) names a path prefix; null when it is empty.
+  static std::unique_ptr<KernelStampRing> create(const std::string& prefix, int ordinal);
   ~KernelStampRing();  // frees the ring: no kernel given sink() may still run
 
   // What the device's launches pass for their kernels to write into.
