@@ -366,6 +366,10 @@ std::vector<BackendCaps> backendCatalog();
 // compiles with, so that "auto" picks what can run and a backend named
 // that cannot is an error naming the node.
 std::vector<BackendCaps> backendCatalog(const Bootstrap& bootstrap);
+// The same for ranks that live in `space` (what bootstrap.rankSpace()
+// says), before any bootstrap exists (a launcher that checks a program for
+// the ranks it will start).
+std::vector<BackendCaps> backendCatalog(RankSpace space);
 
 // Picks the backend of `catalog` for `requested` ("auto" or a name) or
 // throws ProgramError, prefixed with `path`, saying why none fits (listing

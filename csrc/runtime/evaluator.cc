@@ -60,13 +60,8 @@ constexpr Duration kTeardownLimit{2000};
 
 CompiledProgram compileFor(Session& session, const Program& program,
                            const EvaluatorOptions& opts) {
-  CompileOptions co;
-  co.world = session.bootstrap().world();
-  co.device = std::string(session.device().kind());
-  co.check_schedule = opts.check_schedule;
-  Bootstrap& boot = session.bootstrap();
-  co.backends = backendCatalog(boot);  // what can run with this bootstrap
-  if (co.world > 1) co.nodes = [&boot] { return boot.nodes(); };
+  const CompileOptions co =
+      compileOptionsFor(session.bootstrap(), session.device().kind(), opts.check_schedule);
   const auto start = std::chrono::steady_clock::now();
   CompiledProgram out = compile(program, co);
   HIR_LOG_DEBUG(Subsys::Check, "'{}' compiled for {} ranks in {:.1f} ms: {}", program.name,

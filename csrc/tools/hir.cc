@@ -490,16 +490,18 @@ std::string deviceKindFor(const std::string& requested) {
                                requested, requested, known));
 }
 
+// How `hir` compiles for the ranks it starts, before they start: they are
+// processes (under mpirun or torchrun), on nodes not known yet.
+CompileOptions launchCompileOptions(int world, const std::string& device, bool check_schedule) {
+  return compileOptionsFor(world, device, RankSpace::Processes, check_schedule);
+}
+
 // Everything that can be decided before running: the same on every rank.
 // Without the cross-rank check, still validation and lowering (a world below
 // the program's min_world_size, a backend that cannot run on the device).
 CompiledProgram checkProgram(const Program& p, int world, const std::string& device,
                              bool check_schedule = true) {
-  CompileOptions co;
-  co.world = world;
-  co.device = device;
-  co.check_schedule = check_schedule;
-  CompiledProgram out = compile(p, co);
+  CompiledProgram out = compile(p, launchCompileOptions(world, device, check_schedule));
   for (const ValidationError::Issue& n : out.notes)
     std::cerr << fmt::format("hir: note: {}: {}\n", n.path, n.message);
   return out;
@@ -696,7 +698,7 @@ int cmdRun(const Args& a) {
     const std::string kind = deviceKindFor(a.device);
     checkGpusForLaunch(kind, *a.np);
     if (a.command == "sweep")
-      planSweep(p, a.sweep, *a.np, kind, a.schedule_check);  // every size
+      planSweep(p, a.sweep, launchCompileOptions(*a.np, kind, a.schedule_check));  // every size
     else if (CompiledProgram c = checkProgram(p, *a.np, kind, a.schedule_check); a.graph)
       requireCapturable(c);
     // The progress line (rank 0) is updated in place when this is a terminal.
@@ -787,8 +789,8 @@ int runOnRank(const Args& a, Bootstrap* boot) {
     eo.graph = a.graph;
     eo.symmetric_memory = a.symmetric;
     if (a.command == "sweep") {
-      SweepPlan plan = planSweep(p, a.sweep, world, std::string(session.device().kind()),
-                                 eo.check_schedule);
+      SweepPlan plan =
+          planSweep(p, a.sweep, compileOptionsFor(*boot, session.device().kind(), eo.check_schedule));
       eo.check_schedule = a.graph;  // planSweep checked every size
       loading = false;
       return runSweep(session, *boot, plan, a.sweep, eo);
