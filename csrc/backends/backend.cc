@@ -4,6 +4,7 @@
 #include <mutex>
 
 #include "backends/ipc_backend.h"
+#include "backends/ipc_collectives.h"
 #include "backends/local_backend.h"
 #include "backends/mpi_backend.h"
 #include "common/check.h"
@@ -56,6 +57,12 @@ Registry& registry() {
   return r;
 }
 
+// ipc's eager slots, as BackendCaps::eager_slots answers them.
+EagerSlots ipcEagerSlots(int64_t largest_eager_send) {
+  const IpcEagerSlots slots = ipcEagerSlotsFor(largest_eager_send);
+  return {slots.bytes, slots.count};
+}
+
 // The built-in backends register on first use of the registry, so that a
 // program linking the library statically still finds them (no static
 // initializers to be dropped by the linker).
@@ -68,6 +75,9 @@ void registerBuiltins(Registry& r) {
   registerNcclBackend();
 #endif
   registerIpcBackend();  // cuda and host devices
+  // What ipc's caps() does not say itself: its eager slots.
+  for (BackendInfo& b : r.backends)
+    if (b.caps.name == "ipc") b.caps.eager_slots = &ipcEagerSlots;
   registerLocalBackend();  // host device, ranks as threads of one process
 }
 

@@ -128,6 +128,18 @@ using CollectiveMessagesFn = std::string_view (*)(const CollectiveShape& shape,
 // trace and the posts (PostArgs::protocol) all take it from here.
 using ResolveProtocolFn = Protocol (*)(Protocol asked, std::size_t bytes);
 
+// Memory a backend sets aside on each rank for eager messages from each
+// sender (ipc's eager slots): `count` slots of `bytes` per sender; none is
+// 0 and 0.
+struct EagerSlots {
+  std::size_t bytes = 0;
+  uint32_t count = 0;
+};
+// The eager slots a backend makes for a program whose largest eager send
+// is `largest_eager_send` bytes (BackendContext::largest_eager_send; -1:
+// unknown, then sized for the largest the backend allows).
+using EagerSlotsFn = EagerSlots (*)(int64_t largest_eager_send);
+
 struct BackendContext {
   Device* device = nullptr;
   Bootstrap* bootstrap = nullptr;
@@ -205,6 +217,9 @@ struct BackendCaps {
   CollectiveMessagesFn collective_messages = nullptr;
   // What a send/recv's protocol is by its size (null: auto is put).
   ResolveProtocolFn resolve_protocol = nullptr;
+  // The eager slots it makes on each rank (null: none), for `hir check` to
+  // say what memory a program's messages take.
+  EagerSlotsFn eager_slots = nullptr;
   // Reaches only peers on its own node (a send/recv to another node is an
   // error of the cross-rank check).
   bool same_node_only = false;

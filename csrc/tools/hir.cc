@@ -24,6 +24,7 @@
 #include <string_view>
 #include <vector>
 
+#include <hostir/backend.h>
 #include <hostir/bootstrap.h>
 #include <hostir/device.h>
 #include <hostir/evaluator.h>
@@ -33,7 +34,6 @@
 #include <hostir/session.h>
 #include <hostir/version.h>
 
-#include "backends/ipc_collectives.h"
 #include "common/check.h"
 #include "common/parse_int.h"
 #include "compile/compile.h"
@@ -635,7 +635,7 @@ int cmdCheck(const Args& a) {
                                                      r.steps_per_rank)
                                        : std::string());
   // What the protocols of messages through peer-mapped memory came to
-  // (auto decides by size: on ipc, eager up to HIR_IPC_EAGER_SEND_MAX, put above).
+  // (auto decides by size, by the backend's BackendCaps::resolve_protocol).
   std::map<std::pair<int, Protocol>, int64_t> protocols;
   for (const auto& [pair, messages] : r.trace.pairs)
     for (const P2pMessage& m : messages)
@@ -655,17 +655,21 @@ int cmdCheck(const Args& a) {
                              r.truncated ? " in the part checked" : " per run over all ranks",
                              list);
   }
-  // The memory of ipc's eager slots on each rank, sized for the program's
-  // largest eager send (or for the limit, when the check saw a prefix only).
+  // The memory of each backend's eager slots on each rank
+  // (BackendCaps::eager_slots), sized for the program's largest eager send
+  // (or for the backend's limit, when the check saw a prefix only).
   for (std::size_t b = 0; b < r.plan.backends.size(); ++b) {
-    if (r.plan.backends[b].name != "ipc") continue;
-    const IpcEagerSlots slots = ipcEagerSlotsFor(largestEagerSend(r.trace, static_cast<int>(b)));
+    const BackendInfo* info = findBackend(r.plan.backends[b].name);
+    if (info == nullptr || info->caps.eager_slots == nullptr) continue;
+    const EagerSlots slots =
+        info->caps.eager_slots(largestEagerSend(r.trace, static_cast<int>(b)));
     if (slots.count == 0) continue;
     std::cout << fmt::format(
-        "hir: ipc's eager slots: {} of {} per sender, {} per rank at world {}{}\n", slots.count,
-        formatBytes(static_cast<int64_t>(slots.bytes)),
+        "hir: {}'s eager slots: {} of {} per sender, {} per rank at world {}{}\n", info->caps.name,
+        slots.count, formatBytes(static_cast<int64_t>(slots.bytes)),
         formatBytes(static_cast<int64_t>(slots.bytes * slots.count) * *a.world), *a.world,
-        r.truncated ? " (sized for HIR_IPC_EAGER_SEND_MAX: the check saw part of a run)" : "");
+        r.truncated ? " (sized for the largest eager send it allows: the check saw part of a run)"
+                    : "");
   }
   // Graph capture (cuda only) needs what this check proves: say whether it holds.
   if (device != "cuda") return kExitOk;
