@@ -29,7 +29,6 @@
 #include <hostir/device.h>
 #include <hostir/evaluator.h>
 #include <hostir/json.h>
-#include <hostir/kernel.h>
 #include <hostir/printer.h>
 #include <hostir/session.h>
 #include <hostir/version.h>
@@ -39,6 +38,7 @@
 #include "compile/compile.h"
 #include "device/gpus.h"
 #include "runtime/trace.h"
+#include "tools/program_input.h"
 #include "tools/run_output.h"
 #include "tools/sweep.h"
 #include "transport/launch.h"
@@ -447,24 +447,8 @@ int parseArgs(int argc, char** argv, Args& a) {
   return -1;
 }
 
-// PROG "-": the program's text from standard input, which can be read only
-// once (each command reads it at most once).
-std::string readStandardInput() {
-  if (isatty(STDIN_FILENO))
-    throw UsageError("PROG is - but standard input is a terminal; pipe the program in "
-                     "(hir check - --world 2 < prog.json)");
-  return readProgramText(std::cin, "<stdin>");
-}
-
-// Kernels first: validation checks kernel nodes against the registry. With
-// PROG "-", `text` is the program's text when it was read already, else it
-// is read from standard input here.
 Program loadWithParams(const Args& a, const std::optional<std::string>& text = std::nullopt) {
-  for (const std::string& lib : a.plugins) loadKernelPlugin(lib);
-  Program p = a.program != "-" ? loadProgram(a.program)
-                               : parseProgram(text ? *text : readStandardInput(), "<stdin>");
-  applyParamOverrides(p, a.params);
-  return p;
+  return loadProgramWithParams(a.program, a.plugins, a.params, text);
 }
 
 // The device kind backends are bound for, without creating a device. A kind
@@ -530,70 +514,6 @@ void printError(const std::exception& e, const std::string& prefix = "") {
 }
 
 // ------------------------------------------------------------------ launch
-
-// PROG "-" with --np: the ranks cannot read the launcher's standard input,
-// so they read the text from a temporary file, removed when they are done.
-class TempProgramFile {
- public:
-  explicit TempProgramFile(const std::string& text) {
-    const char* tmp = std::getenv("TMPDIR");
-    path_ = fmt::format("{}/hir-stdin-XXXXXX.json", tmp && *tmp ? tmp : "/tmp");
-    int fd = mkstemps(path_.data(), 5);
-    if (fd < 0)
-      throw RuntimeError(fmt::format("cannot create a temporary file for the program from "
-                                     "standard input ({}): {}", path_, std::strerror(errno)));
-    std::size_t done = 0;
-    while (done < text.size()) {
-      ssize_t n = write(fd, text.data() + done, text.size() - done);
-      if (n < 0 && errno == EINTR) continue;
-      if (n <= 0) {
-        const int e = errno;
-        close(fd);
-        unlink(path_.c_str());
-        throw RuntimeError(fmt::format("cannot write the program from standard input to {}: {}",
-                                       path_, std::strerror(e)));
-      }
-      done += static_cast<std::size_t>(n);
-    }
-    close(fd);
-  }
-  ~TempProgramFile() { unlink(path_.c_str()); }
-  TempProgramFile(const TempProgramFile&) = delete;
-  TempProgramFile& operator=(const TempProgramFile&) = delete;
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
-
-// PROG "-" in an MPI job: rank 0 reads standard input (mpirun gives it to
-// rank 0 alone) and broadcasts the text. Collective.
-std::string programTextOnEveryRank(Bootstrap& boot) {
-  constexpr uint64_t kUnreadable = UINT64_MAX;
-  std::string text;
-  uint64_t size = 0;
-  std::exception_ptr failure;
-  if (boot.rank() == 0) {
-    try {
-      text = readStandardInput();
-      size = text.size();
-    } catch (const Error&) {
-      failure = std::current_exception();
-      size = kUnreadable;
-    }
-  }
-  if (boot.world() > 1) {
-    boot.broadcast(&size, sizeof size, 0);
-    if (size != kUnreadable) {
-      text.resize(size);
-      if (size > 0) boot.broadcast(text.data(), size, 0);
-    }
-  }
-  if (failure) std::rethrow_exception(failure);
-  if (size == kUnreadable)
-    throw UsageError("rank 0 could not read the program from standard input");
-  return text;
-}
 
 // Every local rank of the cuda device needs a GPU of its own: refused here,
 // before any rank starts (exit 2).
