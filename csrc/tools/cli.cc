@@ -319,8 +319,9 @@ void addFlags(CommandLine& c) {
                         ->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
         break;
       case Arity::kMany:  // one value per occurrence: `--param a=1 prog.json` leaves PROG
-        b->option =
-            c.app->add_option(flag.names, b->many, help)->type_name(flag.type)->allow_extra_args(false);
+        b->option = c.app->add_option(flag.names, b->many, help)
+                        ->type_name(flag.type)
+                        ->allow_extra_args(false);
         break;
     }
     if (flag.required) b->option->required();

@@ -305,8 +305,9 @@ int runOnRank(const Args& a, Bootstrap* boot) {
     eo.graph = a.graph;
     eo.symmetric_memory = a.symmetric;
     if (a.command == "sweep") {
-      SweepPlan plan =
-          planSweep(p, a.sweep, compileOptionsFor(*boot, session.device().kind(), eo.check_schedule));
+      const CompileOptions job =
+          compileOptionsFor(*boot, session.device().kind(), eo.check_schedule);
+      SweepPlan plan = planSweep(p, a.sweep, job);
       eo.check_schedule = a.graph;  // planSweep checked every size
       loading = false;
       return runSweep(session, *boot, plan, a.sweep, eo);
