@@ -15,7 +15,7 @@
 #   - hostir/ is the public API: only <hostir/...> and standard C++ headers
 #     (<name>, no slash, no dot); anything else there, quoted includes too,
 #     is a violation.
-#   - A PRIVATE subfolder (device/cuda/, backends/nccl/) may be included only
+#   - A PRIVATE subfolder (device/cuda/, backends/nccl/, backends/ipc/) may be included only
 #     from its own top folder.
 #   - "x.h" without a slash only names a file in the including file's
 #     directory; "../" and "./" paths are not allowed.
@@ -47,7 +47,7 @@ testing:   hostir             # the GoogleTest harness (hostir::gtest_main)
 tools:     *
 '
 # Subfolders private to their top folder (csrc/<top>/<name>/...).
-PRIVATE='cuda nccl'
+PRIVATE='cuda nccl ipc'
 
 root=${1:-$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)}
 if [ ! -d "$root/csrc" ]; then

@@ -130,7 +130,10 @@ std::string_view describe(RankSpace s) {
 }  // namespace
 
 std::vector<BackendCaps> backendCatalog(const Bootstrap& bootstrap) {
-  const RankSpace space = bootstrap.rankSpace();
+  return backendCatalog(bootstrap.rankSpace());
+}
+
+std::vector<BackendCaps> backendCatalog(RankSpace space) {
   std::vector<BackendCaps> out = backendCatalog();
   for (BackendCaps& c : out) {
     if (c.rank_spaces.has(space)) continue;

@@ -45,6 +45,27 @@ CompiledProgram compile(const Program& program, const CompileOptions& options) {
   return out;
 }
 
+CompileOptions compileOptionsFor(int world, std::string_view device, RankSpace space,
+                                 bool check_schedule, const Settings& settings,
+                                 std::function<std::vector<std::string>()> nodes) {
+  CompileOptions co;
+  co.world = world;
+  co.device = std::string(device);
+  co.check_schedule = check_schedule;
+  co.settings = settings;
+  co.backends = backendCatalog(space);
+  co.nodes = std::move(nodes);
+  return co;
+}
+
+CompileOptions compileOptionsFor(Bootstrap& bootstrap, std::string_view device,
+                                 bool check_schedule, const Settings& settings) {
+  std::function<std::vector<std::string>()> nodes;
+  if (bootstrap.world() > 1) nodes = [&bootstrap] { return bootstrap.nodes(); };
+  return compileOptionsFor(bootstrap.world(), device, bootstrap.rankSpace(), check_schedule,
+                           settings, std::move(nodes));
+}
+
 void requireCapturable(const CompiledProgram& compiled) {
   HIR_CHECK_AS(UsageError, compiled.checked,
                "graph mode needs the cross-rank check, which proves that a run can be captured "

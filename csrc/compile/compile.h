@@ -8,9 +8,11 @@
 #include <functional>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <hostir/backend.h>
+#include <hostir/bootstrap.h>
 #include <hostir/program.h>
 
 #include "analysis/schedule_check.h"
@@ -56,6 +58,20 @@ struct CompiledProgram {
 
 // Throws ParseError, ValidationError or ProgramError naming the place.
 CompiledProgram compile(const Program& program, const CompileOptions& options);
+
+// The options of a compile for a job of `world` ranks that live in
+// `space` (Bootstrap::rankSpace()), binding backends for devices of kind
+// `device`: the catalog of the backends that can connect such ranks
+// (backendCatalog(space)), and the ranks' nodes when they are known
+// (CompileOptions::nodes). Every compile of a job is made with these, the
+// Evaluator's on each rank and `hir`'s before it starts the ranks alike,
+// so that all bind the same backends.
+CompileOptions compileOptionsFor(int world, std::string_view device, RankSpace space,
+                                 bool check_schedule, const Settings& settings,
+                                 std::function<std::vector<std::string>()> nodes = nullptr);
+// The same for the job of `bootstrap`: its world, rank space and nodes.
+CompileOptions compileOptionsFor(Bootstrap& bootstrap, std::string_view device,
+                                 bool check_schedule, const Settings& settings);
 
 // What graph mode (EvaluatorOptions::graph, `hir run --graph`) needs of a
 // compiled program: the cross-rank check ran over whole runs (UsageError

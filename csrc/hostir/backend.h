@@ -131,6 +131,18 @@ using CollectiveMessagesFn = std::string_view (*)(const CollectiveShape& shape,
 // trace and the posts (PostArgs::protocol) all take it from here.
 using ResolveProtocolFn = Protocol (*)(const Settings& settings, Protocol asked, std::size_t bytes);
 
+// Memory a backend sets aside on each rank for eager messages from each
+// sender (ipc's eager slots): `count` slots of `bytes` per sender; none is
+// 0 and 0.
+struct EagerSlots {
+  std::size_t bytes = 0;
+  uint32_t count = 0;
+};
+// The eager slots a backend makes for a program whose largest eager send
+// is `largest_eager_send` bytes (BackendContext::largest_eager_send; -1:
+// unknown, then sized for the largest the backend allows).
+using EagerSlotsFn = EagerSlots (*)(const Settings& settings, int64_t largest_eager_send);
+
 struct BackendContext {
   Device* device = nullptr;
   Bootstrap* bootstrap = nullptr;
@@ -211,6 +223,9 @@ struct BackendCaps {
   CollectiveMessagesFn collective_messages = nullptr;
   // What a send/recv's protocol is by its size (null: auto is put).
   ResolveProtocolFn resolve_protocol = nullptr;
+  // The eager slots it makes on each rank (null: none), for `hir check` to
+  // say what memory a program's messages take.
+  EagerSlotsFn eager_slots = nullptr;
   // Reaches only peers on its own node (a send/recv to another node is an
   // error of the cross-rank check).
   bool same_node_only = false;
@@ -372,6 +387,10 @@ std::vector<BackendCaps> backendCatalog();
 // compiles with, so that "auto" picks what can run and a backend named
 // that cannot is an error naming the node.
 std::vector<BackendCaps> backendCatalog(const Bootstrap& bootstrap);
+// The same for ranks that live in `space` (what bootstrap.rankSpace()
+// says), before any bootstrap exists (a launcher that checks a program for
+// the ranks it will start).
+std::vector<BackendCaps> backendCatalog(RankSpace space);
 
 // Picks the backend of `catalog` for `requested` ("auto" or a name) or
 // throws ProgramError, prefixed with `path`, saying why none fits (listing

@@ -18,16 +18,11 @@ namespace {
 
 CompiledProgram compileFor(Session& session, const Program& program,
                            const EvaluatorOptions& opts) {
-  CompileOptions co;
-  co.world = session.bootstrap().world();
-  co.device = std::string(session.device().kind());
-  co.check_schedule = opts.check_schedule;
-  co.settings = session.settings();
   Bootstrap& boot = session.bootstrap();
   // Before anything decides by them: the check, the trace and the backends.
-  if (co.world > 1) agreeOnSettings(boot, co.settings);
-  co.backends = backendCatalog(boot);  // what can run with this bootstrap
-  if (co.world > 1) co.nodes = [&boot] { return boot.nodes(); };
+  if (boot.world() > 1) agreeOnSettings(boot, session.settings());
+  const CompileOptions co = compileOptionsFor(boot, session.device().kind(), opts.check_schedule,
+                                              session.settings());
   const auto start = std::chrono::steady_clock::now();
   CompiledProgram out = compile(program, co);
   HIR_LOG_DEBUG(Subsys::Check, "'{}' compiled for {} ranks in {:.1f} ms: {}", program.name,

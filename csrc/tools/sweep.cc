@@ -30,16 +30,14 @@ struct Compiled {
   ProgramVolume volume;
 };
 
-// `program` with the param set to `value`, compiled, and what it moves.
-Compiled compileAt(const Program& program, const SweepOptions& o, int64_t value, int world,
-                   const std::string& device_kind, bool check_schedule) {
+// `program` with the param set to `value`, compiled with `job` (the
+// cross-rank check only when `check_schedule`), and what it moves.
+Compiled compileAt(const Program& program, const SweepOptions& o, int64_t value,
+                   const CompileOptions& job, bool check_schedule) {
   Compiled c{program, {}, {}};
   applyParamOverrides(c.program, {{o.param, value}});
-  CompileOptions co;
-  co.world = world;
-  co.device = device_kind;
+  CompileOptions co = job;
   co.check_schedule = check_schedule;
-  co.settings = Settings::fromEnvironment();
   CompiledProgram compiled = compile(c.program, co);
   // Only a size that will run must be capturable: the unchecked probes that
   // find the line from value to bytes never run.
@@ -83,8 +81,7 @@ std::string parseParamUnit(const std::string& text) {
       fmt::format("--param-unit expects elements or bytes, got '{}'", text));
 }
 
-SweepPlan planSweep(const Program& program, const SweepOptions& o, int world,
-                    const std::string& device_kind, bool check_schedule) {
+SweepPlan planSweep(const Program& program, const SweepOptions& o, const CompileOptions& job) {
   const Param* param = nullptr;
   std::string declared;
   for (const Param& p : program.params) {
@@ -107,8 +104,8 @@ SweepPlan planSweep(const Program& program, const SweepOptions& o, int world,
 
   // The measured communication, and the line from value to bytes.
   const int64_t d = std::max<int64_t>(1, param->value);
-  Compiled lo = compileAt(program, o, d, world, device_kind, false);
-  Compiled hi = compileAt(program, o, 2 * d, world, device_kind, false);
+  Compiled lo = compileAt(program, o, d, job, false);
+  Compiled hi = compileAt(program, o, 2 * d, job, false);
   const int dom = hi.volume.dominant();
   if (dom < 0)
     throw UsageError(fmt::format("'{}' moves no data between ranks at {} = {}: nothing to sweep",
@@ -134,7 +131,7 @@ SweepPlan planSweep(const Program& program, const SweepOptions& o, int world,
     if (!plan.points.empty() && plan.points.back().value == value) continue;
     Compiled at;
     try {
-      at = compileAt(program, o, value, world, device_kind, check_schedule);
+      at = compileAt(program, o, value, job, job.check_schedule);
     } catch (const Error& e) {
       throw UsageError(fmt::format("--param-size {}: the size {} needs {} = {}, which fails: {}",
                                    o.param, sizeText(target), o.param, value, e.what()));

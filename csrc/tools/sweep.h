@@ -13,6 +13,7 @@
 #include <hostir/program.h>
 #include <hostir/session.h>
 
+#include "compile/compile.h"
 #include "tools/comm_volume.h"
 
 namespace hir {
@@ -49,15 +50,15 @@ struct SweepPlan {
 };
 
 // The param value of every size (sizes from -b to -e by -f; those that
-// give the same value are run once), each program compiled for `world` on
-// `device_kind` (with the cross-rank check when `check_schedule`). With
+// give the same value are run once), each program compiled with `job`
+// (compileOptionsFor: the world, device kind and backends of the ranks
+// that run it; the cross-rank check when job.check_schedule). With
 // --param-unit elements, the param counts elements of the measured
 // communication, the one that moves the most bytes per run: its size is
 // taken at the param's declared value d and 2d, and the value for a size S
 // is the largest whose size is at most S on that line (at least 1). The
 // same on every rank. Throws UsageError (exit 2) naming the size at fault.
-SweepPlan planSweep(const Program& program, const SweepOptions& options, int world,
-                    const std::string& device_kind, bool check_schedule);
+SweepPlan planSweep(const Program& program, const SweepOptions& options, const CompileOptions& job);
 
 // Runs every point on this rank (collective); rank 0 prints the rows and
 // writes --json and --csv. Returns 0, or 1 when a check failed at some size.

@@ -98,10 +98,7 @@ inline constexpr std::size_t kIpcSlotRowBudget = std::size_t{32} << 20;
 // ipcEagerMaxBytes() (a multiple of 16), and ipcEagerSlots() of them, or
 // fewer where a row would pass kIpcSlotRowBudget. None (0 and 0) when eager
 // is off. A page holds world rows.
-struct IpcEagerSlots {
-  std::size_t bytes = 0;
-  uint32_t count = 0;
-};
+using IpcEagerSlots = EagerSlots;  // BackendCaps::eager_slots
 IpcEagerSlots ipcEagerSlotsFor(const Settings& settings, int64_t largest);
 // Eager messages of 1 to ipcInlineMaxBytes() bytes (HIR_IPC_INLINE_MAX; 0:
 // none) travel in lines, with their flags inline (device.h), where the

@@ -159,6 +159,7 @@ BackendCaps IpcBackend::caps() {
   c.resolve_protocol = &ipcResolveProtocol;
   c.maps_peer_memory = true;
   c.collective_messages = &ipcCollectiveMessages;
+  c.eager_slots = &ipcEagerSlotsFor;
   c.same_node_only = true;
   c.post_order = PostOrder::kPerPeer;  // one lane per ordered pair of ranks
   c.rank_spaces = {RankSpace::Processes};  // CUDA IPC handles do not open in their exporter
