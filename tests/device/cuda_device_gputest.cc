@@ -2049,8 +2049,8 @@ TEST(CudaDevice, AnHirCudaPdlOtherThanZeroOrOneIsAUsageError) {
     message = e.what();
   }
   ::unsetenv("HIR_CUDA_PDL");
-  EXPECT_THAT(message, HasSubstr("HIR_CUDA_PDL is 'yes'; expected 1"));
-  EXPECT_THAT(message, HasSubstr("or 0"));
+  EXPECT_THAT(message, HasSubstr("HIR_CUDA_PDL must be 0 or 1"));
+  EXPECT_THAT(message, HasSubstr("got 'yes'"));
 }
 
 // HIR_CUDA_SEMAPHORES takes memop (the default) or kernel; anything else
