@@ -1,6 +1,6 @@
 // Static validation of a Program (see validate.h): the header checks and the
-// main walk (Validator), whose rules for every node kind keep this file at
-// about 640 lines. Two walks over the tree: the first, in
+// main walk (Validator), with the rules of every node kind. Two walks over
+// the tree: the first, in
 // validate_declarations.cc, collects where every allocation, communication and
 // group is declared (so messages can say "allocated later, at /body/5" and
 // share_mem_handles may list communications that come later); the second

@@ -109,14 +109,10 @@ inline void cudaCheck(cudaError_t err, const char* call, int ordinal) {
 // Polls `event` until it completes (true) or `timeout` runs out (false):
 // spinning for the first kPollSpin, yielding up to kPollYield, then sleeping
 // pollPause(waited) between looks, so that a wait ends within half a percent
-// of the GPU's work at any length (and the kernel's timer slack, 50 us), and
-// a long one does not burn a core. (A pause that doubled up to 1 ms from
-// the first millisecond overslept a 3 ms wait by up to a millisecond: on 4
-// H200s, hir_p2p_bench's raw 256 MiB copies, host timed, read 291 GB/s with
-// it and 393 with a pause of a 32nd of the wait, where CUDA events read
-// 395; that 32nd still took 3% off its 1 GiB runs of 11 ms, 384 against
-// 397.) Throws BackendError when the event reports an error. Never calls
-// cudaEventSynchronize, which cannot time out.
+// of the GPU's work at any length (and the kernel's timer slack), and a
+// long one does not burn a core (docs/performance.md, sessions 26 and 27,
+// measured the pauses tried). Throws BackendError when the event reports an
+// error. Never calls cudaEventSynchronize, which cannot time out.
 inline constexpr std::chrono::microseconds kPollSpin{50};
 inline constexpr std::chrono::microseconds kPollYield{10'000};
 // A 256th of the wait so far, 20 us to 1 ms.

@@ -1,6 +1,6 @@
-// JSON load and save (one file of about 670 lines: the codecs and one
-// fields() per node kind are the format's single description, which load,
-// save and the lists of accepted keys all go through).
+// JSON load and save: the codecs and one fields() per node kind are the
+// format's single description, which load, save and the lists of accepted
+// keys all go through.
 //
 // JSON load and save share one description per node type: fields() lists
 // its keys in file order, each with a codec (how a value is read and
