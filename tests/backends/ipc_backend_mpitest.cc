@@ -30,6 +30,7 @@
 #include "common/log.h"
 #include "device/gpus.h"
 #include "device/host_device.h"
+#include "device/messages.h"
 #include <hostir/json.h>
 #include <hostir/kernel.h>
 #include "lower/lower.h"
@@ -1685,6 +1686,71 @@ TEST(IpcBackend, AutoNeverPicksIpcAndIpcRefusesRootedReductionsAndOtherNodes) {
     EXPECT_THAT(e.what(),
                 HasSubstr("backend 'mpi' takes no protocol, yet protocol 'get' is given"));
     EXPECT_THAT(e.what(), HasSubstr("backend 'ipc' could, but \"auto\" never picks it"));
+  }
+}
+
+// ------------------------------------------------- an embedder's device
+
+// A host device without a message protocol of its own (messages() null),
+// as an embedder's device is: ipc runs its protocol over the device's
+// public calls (messagesOf's generic one: waitValue, copy, writeValue,
+// reduce), with no counted and no inline part.
+class PublicCallsOnly : public HostDevice {
+ public:
+  using HostDevice::HostDevice;
+  DeviceMessages* messages() override { return nullptr; }
+};
+
+// Registers PublicCallsOnly as device "host-public-calls" (once).
+void registerPublicCallsOnly() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    registerDevice(DeviceInfo{
+        "host-public-calls", [](std::string*) { return true; },
+        [](int, const Settings&) -> std::unique_ptr<Device> {
+          return std::make_unique<PublicCallsOnly>(testTimeout());
+        }});
+  });
+}
+
+// The ring of every protocol (put, get, eager; mixed posting order) and an
+// allreduce (eager sources, then get messages with HIR_IPC_EAGER_MAX=0),
+// seeded data checked, on a device whose messages() is null.
+TEST(IpcOverPublicCalls, MessagesAndReductionsArriveOnADeviceWithoutItsOwnProtocol) {
+  registerPublicCallsOnly();
+  for (Protocol p : {Protocol::Put, Protocol::Get, Protocol::Eager}) {
+    SCOPED_TRACE(protocolName(p));
+    Session session(test::world(), SessionOptions{"host-public-calls"});
+    ASSERT_EQ(session.device().messages(), nullptr);
+    Evaluator ev(session, parseProgram(ringPatterns(p, 2)), options());
+    ev.run();
+    ev.synchronize();
+    const RunReport r = ev.report();
+    EXPECT_TRUE(r.ok()) << r.format();
+    EXPECT_EQ(r.checks_run, 100u);
+  }
+  const std::string allreduce = program("allreduce", R"("n": 64)", R"json(
+    {"op": "allocate", "name": "x", "dtype": "int32", "shape": ["n"]},
+    {"op": "allocate", "name": "y", "dtype": "int32", "shape": ["n"]},
+    {"op": "for", "index": "it", "start": 0, "stop": 3, "body": [
+      {"op": "fill", "tensor": "x", "value": "rank * 2 + it * 3 + 1", "step": 1},
+      {"op": "fill", "tensor": "y", "value": -7},
+      {"op": "communication", "name": "ar", "type": "allreduce", "input": "x", "output": "y",
+       "backend": "ipc", "reduce": "sum"},
+      {"op": "wait", "communication": "ar"},
+      {"op": "check", "tensor": "y", "value": "world * (world - 1) + world * (it * 3 + 1)",
+       "step": "world"}]})json");
+  for (const char* eager_max : {"16384", "0"}) {
+    SCOPED_TRACE(fmt::format("HIR_IPC_EAGER_MAX={}", eager_max));
+    ScopedEnv env("HIR_IPC_EAGER_MAX", eager_max);
+    Session session(test::world(), SessionOptions{"host-public-calls"});
+    Evaluator ev(session, parseProgram(allreduce), options());
+    ev.run();
+    ev.run();
+    ev.synchronize();
+    const RunReport r = ev.report();
+    EXPECT_TRUE(r.ok()) << r.format();
+    EXPECT_EQ(r.checks_run, 6u);
   }
 }
 
