@@ -67,9 +67,11 @@ std::string program(const std::string& name, const std::string& params, const st
 
 std::string protocolName(Protocol p) { return std::string(toString(p)); }
 
-// Runs `text` `runs` times in one evaluator; every check must pass.
-RunReport runProgram(const std::string& text, int runs, int64_t* exchanges = nullptr) {
-  Session session(test::world(), SessionOptions{testDevice()});
+// Runs `text` `runs` times in one evaluator on `device` (a registered
+// name); every check must pass.
+RunReport runProgram(const std::string& text, int runs, int64_t* exchanges = nullptr,
+                     const std::string& device = testDevice()) {
+  Session session(test::world(), SessionOptions{device});
   Evaluator ev(session, parseProgram(text), options());
   for (int r = 0; r < runs; ++r) ev.run();
   ev.synchronize();
@@ -1713,44 +1715,22 @@ void registerPublicCallsOnly() {
   });
 }
 
-// The ring of every protocol (put, get, eager; mixed posting order) and an
-// allreduce (eager sources, then get messages with HIR_IPC_EAGER_MAX=0),
-// seeded data checked, on a device whose messages() is null.
-TEST(IpcOverPublicCalls, MessagesAndReductionsArriveOnADeviceWithoutItsOwnProtocol) {
+// The ring of every protocol (put, get, eager; mixed posting order) and
+// the examples of eager messages (puts above the eager limit) and of
+// collectives, seeded data checked, on a device whose messages() is null.
+TEST(IpcOverPublicCalls, MessagesAndCollectivesArriveOnADeviceWithoutItsOwnProtocol) {
   registerPublicCallsOnly();
+  ASSERT_EQ(createDevice("host-public-calls", 0)->messages(), nullptr);
   for (Protocol p : {Protocol::Put, Protocol::Get, Protocol::Eager}) {
-    SCOPED_TRACE(protocolName(p));
-    Session session(test::world(), SessionOptions{"host-public-calls"});
-    ASSERT_EQ(session.device().messages(), nullptr);
-    Evaluator ev(session, parseProgram(ringPatterns(p, 2)), options());
-    ev.run();
-    ev.synchronize();
-    const RunReport r = ev.report();
-    EXPECT_TRUE(r.ok()) << r.format();
-    EXPECT_EQ(r.checks_run, 100u);
+    const RunReport r = runProgram(ringPatterns(p, 2), 1, nullptr, "host-public-calls");
+    EXPECT_TRUE(r.ok()) << protocolName(p) << ": " << r.format();
+    EXPECT_EQ(r.checks_run, 100u) << protocolName(p);
   }
-  const std::string allreduce = program("allreduce", R"("n": 64)", R"json(
-    {"op": "allocate", "name": "x", "dtype": "int32", "shape": ["n"]},
-    {"op": "allocate", "name": "y", "dtype": "int32", "shape": ["n"]},
-    {"op": "for", "index": "it", "start": 0, "stop": 3, "body": [
-      {"op": "fill", "tensor": "x", "value": "rank * 2 + it * 3 + 1", "step": 1},
-      {"op": "fill", "tensor": "y", "value": -7},
-      {"op": "communication", "name": "ar", "type": "allreduce", "input": "x", "output": "y",
-       "backend": "ipc", "reduce": "sum"},
-      {"op": "wait", "communication": "ar"},
-      {"op": "check", "tensor": "y", "value": "world * (world - 1) + world * (it * 3 + 1)",
-       "step": "world"}]})json");
-  for (const char* eager_max : {"16384", "0"}) {
-    SCOPED_TRACE(fmt::format("HIR_IPC_EAGER_MAX={}", eager_max));
-    ScopedEnv env("HIR_IPC_EAGER_MAX", eager_max);
-    Session session(test::world(), SessionOptions{"host-public-calls"});
-    Evaluator ev(session, parseProgram(allreduce), options());
-    ev.run();
-    ev.run();
-    ev.synchronize();
-    const RunReport r = ev.report();
-    EXPECT_TRUE(r.ok()) << r.format();
-    EXPECT_EQ(r.checks_run, 6u);
+  for (const char* example : {"eager_messages_ipc.json", "collectives_ipc.json"}) {
+    const std::string text = test::readFile(test::examplesDir() + "/" + example);
+    const RunReport r = runProgram(text, 2, nullptr, "host-public-calls");
+    EXPECT_TRUE(r.ok()) << example << ": " << r.format();
+    EXPECT_GT(r.checks_run, 0u) << example;
   }
 }
 
