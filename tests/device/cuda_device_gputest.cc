@@ -1089,7 +1089,7 @@ TEST(CudaDevice, ReduceWithAPushCopiesIntoItsSlotAndSignalsAtEachReplay) {
   }
 }
 
-// Device::messageStep captured into a graph, as one kernel (small parts)
+// DeviceMessages::messageStep captured into a graph, as one kernel (small parts)
 // and as counted steps (HIR_CUDA_KERNEL_COPY_MAX=0), replayed three times:
 // two pushes of one lane (one counter, one signal word) into the slots of
 // their numbers, a plain copy, and a pull out of the slot of its number

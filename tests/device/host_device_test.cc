@@ -1336,7 +1336,7 @@ TEST(HostDeviceReduce, ReduceWithSyncPushesAndSignalsBeforeItWaits) {
   for (void* p : srcs) dev.deallocate(p);
 }
 
-// Device::messageStep (the default's counted steps on the host device): a
+// DeviceMessages::messageStep (the default's counted steps on the host device): a
 // push into slot v % 4 of a ring, a pull out of another ring's slot and a
 // plain copy; each numbered from its counter, waited for, signaled, and the
 // counters advanced.
