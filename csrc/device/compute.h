@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <string_view>
 
+#include "device/messages.h"
 #include <hostir/device.h>
 
 namespace hir {
@@ -15,9 +16,10 @@ namespace hir {
 // sizes that fit the dtype but not BLAS's 32-bit int: BackendError.
 void checkMatmulArgs(const MatmulArgs& args, std::string_view device);
 
-// Checks Device::reduce's arguments at enqueue time, as both devices make
-// them (InternalError naming `device`): 1 to kMaxReduceSources sources, and
-// no null buffer when there is something to reduce.
+// Checks the arguments of Device::reduce and DeviceMessages::reduce (with
+// `sync`; null: without) at enqueue time, as every device makes them
+// (InternalError naming `device`): 1 to kMaxReduceSources sources, and no
+// null buffer when there is something to reduce.
 void checkReduceArgs(void* dst, const void* const* srcs, std::size_t sources, std::size_t count,
                      const MessageStep* sync, std::string_view device);
 

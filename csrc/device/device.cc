@@ -36,34 +36,11 @@ void Device::matmul(Stream&, const MatmulArgs&) { throwUnsupported(*this, "compu
 void Device::add(Stream&, void*, const void*, const void*, DType, std::size_t) {
   throwUnsupported(*this, "compute", "add");
 }
-void Device::reduce(Stream&, void*, const void* const*, std::size_t, DType, ReduceOp, std::size_t,
-                    const MessageStep*) {
+void Device::reduce(Stream&, void*, const void* const*, std::size_t, DType, ReduceOp,
+                    std::size_t) {
   throwUnsupported(*this, "reduce", "reduce");
 }
-std::size_t Device::inlineFlagsMax() const { return 0; }
-
-void Device::messageStep(Stream& s, const MessageStep& m) {
-  auto one = [&](const MessageStep::Copy& c, bool push) {
-    HIR_INTERNAL_ASSERT(!c.inline_flags,
-                        "messageStep: a {} with inline flags on {}, which does not offer them",
-                        push ? "push" : "pull", describe());
-    if (c.counter == nullptr) {
-      HIR_INTERNAL_ASSERT(!c.slotted, "messageStep: a host-numbered {} into a ring",
-                          push ? "push" : "pull");
-      if (c.wait != nullptr && c.signal != nullptr)
-        return signaledCopy(s, c.dst, c.src, c.bytes, c.wait, c.number - c.wait_back, c.signal,
-                            c.number);
-      if (c.wait != nullptr) waitValue(s, c.wait, c.number - c.wait_back);
-      if (c.bytes > 0) copy(s, c.dst, c.src, c.bytes);
-      if (c.signal != nullptr) writeValue(s, c.signal, c.number);
-      return;
-    }
-    countedStep(s, countedStepOf(m, c, push));
-  };
-  for (std::size_t k = 0; k < m.push_count; ++k) one(m.pushes[k], true);
-  for (std::size_t k = 0; k < m.pull_count; ++k) one(m.pulls[k], false);
-}
-
+DeviceMessages* Device::messages() { return nullptr; }
 void* Device::nativeStream(Stream&) { return nullptr; }
 void Device::cancel(std::string_view) {}
 std::unique_ptr<Event> Device::createTimingEvent() {
@@ -75,16 +52,6 @@ std::unique_ptr<Graph> Device::endCapture(Stream&) {
   throwUnsupported(*this, "graphs", "endCapture");
 }
 void Device::launchGraph(Graph&, Stream&) { throwUnsupported(*this, "graphs", "launchGraph"); }
-void Device::countedStep(Stream&, const CountedStep&) {
-  throwUnsupported(*this, "counted semaphores", "countedStep");
-}
-void Device::signaledCopy(Stream& s, void* dst, const void* src, std::size_t bytes,
-                          const uint32_t* wait_addr, uint32_t at_least, uint32_t* signal_addr,
-                          uint32_t value) {
-  waitValue(s, wait_addr, at_least);
-  copy(s, dst, src, bytes);
-  writeValue(s, signal_addr, value);
-}
 
 // ---------------------------------------------------------------- registry
 

@@ -95,7 +95,8 @@ void HostDevice::Impl::waitForAllStreams(std::string_view why) {
 // -------------------------------------------------------------- HostDevice
 
 HostDevice::HostDevice(Duration stream_wait_timeout)
-    : impl_(std::make_unique<Impl>(stream_wait_timeout)) {
+    : DeviceMessages(static_cast<Device&>(*this)),
+      impl_(std::make_unique<Impl>(stream_wait_timeout)) {
   uint64_t id = impl_->next_stream_id.fetch_add(1);
   auto worker = std::make_unique<Worker>(*impl_, id);
   Worker* w = worker.get();
@@ -128,9 +129,7 @@ bool HostDevice::supports(DeviceFeature f) const {
     case DeviceFeature::Compute: return true;
     case DeviceFeature::Timing: return true;
     case DeviceFeature::Graphs: return false;  // no graph of host tasks (yet)
-    case DeviceFeature::CountedSemaphore: return true;
     case DeviceFeature::Reduce: return true;
-    case DeviceFeature::InlineFlags: return true;
   }
   return false;
 }

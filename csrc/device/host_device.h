@@ -47,11 +47,13 @@
 #include <memory>
 #include <string_view>
 
+#include "device/messages.h"
 #include <hostir/device.h>
 
 namespace hir {
 
-class HostDevice : public Device {
+// It runs ipc's message protocol itself (DeviceMessages, host_messages.cc).
+class HostDevice : public Device, public DeviceMessages {
  public:
   static constexpr Duration kDefaultStreamWaitTimeout = std::chrono::minutes(10);
   // Tasks one stream may queue ahead of its worker (the host blocks beyond).
@@ -112,20 +114,25 @@ class HostDevice : public Device {
   void matmul(Stream& s, const MatmulArgs& args) override;
   void add(Stream& s, void* out, const void* a, const void* b, DType t,
            std::size_t count) override;
-  using Device::reduce;
-  void reduce(Stream& s, void* dst, const void* const* srcs, std::size_t sources, DType t, ReduceOp op,
-              std::size_t count, const MessageStep* sync) override;
+  void reduce(Stream& s, void* dst, const void* const* srcs, std::size_t sources, DType t,
+              ReduceOp op, std::size_t count) override;
 
   std::unique_ptr<Event> createTimingEvent() override;
   double elapsedMs(Event& from, Event& to) override;
 
   void writeValue(Stream& s, uint32_t* addr, uint32_t value) override;
   void waitValue(Stream& s, const uint32_t* addr, uint32_t at_least) override;
-  void countedStep(Stream& s, const CountedStep& step) override;
-  // With inline parts: one stream task doing every part in order (pushes,
-  // then pulls); without: Device's default.
-  void messageStep(Stream& s, const MessageStep& step) override;
+
+  // ipc's message protocol (messages.h).
+  DeviceMessages* messages() override { return this; }
+  bool supportsCounted() const override { return true; }
   std::size_t inlineFlagsMax() const override;
+  void countedStep(Stream& s, const CountedStep& step) override;
+  // With inline parts or direct delivery: one stream task doing every part
+  // in order (pushes, then pulls); without: DeviceMessages' default.
+  void messageStep(Stream& s, const MessageStep& step) override;
+  void reduce(Stream& s, void* dst, const void* const* srcs, std::size_t sources, DType t,
+              ReduceOp op, std::size_t count, const MessageStep& sync) override;
 
   // Sets the sticky error ("cancelled: <why>"): blocked stream tasks stop
   // waiting, queued ones are skipped, later calls that synchronize throw.
@@ -137,6 +144,10 @@ class HostDevice : public Device {
   struct Impl;
 
  private:
+  // reduce, with `sync` or without (null) (host_messages.cc).
+  void reduceWith(Stream& s, void* dst, const void* const* srcs, std::size_t sources, DType t,
+                  ReduceOp op, std::size_t count, const MessageStep* sync);
+
   std::unique_ptr<Impl> impl_;
 };
 

@@ -1,4 +1,4 @@
-// The host device's steps of ipc's message protocol (device.h): stream
+// The host device's steps of ipc's message protocol (messages.h): stream
 // semaphores (writeValue, waitValue), counted steps, message steps with
 // their inline lines and direct delivery, and reduce with a MessageStep.
 // Each is a task on the stream's worker; its waits poll, since the writer
@@ -180,7 +180,7 @@ void HostDevice::messageStep(Stream& s, const MessageStep& m) {
     own = own || m.pushes[k].inline_flags || asksDirect(m.pushes[k], true);
   for (std::size_t k = 0; k < m.pull_count; ++k)
     own = own || m.pulls[k].inline_flags || asksDirect(m.pulls[k], false);
-  if (!own) return Device::messageStep(s, m);
+  if (!own) return DeviceMessages::messageStep(s, m);
   HIR_INTERNAL_ASSERT(m.push_count <= m.pushes.size() && m.pull_count <= m.pulls.size(),
                       "messageStep: {} pushes and {} pulls", m.push_count, m.pull_count);
   Impl* dev = impl_.get();
@@ -250,11 +250,21 @@ void hostReduce(void* dst, const ReduceSources& srcs, int n, DType t, ReduceOp o
 
 }  // namespace
 
+void HostDevice::reduce(Stream& s, void* dst, const void* const* srcs, std::size_t sources,
+                        DType t, ReduceOp op, std::size_t count) {
+  reduceWith(s, dst, srcs, sources, t, op, count, nullptr);
+}
+
+void HostDevice::reduce(Stream& s, void* dst, const void* const* srcs, std::size_t sources,
+                        DType t, ReduceOp op, std::size_t count, const MessageStep& sync) {
+  reduceWith(s, dst, srcs, sources, t, op, count, &sync);
+}
+
 // With sync: the pushes (messageStep), then one task: the numbers from the
 // counters when it runs, the waits, the sources in their slots, the
 // reduction, the signals, the counters' advance.
-void HostDevice::reduce(Stream& s, void* dst, const void* const* srcs, std::size_t sources,
-                        DType t, ReduceOp op, std::size_t count, const MessageStep* sync) {
+void HostDevice::reduceWith(Stream& s, void* dst, const void* const* srcs, std::size_t sources,
+                            DType t, ReduceOp op, std::size_t count, const MessageStep* sync) {
   checkReduceArgs(dst, srcs, sources, count, sync, "host");
   if (count == 0 && sync == nullptr) return;
   ReduceSources from{};

@@ -30,6 +30,7 @@
 #include "common/log.h"
 #include "device/gpus.h"
 #include "device/host_device.h"
+#include "device/messages.h"
 #include <hostir/json.h>
 #include <hostir/kernel.h>
 #include "lower/lower.h"
@@ -66,9 +67,11 @@ std::string program(const std::string& name, const std::string& params, const st
 
 std::string protocolName(Protocol p) { return std::string(toString(p)); }
 
-// Runs `text` `runs` times in one evaluator; every check must pass.
-RunReport runProgram(const std::string& text, int runs, int64_t* exchanges = nullptr) {
-  Session session(test::world(), SessionOptions{testDevice()});
+// Runs `text` `runs` times in one evaluator on `device` (a registered
+// name); every check must pass.
+RunReport runProgram(const std::string& text, int runs, int64_t* exchanges = nullptr,
+                     const std::string& device = testDevice()) {
+  Session session(test::world(), SessionOptions{device});
   Evaluator ev(session, parseProgram(text), options());
   for (int r = 0; r < runs; ++r) ev.run();
   ev.synchronize();
@@ -1685,6 +1688,49 @@ TEST(IpcBackend, AutoNeverPicksIpcAndIpcRefusesRootedReductionsAndOtherNodes) {
     EXPECT_THAT(e.what(),
                 HasSubstr("backend 'mpi' takes no protocol, yet protocol 'get' is given"));
     EXPECT_THAT(e.what(), HasSubstr("backend 'ipc' could, but \"auto\" never picks it"));
+  }
+}
+
+// ------------------------------------------------- an embedder's device
+
+// A host device without a message protocol of its own (messages() null),
+// as an embedder's device is: ipc runs its protocol over the device's
+// public calls (messagesOf's generic one: waitValue, copy, writeValue,
+// reduce), with no counted and no inline part.
+class PublicCallsOnly : public HostDevice {
+ public:
+  using HostDevice::HostDevice;
+  DeviceMessages* messages() override { return nullptr; }
+};
+
+// Registers PublicCallsOnly as device "host-public-calls" (once).
+void registerPublicCallsOnly() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    registerDevice(DeviceInfo{
+        "host-public-calls", [](std::string*) { return true; },
+        [](int, const Settings&) -> std::unique_ptr<Device> {
+          return std::make_unique<PublicCallsOnly>(testTimeout());
+        }});
+  });
+}
+
+// The ring of every protocol (put, get, eager; mixed posting order) and
+// the examples of eager messages (puts above the eager limit) and of
+// collectives, seeded data checked, on a device whose messages() is null.
+TEST(IpcOverPublicCalls, MessagesAndCollectivesArriveOnADeviceWithoutItsOwnProtocol) {
+  registerPublicCallsOnly();
+  ASSERT_EQ(createDevice("host-public-calls", 0)->messages(), nullptr);
+  for (Protocol p : {Protocol::Put, Protocol::Get, Protocol::Eager}) {
+    const RunReport r = runProgram(ringPatterns(p, 2), 1, nullptr, "host-public-calls");
+    EXPECT_TRUE(r.ok()) << protocolName(p) << ": " << r.format();
+    EXPECT_EQ(r.checks_run, 100u) << protocolName(p);
+  }
+  for (const char* example : {"eager_messages_ipc.json", "collectives_ipc.json"}) {
+    const std::string text = test::readFile(test::examplesDir() + "/" + example);
+    const RunReport r = runProgram(text, 2, nullptr, "host-public-calls");
+    EXPECT_TRUE(r.ok()) << example << ": " << r.format();
+    EXPECT_GT(r.checks_run, 0u) << example;
   }
 }
 

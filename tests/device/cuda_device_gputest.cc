@@ -31,6 +31,7 @@
 #include "common/check.h"
 #include "device/cuda_interop.h"
 #include "device/cuda/test_kernels.h"
+#include "device/messages.h"
 #include <hostir/device.h>
 #include "support/compute_reference.h"
 #include "support/gpu_test.h"
@@ -56,6 +57,14 @@ bool firstTwoRanksShareANode() {
 }
 
 // ------------------------------------------------------------- helpers
+
+// The message protocol of `d` (messages.h): the host and cuda devices run
+// their own.
+DeviceMessages& msg(Device& d) {
+  DeviceMessages* m = d.messages();
+  HIR_INTERNAL_ASSERT(m != nullptr, "device {} has no message protocol of its own", d.describe());
+  return *m;
+}
 
 // The cuda device made while each environment variable of `env` has its
 // value (the device reads its variables once, when it is made).
@@ -835,8 +844,8 @@ TEST(CudaDevice, ReduceFindsRingSourcesInTheSlotTheirCountersNameAtEachReplay) {
   sync.stride = kStride;
   device->beginCapture(*s);
   const std::vector<const void*> srcs = {plain.data(), ring_buf.data()};
-  device->reduce(*s, dst.data(), srcs.data(), srcs.size(), DType::Int32, ReduceOp::Sum, kCount,
-                 &sync);
+  msg(*device).reduce(*s, dst.data(), srcs.data(), srcs.size(), DType::Int32,
+                      ReduceOp::Sum, kCount, sync);
   std::unique_ptr<Graph> graph = device->endCapture(*s);
   for (const uint32_t c : {0u, 2u, 0xFFFFFFFEu}) {  // slots 3, 1, then (2^32 + 1) % 4 = 1
     upload(counter.data(), &c, sizeof c);
@@ -885,8 +894,8 @@ TEST(CudaDevice, ReduceWithSyncWaitsSignalsAndAdvancesAtEachReplay) {
     sync.release = w + 5;
     device->beginCapture(*s);
     const std::vector<const void*> srcs = {a.data(), b.data(), c.data()};
-    device->reduce(*s, dst.data(), srcs.data(), srcs.size(), DType::Int32, ReduceOp::Sum, count,
-                   &sync);
+    msg(*device).reduce(*s, dst.data(), srcs.data(), srcs.size(), DType::Int32,
+                        ReduceOp::Sum, count, sync);
     std::unique_ptr<Graph> graph = device->endCapture(*s);
     for (uint32_t replay = 0; replay < 2; ++replay) {
       const uint32_t v = 12 + 3 * replay;  // the counted source's number at this replay
@@ -956,8 +965,8 @@ TEST(CudaDevice, AMidSizeReduceWithSyncWaitsBeforeReadingAndSignalsAfter) {
       sync.signals[2] = w + 3;
       sync.release = w + 5;
       const std::vector<const void*> srcs = {a.data(), b.data(), c.data()};
-      device->reduce(*s, dst.data(), srcs.data(), srcs.size(), DType::Int32, ReduceOp::Sum, count,
-                     &sync);
+      msg(*device).reduce(*s, dst.data(), srcs.data(), srcs.size(), DType::Int32,
+                          ReduceOp::Sum, count, sync);
       std::this_thread::sleep_for(std::chrono::milliseconds(100));
       auto word = [&](int k) {
         uint32_t v = 0;
@@ -986,8 +995,8 @@ TEST(CudaDevice, AMidSizeReduceWithSyncWaitsBeforeReadingAndSignalsAfter) {
       EXPECT_EQ(word(4), 13u);  // 12 - 2 + 3
       ASSERT_EQ(cudaMemcpy(w, next, sizeof next, cudaMemcpyHostToDevice), cudaSuccess);
       device->fill(*s, dst.data(), DType::Int32, count, -7, 0);
-      device->reduce(*s, dst.data(), srcs.data(), srcs.size(), DType::Int32, ReduceOp::Sum, count,
-                     &sync);
+      msg(*device).reduce(*s, dst.data(), srcs.data(), srcs.size(), DType::Int32,
+                          ReduceOp::Sum, count, sync);
       device->synchronize(*s, testTimeout());
       std::vector<int32_t> second(count);
       std::memcpy(second.data(), readBack(dst.data(), bytes).data(), bytes);
@@ -1052,8 +1061,8 @@ TEST(CudaDevice, ReduceWithAPushCopiesIntoItsSlotAndSignalsAtEachReplay) {
     sync.slotted[1] = true;
     device->beginCapture(*s);
     const std::vector<const void*> srcs = {own.data(), in_ring.data()};
-    device->reduce(*s, dst.data(), srcs.data(), srcs.size(), DType::Int32, ReduceOp::Sum, kCount,
-                   &sync);
+    msg(*device).reduce(*s, dst.data(), srcs.data(), srcs.size(), DType::Int32,
+                        ReduceOp::Sum, kCount, sync);
     std::unique_ptr<Graph> graph = device->endCapture(*s);
     for (uint32_t replay = 0; replay < 3; ++replay) {
       const uint32_t v = replay + 1;
@@ -1080,7 +1089,7 @@ TEST(CudaDevice, ReduceWithAPushCopiesIntoItsSlotAndSignalsAtEachReplay) {
   }
 }
 
-// Device::messageStep captured into a graph, as one kernel (small parts)
+// DeviceMessages::messageStep captured into a graph, as one kernel (small parts)
 // and as counted steps (HIR_CUDA_KERNEL_COPY_MAX=0), replayed three times:
 // two pushes of one lane (one counter, one signal word) into the slots of
 // their numbers, a plain copy, and a pull out of the slot of its number
@@ -1119,7 +1128,7 @@ TEST(CudaDevice, MessageStepPushesPullsAndCopiesAtEachReplay) {
     m.pulls[1] = {.counter = w + 3, .number = 1, .advance = 1, .wait = w + 4, .dst = dst.data(),
                   .src = in_ring.data(), .bytes = kBytes, .signal = w + 5, .slotted = true};
     device->beginCapture(*s);
-    device->messageStep(*s, m);
+    msg(*device).messageStep(*s, m);
     std::unique_ptr<Graph> graph = device->endCapture(*s);
     for (uint32_t replay = 0; replay < 3; ++replay) {
       const uint32_t v = replay + 1;
@@ -1170,7 +1179,7 @@ TEST(CudaDevice, KernelStampsRecordEachOneBlockKernelAtTeardown) {
     m.pushes[0] = {.dst = a.data(), .src = src.data(), .bytes = 64};
     m.pull_count = 1;
     m.pulls[0] = {.dst = b.data(), .src = src.data(), .bytes = 64};
-    for (int k = 0; k < kSteps; ++k) device->messageStep(*s, m);
+    for (int k = 0; k < kSteps; ++k) msg(*device).messageStep(*s, m);
     device->synchronize(*s, testTimeout());
   }  // the device's teardown writes the file
   std::vector<fs::path> files;
@@ -1242,7 +1251,7 @@ TEST(CudaDevice, AStepMovesAndSignalsEveryPartWhateverTheirNumber) {
       m.pushes[k] = part(k, 0);
       m.pulls[k] = part(kMax + k, 2 * kMax);
     }
-    device->messageStep(*s, m);
+    msg(*device).messageStep(*s, m);
     device->synchronize(*s, testTimeout());
     const std::vector<std::byte> moved = readBack(dst.data(), 2 * kMax * kBytes);
     const std::vector<std::byte> signals = readBack(w, 4 * kMax * sizeof(uint32_t));
@@ -1282,8 +1291,8 @@ TEST(CudaDevice, AStepMovesAndSignalsEveryPartWhateverTheirNumber) {
         sync.waits[j] = w + j;
         sync.signals[j] = w + kMax + j;
       }
-      device->reduce(*s, out.data(), srcs.data(), parts, DType::Int32, ReduceOp::Sum, count,
-                     &sync);
+      msg(*device).reduce(*s, out.data(), srcs.data(), parts, DType::Int32, ReduceOp::Sum, count,
+                          sync);
       device->synchronize(*s, testTimeout());
       const std::vector<std::byte> got = readBack(out.data(), size);
       const auto sum = static_cast<int32_t>(parts * (parts + 1) / 2);
@@ -1352,7 +1361,7 @@ TEST(CudaDevice, AMessageWhosePullPostedFirstSkipsTheSlot) {
     auto enqueue = [&](Stream& on, const MessageStep::Copy& c, bool is_push) {
       MessageStep one = m;
       (is_push ? one.pushes[one.push_count++] : one.pulls[one.pull_count++]) = c;
-      device->messageStep(on, one);
+      msg(*device).messageStep(on, one);
     };
     auto word = [&](int i) {
       uint32_t v = 0;
@@ -1404,10 +1413,10 @@ TEST(CudaDevice, AMessageWhosePullPostedFirstSkipsTheSlot) {
 // device offers lines up to its fused copies' size.
 TEST(CudaDevice, PartsInLinesAreTheHostDevicesLinesAtEachReplay) {
   HIR_REQUIRE_GPUS(1);
-  EXPECT_EQ(makeCudaDeviceWithCopyMax("0")->inlineFlagsMax(), 0u);
+  EXPECT_EQ(msg(*makeCudaDeviceWithCopyMax("0")).inlineFlagsMax(), 0u);
   auto device = makeCudaDeviceWithCopyMax("65536");
-  ASSERT_TRUE(device->supports(DeviceFeature::InlineFlags));
-  EXPECT_EQ(device->inlineFlagsMax(), 65536u);
+  ASSERT_TRUE(msg(*device).supportsInline());
+  EXPECT_EQ(msg(*device).inlineFlagsMax(), 65536u);
   auto s = device->createStream();
   constexpr std::size_t kBytes = 4099, kSlots = 4, kStride = 2 * 4100;
   Buffer ring(*device, kSlots * kStride), src(*device, kBytes), dst(*device, kBytes),
@@ -1432,8 +1441,8 @@ TEST(CudaDevice, PartsInLinesAreTheHostDevicesLinesAtEachReplay) {
                    .src = ring.data(), .bytes = kBytes, .signal = w + 3, .slotted = true,
                    .inline_flags = true};
   device->beginCapture(*s);
-  device->messageStep(*s, push);
-  device->messageStep(*s, pull);
+  msg(*device).messageStep(*s, push);
+  msg(*device).messageStep(*s, pull);
   std::unique_ptr<Graph> graph = device->endCapture(*s);
   std::unique_ptr<Device> host = createDevice("host", 0);
   const std::size_t lines = inlineLineBytes(kBytes);
@@ -1448,7 +1457,7 @@ TEST(CudaDevice, PartsInLinesAreTheHostDevicesLinesAtEachReplay) {
     hosted.push_count = 1;
     hosted.pushes[0] = {.number = v, .dst = want.data(), .src = bytes.data(), .bytes = kBytes,
                         .inline_flags = true};
-    host->messageStep(host->defaultStream(), hosted);
+    msg(*host).messageStep(host->defaultStream(), hosted);
     host->synchronize(host->defaultStream(), testTimeout());
     const std::vector<std::byte> in_ring =
         readBack(static_cast<char*>(ring.data()) + (v % kSlots) * kStride, lines);
@@ -1507,8 +1516,8 @@ TEST(CudaDevice, StepsOfSeveralPartsInLinesMoveEachPartAtEachReplay) {
                          .signal = w + 4 * k + 3, .slotted = true, .inline_flags = true};
       }
       device->beginCapture(*s);
-      device->messageStep(*s, push);
-      device->messageStep(*s, pull);
+      msg(*device).messageStep(*s, push);
+      msg(*device).messageStep(*s, pull);
       std::unique_ptr<Graph> graph = device->endCapture(*s);
       for (uint32_t v = 1; v <= 3; ++v) {
         for (std::size_t k = 0; k < parts; ++k)
@@ -1529,7 +1538,7 @@ TEST(CudaDevice, StepsOfSeveralPartsInLinesMoveEachPartAtEachReplay) {
           hosted.push_count = 1;
           hosted.pushes[0] = {.number = v, .dst = want.data(), .src = data[k].data(),
                               .bytes = sizes[k], .inline_flags = true};
-          host->messageStep(host->defaultStream(), hosted);
+          msg(*host).messageStep(host->defaultStream(), hosted);
           host->synchronize(host->defaultStream(), testTimeout());
           const std::vector<std::byte> lines = readBack(
               static_cast<char*>(rings[k]->data()) + (v % kSlots) * stride, want.size());
@@ -1573,7 +1582,7 @@ TEST(CudaDevice, PushesOfOneLaneInLinesSignalTheLaterNumber) {
                       .src = src1.data(), .bytes = kBytes, .signal = w + 1, .slotted = true,
                       .inline_flags = true};
     device->beginCapture(*s);
-    device->messageStep(*s, push);
+    msg(*device).messageStep(*s, push);
     std::unique_ptr<Graph> graph = device->endCapture(*s);
     for (uint32_t r = 1; r <= 4; ++r) {
       device->launchGraph(*graph, *s);
@@ -1591,7 +1600,7 @@ TEST(CudaDevice, PushesOfOneLaneInLinesSignalTheLaterNumber) {
         hosted.push_count = 1;
         hosted.pushes[0] = {.number = v, .dst = want.data(), .src = (k == 0 ? d0 : d1).data(),
                             .bytes = kBytes, .inline_flags = true};
-        host->messageStep(host->defaultStream(), hosted);
+        msg(*host).messageStep(host->defaultStream(), hosted);
         host->synchronize(host->defaultStream(), testTimeout());
         const std::vector<std::byte> lines =
             readBack(static_cast<char*>(ring.data()) + (v % kSlots) * stride, stride);
@@ -1647,8 +1656,8 @@ TEST(CudaDevice, ReduceOfSourcesInLinesMatchesTheHostDevice) {
                                              .inline_flags = true};
           }
           push.push_count = kSources - 1;
-          device->reduce(*s, out.data(), from, kSources, t, op, count, &sync);
-          device->messageStep(*s2, push);
+          msg(*device).reduce(*s, out.data(), from, kSources, t, op, count, sync);
+          msg(*device).messageStep(*s2, push);
           device->synchronize(*s, testTimeout());
           const std::vector<std::byte> got = readBack(out.data(), bytes);
           const std::vector<std::byte> want = hostDeviceReduce(images, t, op, count);
@@ -1794,7 +1803,7 @@ void signaledCopyWaitsForTheFlagAndSignalsAfterTheCopy(Device& d) {
     d.synchronize(*copier, testTimeout());
     SemaphoreRelease release(d, wait_flag);
 
-    d.signaledCopy(*copier, dst.data(), src.data(), bytes, wait_flag, 1, signal, 3);
+    msg(d).signaledCopy(*copier, dst.data(), src.data(), bytes, wait_flag, 1, signal, 3);
     d.record(*copied, *copier);
     d.waitValue(*reader, signal, 3);
     d.check(*reader, dst.data(), DType::UInt8, bytes, 7, 1, 0, records.get(i), 0);
@@ -1851,7 +1860,7 @@ void gridSignaledCopiesInARowOnTwoStreamsEachSignalInTurn(Device& d) {
     copiers.push_back(d.createStream());
     for (int c = 0; c < kCopies; ++c) {
       const int i = k * kCopies + c;
-      d.signaledCopy(*copiers[k], dst[i]->data(), src[i]->data(), kBytes, wait_flag,
+      msg(d).signaledCopy(*copiers[k], dst[i]->data(), src[i]->data(), kBytes, wait_flag,
                      static_cast<uint32_t>(c + 1), signals + k, static_cast<uint32_t>(c + 1));
     }
   }
@@ -1950,7 +1959,7 @@ TEST(CudaDevice, PushesAboveOneKernelMoveOnceEachHasItsSlotAndSignalInOrder) {
         auto s = d->createStream(), releaser = d->createStream();
         auto done = d->createEvent();
         SemaphoreRelease guard0(*d, w), guard1(*d, w + 1), guard2(*d, w + 2);
-        d->messageStep(*s, m);
+        msg(*d).messageStep(*s, m);
         d->record(*done, *s);
         for (int k = kParts - 1; k >= 0; --k) {
           std::this_thread::sleep_for(std::chrono::milliseconds(30));
@@ -2022,7 +2031,7 @@ TEST(CudaDevice, AOneBlockKernelWaitsForTheKernelBeforeItOnItsStream) {
 
   const auto t0 = Clock::now();
   cuda::testSpin(*s, 150);
-  device->signaledCopy(*s, dst.data(), src.data(), kBytes, ready, 1, signal, 3);
+  msg(*device).signaledCopy(*s, dst.data(), src.data(), kBytes, ready, 1, signal, 3);
   device->record(*copied, *s);
   device->waitValue(*reader, signal, 3);
   device->check(*reader, dst.data(), DType::UInt8, kBytes, 11, 3, 0, records.get(0), 0);
@@ -2089,18 +2098,18 @@ void countedStepsWithSlots(Device& dev) {
   device->synchronize(*s, testTimeout());
   SemaphoreRelease unstick(*device, release);
   for (std::size_t k = 0; k < kSteps; ++k)
-    device->countedStep(*s, CountedStep{.counter = counter,
-                                        .offset = 1,
-                                        .advance = 1,
-                                        .wait_addr = wait,
-                                        .release = release,
-                                        .dst = static_cast<char*>(out.data()) + k * kStride,
-                                        .src = ring.data(),
-                                        .bytes = kStride,
-                                        .signal_addr = signal,
-                                        .wait_back = 4,
-                                        .slots = kSlots,
-                                        .src_stride = kStride});
+    msg(*device).countedStep(*s, CountedStep{.counter = counter,
+                                             .offset = 1,
+                                             .advance = 1,
+                                             .wait_addr = wait,
+                                             .release = release,
+                                             .dst = static_cast<char*>(out.data()) + k * kStride,
+                                             .src = ring.data(),
+                                             .bytes = kStride,
+                                             .signal_addr = signal,
+                                             .wait_back = 4,
+                                             .slots = kSlots,
+                                             .src_stride = kStride});
   auto done = device->createEvent();
   device->record(*done, *s);
   std::this_thread::sleep_for(std::chrono::milliseconds(50));
@@ -2131,7 +2140,7 @@ TEST(CudaDevice, CountedStepsWithSlotsCopySlotVModSlotsAfterWaitingForVMinusBack
                                copy_max, grid_max));
       std::unique_ptr<Device> device = makeCudaDeviceWithEnv(
           {{"HIR_CUDA_KERNEL_COPY_MAX", copy_max}, {"HIR_CUDA_GRID_COPY_MAX", grid_max}});
-      if (!device->supports(DeviceFeature::CountedSemaphore))
+      if (!msg(*device).supportsCounted())
         GTEST_SKIP() << "counted semaphores are not available";
       countedStepsWithSlots(*device);
     }

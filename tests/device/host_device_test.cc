@@ -1,4 +1,5 @@
 #include "device/host_device.h"
+#include "device/messages.h"
 
 #include <gtest/gtest.h>
 
@@ -1184,7 +1185,7 @@ TEST(HostDeviceReduce, ReduceFindsRingSourcesInTheSlotTheirCountersNameWhenItRun
   Gate gate;
   dev.launchHostFunc(*s, gate.task());
   const std::vector<const void*> srcs = {ring_a, plain, ring_b};
-  dev.reduce(*s, dst, srcs.data(), srcs.size(), DType::Int32, ReduceOp::Sum, kCount, &sync);
+  dev.reduce(*s, dst, srcs.data(), srcs.size(), DType::Int32, ReduceOp::Sum, kCount, sync);
   counters[0] = 5;           // 5 + 2: slot 3
   counters[1] = 0xFFFFFFFF;  // 2^32 - 1 + 3 wraps to 2: slot 2
   gate.open();
@@ -1233,7 +1234,7 @@ TEST(HostDeviceReduce, ReduceWithSyncWaitsForEverySourceThenSignalsAndAdvances) 
   *words = SyncWords{};
   std::fill(dst, dst + kCount, -7);
   const MessageStep sync = words->sync();
-  dev.reduce(*s, dst, srcs.data(), srcs.size(), DType::Int32, ReduceOp::Sum, kCount, &sync);
+  dev.reduce(*s, dst, srcs.data(), srcs.size(), DType::Int32, ReduceOp::Sum, kCount, sync);
   SyncWords::store(words->wait_a, 7);
   std::this_thread::sleep_for(20ms);
   EXPECT_EQ(dst[0], -7) << "reduced before the counted source's semaphore said 12";
@@ -1252,7 +1253,7 @@ TEST(HostDeviceReduce, ReduceWithSyncWaitsForEverySourceThenSignalsAndAdvances) 
   // No elements: the waits and the signals still happen, numbered on.
   SyncWords::store(words->wait_b, 15);
   const MessageStep next = words->sync();
-  dev.reduce(*s, dst, srcs.data(), srcs.size(), DType::Int32, ReduceOp::Sum, 0, &next);
+  dev.reduce(*s, dst, srcs.data(), srcs.size(), DType::Int32, ReduceOp::Sum, 0, next);
   dev.synchronize(*s, kLong);
   EXPECT_EQ(words->signal_b, 15u);
   EXPECT_EQ(words->counter, 16u);
@@ -1271,7 +1272,7 @@ TEST(HostDeviceReduce, ReduceWithSyncGoesOnWhenReleased) {
   auto* words = static_cast<SyncWords*>(dev.allocate(sizeof(SyncWords)));
   *words = SyncWords{};
   const MessageStep sync = words->sync();
-  dev.reduce(*s, dst, srcs.data(), srcs.size(), DType::Int32, ReduceOp::Sum, 4, &sync);
+  dev.reduce(*s, dst, srcs.data(), srcs.size(), DType::Int32, ReduceOp::Sum, 4, sync);
   std::this_thread::sleep_for(10ms);
   EXPECT_EQ(SyncWords::load(words->signal_b), 0u);
   SyncWords::store(words->release, 1);
@@ -1315,7 +1316,7 @@ TEST(HostDeviceReduce, ReduceWithSyncPushesAndSignalsBeforeItWaits) {
   push.bytes = kCount * sizeof(int32_t);
   push.signal = &push_words[2];
   push.slotted = true;
-  dev.reduce(*s, dst, srcs.data(), srcs.size(), DType::Int32, ReduceOp::Sum, kCount, &sync);
+  dev.reduce(*s, dst, srcs.data(), srcs.size(), DType::Int32, ReduceOp::Sum, kCount, sync);
   const auto deadline = std::chrono::steady_clock::now() + 5s;
   while (SyncWords::load(push_words[2]) == 0 && std::chrono::steady_clock::now() < deadline)
     std::this_thread::sleep_for(1ms);
@@ -1335,7 +1336,7 @@ TEST(HostDeviceReduce, ReduceWithSyncPushesAndSignalsBeforeItWaits) {
   for (void* p : srcs) dev.deallocate(p);
 }
 
-// Device::messageStep (the default's counted steps on the host device): a
+// DeviceMessages::messageStep (the default's counted steps on the host device): a
 // push into slot v % 4 of a ring, a pull out of another ring's slot and a
 // plain copy; each numbered from its counter, waited for, signaled, and the
 // counters advanced.
@@ -1573,7 +1574,7 @@ TEST(HostDeviceReduce, ReduceReadsASourceInLinesOnceItsLinesAreFlagged) {
   sync.signals[1] = sig;
   sync.inline_flags[1] = true;
   const void* from[3] = {srcs[0], lines, srcs[2]};
-  dev.reduce(*s, dst, from, 3, DType::Int32, ReduceOp::Sum, kCount, &sync);
+  dev.reduce(*s, dst, from, 3, DType::Int32, ReduceOp::Sum, kCount, sync);
   std::this_thread::sleep_for(20ms);
   EXPECT_EQ(dst[0], -7) << "reduced before the source's lines were flagged";
   MessageStep push;
@@ -1672,9 +1673,15 @@ TEST(HostDeviceInfo, SupportsEveryOptionalPartButANativeStreamAndGraphs) {
   HostDevice dev;
   for (DeviceFeature f : {DeviceFeature::Ipc, DeviceFeature::StreamSemaphore,
                           DeviceFeature::Compute, DeviceFeature::Timing,
-                          DeviceFeature::CountedSemaphore, DeviceFeature::Reduce,
-                          DeviceFeature::InlineFlags})
+                          DeviceFeature::Reduce})
     EXPECT_TRUE(dev.supports(f)) << static_cast<int>(f);
+  // ipc's protocol: its own, with counted and inline parts.
+  EXPECT_EQ(dev.messages(), static_cast<DeviceMessages*>(&dev));
+  std::unique_ptr<DeviceMessages> generic;
+  EXPECT_EQ(&messagesOf(dev, generic), static_cast<DeviceMessages*>(&dev));
+  EXPECT_EQ(generic, nullptr);
+  EXPECT_TRUE(dev.supportsCounted());
+  EXPECT_TRUE(dev.supportsInline());
   EXPECT_EQ(dev.nativeStream(dev.defaultStream()), nullptr);
   EXPECT_FALSE(dev.supports(DeviceFeature::Graphs));
   try {
@@ -1741,6 +1748,18 @@ TEST(DeviceOptionalParts, DefaultsThrowNamingTheDevice) {
   Event e;
   EXPECT_THROW(dev.elapsedMs(e, e), BackendError);
   EXPECT_EQ(dev.nativeStream(dev.defaultStream()), nullptr);
+  // No protocol of its own: messagesOf gives the generic one, without
+  // counted or inline parts.
+  EXPECT_EQ(dev.messages(), nullptr);
+  std::unique_ptr<DeviceMessages> generic;
+  DeviceMessages& m = messagesOf(dev, generic);
+  EXPECT_EQ(&m, generic.get());
+  EXPECT_FALSE(m.supportsCounted());
+  EXPECT_FALSE(m.supportsInline());
+  EXPECT_EQ(m.inlineFlagsMax(), 0u);
+  msg = messageOf([&] { m.countedStep(dev.defaultStream(), CountedStep{.counter = &word}); });
+  EXPECT_NE(msg.find("device 'bare' does not support counted semaphores"), std::string::npos)
+      << msg;
 }
 
 TEST(DeviceRegistry, HostIsAlwaysRegistered) {

@@ -101,7 +101,7 @@ inline constexpr std::size_t kIpcSlotRowBudget = std::size_t{32} << 20;
 using IpcEagerSlots = EagerSlots;  // BackendCaps::eager_slots
 IpcEagerSlots ipcEagerSlotsFor(const Settings& settings, int64_t largest);
 // Eager messages of 1 to ipcInlineMaxBytes() bytes (HIR_IPC_INLINE_MAX; 0:
-// none) travel in lines, with their flags inline (device.h), where the
+// none) travel in lines, with their flags inline (messages.h), where the
 // device offers it; the backend caps it at half a slot and at the device's
 // inlineFlagsMax(), and compares the result across ranks.
 std::size_t ipcInlineMaxBytes(const Settings& settings);

@@ -29,7 +29,7 @@
 //
 // Counted mode (graph mode, BackendContext::graph; HIR_IPC_COUNTED=1 for
 // tests): q is not written into the work by the host but counted on the
-// device, one counter per lane and rank (Device::countedStep), so that a
+// device, one counter per lane and rank (DeviceMessages::countedStep), so that a
 // graph's replays of the same work go on numbering. Both ends of a lane count
 // its messages in the same order, from the same start, so they agree on q
 // as the host's numbers do. A release word ends every counted wait on

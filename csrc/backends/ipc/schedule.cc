@@ -14,7 +14,7 @@ namespace hir::ipc {
 
 void State::waitFor(Stream& on, const Step& s, uint32_t advance) {
   if (s.counter == nullptr) return dev->waitValue(on, s.await, s.wait_seq);
-  dev->countedStep(on, CountedStep{.counter = s.counter,
+  msg->countedStep(on, CountedStep{.counter = s.counter,
                                    .offset = s.offset,
                                    .advance = advance,
                                    .wait_addr = s.await,
@@ -24,7 +24,7 @@ void State::waitFor(Stream& on, const Step& s, uint32_t advance) {
 
 void State::signalTo(Stream& on, const Step& s, uint32_t advance) {
   if (s.counter == nullptr) return dev->writeValue(on, s.signal, s.seq);
-  dev->countedStep(on, CountedStep{.counter = s.counter,
+  msg->countedStep(on, CountedStep{.counter = s.counter,
                                    .offset = s.offset,
                                    .advance = advance,
                                    .signal_addr = s.signal});
@@ -45,7 +45,7 @@ void State::transfer(Stream& on, const Step& s) {
     m.pulls[m.pull_count++] = copyOf(s, m);
   else
     m.pushes[m.push_count++] = copyOf(s, m);
-  dev->messageStep(on, m);
+  msg->messageStep(on, m);
 }
 
 void State::await(Stream& on, const Step& s) {
@@ -76,8 +76,8 @@ void State::reduce(Stream& on, Work& w, int u, bool push_sends) {
     sync.inline_flags[j] = c.inline_flags;
   }
   const ReduceUnit& r = w.units[static_cast<std::size_t>(u)];
-  dev->reduce(on, r.dst, r.srcs.data(), static_cast<std::size_t>(r.members), r.dtype, r.op,
-              r.count, &sync);
+  msg->reduce(on, r.dst, r.srcs.data(), static_cast<std::size_t>(r.members), r.dtype, r.op,
+              r.count, sync);
 }
 
 void State::messageSteps(Stream& on, const Work& w) {
@@ -85,7 +85,7 @@ void State::messageSteps(Stream& on, const Work& w) {
   m.release = stepRelease();
   auto flushIfFull = [&](std::size_t n) {
     if (n < m.pushes.size()) return;
-    dev->messageStep(on, m);
+    msg->messageStep(on, m);
     m.push_count = m.pull_count = 0;
   };
   // Every push before any pull (a later step's pushes come first in it).
@@ -108,13 +108,13 @@ void State::messageSteps(Stream& on, const Work& w) {
       MessageStep::Copy& pull = m.pulls[m.pull_count++];
       pull = copyOf(s, m);
       // A pull posts for direct delivery only as its lane's one pull here
-      // (device.h).
+      // (messages.h).
       if (std::count_if(w.steps.begin(), w.steps.end(), [&](const Step& o) {
             return !o.early && o.lane == s.lane;
           }) > 1)
         pull.posted = nullptr;
     }
-  if (m.push_count + m.pull_count > 0) dev->messageStep(on, m);
+  if (m.push_count + m.pull_count > 0) msg->messageStep(on, m);
 }
 
 // On the lane's stream, after the poster's `ready` event and the lane's
@@ -242,7 +242,7 @@ void State::enqueuePhased(Work& w, Stream& on, const Stream* covered) {
   MessageStep pushes;
   pushes.release = stepRelease();
   auto flush = [&] {
-    if (pushes.push_count > 0) dev->messageStep(on, pushes);
+    if (pushes.push_count > 0) msg->messageStep(on, pushes);
     pushes.push_count = 0;
   };
   auto follows = [&](const Step& s) {

@@ -60,6 +60,7 @@ void IpcBackend::setup(const BackendContext& ctx) {
   st.world = ctx.bootstrap->world();
   st.nodes = ctx.bootstrap->nodes();  // collective, like setup itself
   st.dev = &d;
+  st.msg = &messagesOf(d, st.generic_msg);
   device_ = &d;
   // The eager slots: the same size and number on every rank, or the
   // messages would land in different places.
@@ -70,8 +71,8 @@ void IpcBackend::setup(const BackendContext& ctx) {
   st.eager_slots = std::max<uint32_t>(slots.count, 1);
   // Lines take twice the message's bytes (rounded up to 4), in their
   // slot's line area.
-  if (st.eager_max > 0 && d.supports(DeviceFeature::InlineFlags))
-    st.inline_max = std::min({ipcInlineMaxBytes(set), st.eager_max, d.inlineFlagsMax()});
+  if (st.eager_max > 0 && st.msg->supportsInline())
+    st.inline_max = std::min({ipcInlineMaxBytes(set), st.eager_max, st.msg->inlineFlagsMax()});
   agreeOnEagerSlots(*ctx.bootstrap, EagerLayout{st.inline_max, st.slot_bytes, st.eager_slots});
   HIR_LOG_DEBUG(Subsys::Ipc, "eager slots: {} per sender of {} bytes ({})", st.eager_slots,
                 st.slot_bytes,
@@ -125,7 +126,7 @@ void IpcBackend::setup(const BackendContext& ctx) {
   // host device runs the protocol graphs use).
   st.counted = ctx.graph || set.on(Setting::IpcCounted);
   if (st.counted)
-    HIR_CHECK_AS(BackendError, d.supports(DeviceFeature::CountedSemaphore),
+    HIR_CHECK_AS(BackendError, st.msg->supportsCounted(),
                  "ipc in graph mode needs counted semaphores, which device {} does not offer",
                  d.describe());
   if (st.counted || st.inline_max > 0) {

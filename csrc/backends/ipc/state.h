@@ -30,7 +30,7 @@
 //
 // Counted mode (graph mode, BackendContext::graph; HIR_IPC_COUNTED=1 for
 // tests): q is not written into the work by the host but counted on the
-// device, one counter per lane and rank (Device::countedStep), so that a
+// device, one counter per lane and rank (DeviceMessages::countedStep), so that a
 // graph's replays of the same work go on numbering. Both ends of a lane count
 // its messages in the same order, from the same start, so they agree on q
 // as the host's numbers do. A release word ends every counted wait on
@@ -53,6 +53,7 @@
 #include "backends/ipc/exchange.h"
 #include "backends/ipc/ipc_backend.h"
 #include "common/check.h"
+#include "device/messages.h"
 #include <hostir/backend.h>
 #include <hostir/device.h>
 
@@ -148,7 +149,7 @@ struct LocalCopy {
   std::size_t bytes = 0;
 };
 
-// A reduction of the team's buffers, in team order (Device::reduce), once
+// A reduction of the team's buffers, in team order (DeviceMessages::reduce), once
 // its get messages' senders said their buffers are ready.
 struct ReduceUnit {
   void* dst = nullptr;
@@ -220,6 +221,10 @@ struct State {
 
   BackendContext ctx;
   Device* dev = nullptr;
+  // The device's message protocol (messagesOf): its own, or the generic one
+  // over its public calls, held in `generic_msg`.
+  DeviceMessages* msg = nullptr;
+  std::unique_ptr<DeviceMessages> generic_msg;
   int rank = -1, world = 0;
   std::vector<std::string> nodes;
 
@@ -231,7 +236,7 @@ struct State {
   // slot, never to the slot itself: the slot may hold a larger message's
   // data, whose words a line's flag half could equal (the flags a line area
   // can hold are 0 and the flags of the slot's earlier messages in lines,
-  // none of them the next one's: device.h). One stride for both keeps a
+  // none of them the next one's: messages.h). One stride for both keeps a
   // counted step's parts in one ring (MessageStep::stride).
   uint32_t* page = nullptr;
   std::size_t eager_max = 0, slot_bytes = 0, marks_offset = 0, slots_offset = 0;
@@ -240,7 +245,7 @@ struct State {
   bool direct = true;  // HIR_IPC_DIRECT
   bool push_steps = true;  // HIR_IPC_PUSH_STEPS
   // Eager messages of 1 to inline_max bytes travel in lines (flags inline,
-  // device.h): no "done" wait for the receiver, no fence for the sender.
+  // messages.h): no "done" wait for the receiver, no fence for the sender.
   std::size_t inline_max = 0;
   // Counted mode: this rank's lane counters (sends to each peer, then
   // receives from each, then the same two for eager messages), then the

@@ -10,8 +10,7 @@
 
 #include "device/cuda/cuda_kernel_common.cuh"
 #include "device/cuda/cuda_kernels.h"
-
-#include <hostir/device.h>
+#include "device/messages.h"
 
 namespace hir::cuda {
 

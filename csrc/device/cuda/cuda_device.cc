@@ -73,7 +73,8 @@ class CudaGraph final : public Graph {
 
 // ------------------------------------------------------------- the device
 
-CudaDevice::CudaDevice(int index, const Settings& settings) {
+CudaDevice::CudaDevice(int index, const Settings& settings)
+    : DeviceMessages(static_cast<Device&>(*this)) {
   HIR_CHECK_AS(UsageError, index >= 0, "cuda: device index must be >= 0, got {}", index);
   int count = 0;
   HIR_CUDA_CHECK(index, cudaGetDeviceCount(&count));
@@ -147,9 +148,7 @@ bool CudaDevice::supports(DeviceFeature f) const {
     case DeviceFeature::Compute: return true;
     case DeviceFeature::Timing: return true;
     case DeviceFeature::Graphs: return true;
-    case DeviceFeature::CountedSemaphore: return true;
     case DeviceFeature::Reduce: return true;
-    case DeviceFeature::InlineFlags: return true;
   }
   return false;
 }

@@ -23,6 +23,7 @@
 
 #include "common/check.h"
 #include "device/cuda_interop.h"
+#include "device/messages.h"
 #include "device/cuda/cuda_compute.h"
 #include "device/cuda/cuda_kernels.h"
 #include "device/cuda/driver_api.h"
@@ -68,7 +69,8 @@ struct HostTask {
   bool keep = false;  // captured into a graph: runs once per replay, owned by the graph
 };
 
-class CudaDevice final : public Device {
+// It runs ipc's message protocol itself (DeviceMessages, cuda_messages.cc).
+class CudaDevice final : public Device, public DeviceMessages {
  public:
   CudaDevice(int index, const Settings& settings);
   ~CudaDevice() override;
@@ -144,19 +146,22 @@ class CudaDevice final : public Device {
   // ----------------------------------------------------- message protocol
   // (cuda_messages.cc)
 
-  using Device::reduce;
   void reduce(Stream& s, void* dst, const void* const* srcs, std::size_t sources, DType t,
-              ReduceOp op, std::size_t count, const MessageStep* sync) override;
+              ReduceOp op, std::size_t count) override;
+  void writeValue(Stream& s, uint32_t* addr, uint32_t value) override;
+  void waitValue(Stream& s, const uint32_t* addr, uint32_t at_least) override;
+  DeviceMessages* messages() override { return this; }
+  bool supportsCounted() const override { return true; }
+  void reduce(Stream& s, void* dst, const void* const* srcs, std::size_t sources, DType t,
+              ReduceOp op, std::size_t count, const MessageStep& sync) override;
   void messageStep(Stream& s, const MessageStep& step) override;
   // Parts in lines run in the one-block kernels, which take parts up to
   // HIR_CUDA_KERNEL_COPY_MAX.
   std::size_t inlineFlagsMax() const override { return kernel_copy_max_; }
-  void writeValue(Stream& s, uint32_t* addr, uint32_t value) override;
   void signaledCopy(Stream& s, void* dst, const void* src, std::size_t bytes,
                     const uint32_t* wait_addr, uint32_t at_least, uint32_t* signal_addr,
                     uint32_t value) override;
   void countedStep(Stream& s, const CountedStep& st) override;
-  void waitValue(Stream& s, const uint32_t* addr, uint32_t at_least) override;
 
  private:
   struct CheckBlock {
@@ -177,6 +182,8 @@ class CudaDevice final : public Device {
   CheckRecord* devicePointerOf(CheckRecord* host);
 
   // cuda_messages.cc
+  void reduceWith(Stream& s, void* dst, const void* const* srcs, std::size_t sources, DType t,
+                  ReduceOp op, std::size_t count, const MessageStep* sync);
   const DriverApi& semaphoreApi(const char* call, const void* addr) const;
   int gridBlocks(std::size_t bytes) const;
   bool gridPull(Stream& s, const MessageStep& step);

@@ -11,6 +11,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "device/messages.h"
 #include <hostir/device.h>
 #include <hostir/types.h>
 
@@ -68,7 +69,7 @@ cudaError_t launchGridSignaledCopy(cudaStream_t stream, void* dst, const void* s
                                    uint32_t at_least, uint32_t* signal_addr, uint32_t value,
                                    uint32_t* arrivals, int blocks, bool publish = true);
 
-// Device::countedStep's parts in one block (see CountedStep): v = *counter
+// DeviceMessages::countedStep's parts in one block (see CountedStep): v = *counter
 // + offset, *counter += advance, wait for *wait_addr >= v - step.wait_back
 // (ended early by *release != 0), copy dst[0, bytes) = src[0, bytes) (none
 // for 0 bytes; with slots, both moved to slot v % slots first), release v
@@ -107,7 +108,7 @@ cudaError_t launchAdd(cudaStream_t stream, void* out, const void* a, const void*
 // kMaxReduceSources (device.h); the pointers go into the kernel's parameters
 // (no device memory, capturable), 16 bytes per source and step when dst and
 // every source are 16-byte aligned. Uses at most `max_blocks` blocks
-// (grid-stride loop). With `sync` (MessageStep, device.h): its waits, the
+// (grid-stride loop). With `sync` (MessageStep, messages.h): its waits, the
 // reduction and its signals are one kernel of one block when the elements
 // take at most `fuse_max` bytes; above, with `grid` (the caller gives it
 // for the sizes it wants in one grid kernel) and without pushes, one
@@ -127,12 +128,12 @@ cudaError_t launchReduce(cudaStream_t stream, void* dst, const void* const* srcs
                          std::size_t fuse_max, const ReduceGrid* grid = nullptr,
                          const KernelStampSink* stamps = nullptr);
 
-// Device::messageStep's pushes and pulls (MessageStep, device.h) as one
+// DeviceMessages::messageStep's pushes and pulls (MessageStep, messages.h) as one
 // kernel of one block. stamps: the kernel stamps' sink, null when off.
 cudaError_t launchMessageStep(cudaStream_t stream, const MessageStep& step,
                               const KernelStampSink* stamps = nullptr);
 
-// Device::messageStep of pushes only (no pulls, no part in lines or asking
+// DeviceMessages::messageStep of pushes only (no pulls, no part in lines or asking
 // for direct delivery) as one kernel of a grid of kGridCopyThreads-thread
 // blocks, blocks[k] of them (at least 1) for push k: each block reads its
 // push's number and waits for its slot, the push's blocks copy it, and the

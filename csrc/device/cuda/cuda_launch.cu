@@ -8,8 +8,8 @@
 
 #include "device/cuda/cuda_kernel_common.cuh"
 #include "device/cuda/cuda_kernels.h"
+#include "device/messages.h"
 
-#include <hostir/device.h>
 #include <hostir/types.h>
 
 namespace hir::cuda {

@@ -17,12 +17,11 @@
 
 #include "device/cuda/cuda_kernel_common.cuh"
 #include "device/cuda/cuda_kernels.h"
-
-#include <hostir/device.h>
+#include "device/messages.h"
 
 namespace hir::cuda {
 
-// MessageStep (device.h) by value: a captured graph holds it.
+// MessageStep (messages.h) by value: a captured graph holds it.
 struct CopyArgs {  // a push or a pull
   uint32_t* counter;
   uint32_t number, advance, wait_back;
@@ -31,7 +30,7 @@ struct CopyArgs {  // a push or a pull
   const char* src;
   std::size_t bytes;
   uint32_t* signal;
-  char* direct;      // direct delivery (device.h): a push's other destination
+  char* direct;      // direct delivery (messages.h): a push's other destination
   uint32_t* posted;  // a push reads it, a pull stores its number into it
   uint32_t* mark;    // a push stores its number into it when direct; a pull reads it
 };
@@ -62,7 +61,7 @@ void placeCopies(const MessageStep& m, const KernelStampSink* stamps, SyncSource
 
 namespace {
 
-// Inline lines (device.h): 8 bytes, the data word low, the flag high, in
+// Inline lines (messages.h): 8 bytes, the data word low, the flag high, in
 // one store and one load at system scope. Each is a single 64-bit access,
 // not a vector of two 32-bit ones, which the PTX memory model may split:
 // an aligned 8-byte access is not torn, over NVLink too (NCCL's LL
@@ -77,11 +76,11 @@ __device__ __forceinline__ uint2 loadLine(const void* p) {
   return make_uint2(static_cast<uint32_t>(line), static_cast<uint32_t>(line >> 32));
 }
 
-// device.h's inlineFlag, on the device (a constexpr host function there).
+// messages.h's inlineFlag, on the device (a constexpr host function there).
 __device__ __forceinline__ uint32_t lineFlag(uint32_t v) { return v != 0 ? v : 0x80000000u; }
 static_assert(inlineFlag(0) == 0x80000000u && inlineFlag(1) == 1 && inlineFlag(~0u) == ~0u,
               "lineFlag is inlineFlag");
-// device.h's directMarkReset, on the device.
+// messages.h's directMarkReset, on the device.
 __device__ __forceinline__ uint32_t markReset(uint32_t v) { return v ^ 0x80000000u; }
 static_assert(directMarkReset(5) == (5u ^ 0x80000000u), "markReset is directMarkReset");
 
@@ -200,7 +199,7 @@ __device__ __forceinline__ void stampRecord(const SyncSources& y, KernelStampKin
 // of their own (pushes by threads 0.., pulls by 32.., sources by 64..), so
 // that the counters' loads are in flight together instead of one phase
 // after the other. A step's pushes and its pulls or sources never share a
-// counter (device.h), so a push's advance cannot change what a pull reads.
+// counter (messages.h), so a push's advance cannot change what a pull reads.
 // Each of those threads also loads its part's wait word (with acquire) in
 // the same round trip, into `seen`: a push's slot is free long before in a
 // steady stream of messages, and its wait then costs no load of its own.
@@ -211,7 +210,7 @@ struct StepNumbers {
 };
 static_assert(kBlockThreads >= 64 + static_cast<int>(kMaxReduceSources),
               "readNumbers needs 80 threads");
-// Direct delivery (device.h). A part's mark: its own word, or the word of
+// Direct delivery (messages.h). A part's mark: its own word, or the word of
 // its number's slot in a ring of marks.
 __device__ __forceinline__ uint32_t* markOf(const SyncSources& y, const CopyArgs& p,
                                             bool slotted, uint32_t v) {
@@ -261,7 +260,7 @@ constexpr int kFirstPushWarp = 3;
 // needs (the counter, the wait word, the words of the message) is issued
 // before any is used: one round trip to the memory, then the stores. Its
 // signal is ordered after nothing: a push in lines publishes nothing by it
-// (device.h), and the pushes' signals are distinct words, so that their
+// (messages.h), and the pushes' signals are distinct words, so that their
 // order does not show.
 __device__ void pushLinesAtOnce(const SyncSources& y) {
   const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;

@@ -1,4 +1,4 @@
-// The CUDA device's message kernels (Device::messageStep, device.h): a
+// The CUDA device's message kernels (DeviceMessages::messageStep, messages.h): a
 // step's pushes and pulls as one kernel of one block (messageStepKernel),
 // or its pushes alone as one kernel of a grid (gridMessageStepKernel), and
 // placeCopies, which puts a MessageStep into the arguments of these and of
@@ -11,8 +11,7 @@
 #include "device/cuda/cuda_kernel_common.cuh"
 #include "device/cuda/cuda_kernels.h"
 #include "device/cuda/cuda_message_common.cuh"
-
-#include <hostir/device.h>
+#include "device/messages.h"
 
 namespace hir::cuda {
 
@@ -26,7 +25,7 @@ std::atomic<bool> pushesAtOnce{true};
 // kBlockThreads (16 KiB).
 constexpr int kWideMessageThreads = 1024;
 
-// Device::messageStep: the pushes, then the pulls, one block (of
+// DeviceMessages::messageStep: the pushes, then the pulls, one block (of
 // kBlockThreads, or kWideMessageThreads for large parts: launchMessageStep).
 template <int kThreads>
 __global__ void __launch_bounds__(kThreads) messageStepKernel(SyncSources y) {
@@ -47,7 +46,7 @@ __global__ void __launch_bounds__(kThreads) messageStepKernel(SyncSources y) {
   stampRecord(y, KernelStampKind::MessageStep, entry, followed, inside, pushed, pulled);
 }
 
-// Device::messageStep of pushes only, over a grid (launchGridMessageStep):
+// DeviceMessages::messageStep of pushes only, over a grid (launchGridMessageStep):
 // blocks [first_block[k], first_block[k + 1]) are push k's. Thread 0 of
 // each block reads the push's number and waits for its slot (as
 // syncCopies' pushes do), the push's blocks copy it, and the last block to

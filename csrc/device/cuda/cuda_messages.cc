@@ -136,7 +136,8 @@ void CudaDevice::signaledCopy(Stream& s, void* dst, const void* src, std::size_t
                                                  signal_addr, value))
     return;
   if ((bytes == 0 && !kernel_semaphores_) || bytes > kernel_copy_max_)
-    return Device::signaledCopy(s, dst, src, bytes, wait_addr, at_least, signal_addr, value);
+    return DeviceMessages::signaledCopy(s, dst, src, bytes, wait_addr, at_least, signal_addr,
+                                        value);
   (void)semaphoreApi("signaledCopy", wait_addr);  // the same checks as waitValue
   (void)semaphoreApi("signaledCopy", signal_addr);
   activate(ordinal_);
@@ -266,7 +267,7 @@ void CudaDevice::messageStep(Stream& s, const MessageStep& step) {
   if (!lines && !direct && step.pull_count == 1 && parts == 1 && gridPull(s, step)) return;
   if (!lines && step.pull_count == 0 && step.push_count > 1 && gridPushes(s, step)) return;
   if (!lines && ((parts <= 1 && !direct) || !fusable(step)))
-    return Device::messageStep(s, step);
+    return DeviceMessages::messageStep(s, step);
   if (!fusable(step)) {
     HIR_INTERNAL_ASSERT(parts > 1, "messageStep: a part of {} bytes in lines, above {}",
                         part(0).bytes, inlineFlagsMax());
@@ -362,7 +363,17 @@ bool CudaDevice::gridPushes(Stream& s, const MessageStep& step) {
 // ----------------------------------------------------------------- reduce
 
 void CudaDevice::reduce(Stream& s, void* dst, const void* const* srcs, std::size_t sources, DType t,
-                        ReduceOp op, std::size_t count, const MessageStep* sync) {
+                        ReduceOp op, std::size_t count) {
+  reduceWith(s, dst, srcs, sources, t, op, count, nullptr);
+}
+
+void CudaDevice::reduce(Stream& s, void* dst, const void* const* srcs, std::size_t sources, DType t,
+                        ReduceOp op, std::size_t count, const MessageStep& sync) {
+  reduceWith(s, dst, srcs, sources, t, op, count, &sync);
+}
+
+void CudaDevice::reduceWith(Stream& s, void* dst, const void* const* srcs, std::size_t sources,
+                            DType t, ReduceOp op, std::size_t count, const MessageStep* sync) {
   checkReduceArgs(dst, srcs, sources, count, sync, "cuda");
   if (count == 0 && sync == nullptr) return;
   activate(ordinal_);

@@ -1,8 +1,8 @@
-// The CUDA device's reduce kernels (Device::reduce): dst = the sources
-// combined, by a grid, and with a MessageStep (device.h) its waits, pushes
-// and signals: fused into one block for small elements (in lines or not),
-// one grid kernel for mid sizes, or kernels of their own around the grid's
-// reduction.
+// The CUDA device's reduce kernels (Device::reduce, DeviceMessages::reduce):
+// dst = the sources combined, by a grid, and with a MessageStep (messages.h)
+// its waits, pushes and signals: fused into one block for small elements
+// (in lines or not), one grid kernel for mid sizes, or kernels of their own
+// around the grid's reduction.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -12,8 +12,8 @@
 #include "device/cuda/cuda_kernels.h"
 #include "device/cuda/cuda_message_common.cuh"
 #include "device/cuda/cuda_reduce_arith.cuh"
+#include "device/messages.h"
 
-#include <hostir/device.h>
 #include <hostir/types.h>
 
 namespace hir::cuda {
