@@ -66,11 +66,19 @@ std::string deviceKindFor(const std::string& requested) {
                                requested, requested, known));
 }
 
+// The settings of this process, read from the environment once: what the
+// launcher checks with, and what each rank's Session reads too (the launcher
+// passes every HIR_* variable on to the ranks).
+const Settings& processSettings() {
+  static const Settings settings = Settings::fromEnvironment();
+  return settings;
+}
+
 // How `hir` compiles for the ranks it starts, before they start: they are
 // processes (under mpirun or torchrun), on nodes not known yet.
 CompileOptions launchCompileOptions(int world, const std::string& device, bool check_schedule) {
   return compileOptionsFor(world, device, RankSpace::Processes, check_schedule,
-                           Settings::fromEnvironment());
+                           processSettings());
 }
 
 // Everything that can be decided before running: the same on every rank.
@@ -113,7 +121,7 @@ void printError(const std::exception& e, const std::string& prefix = "") {
 void checkGpusForLaunch(const std::string& kind, int np) {
   if (kind != "cuda") return;
   const int gpus = visibleGpuCount();
-  if (gpus > 0 && gpuSharingAllowed(Settings::fromEnvironment())) return;
+  if (gpus > 0 && gpuSharingAllowed(processSettings())) return;
   const std::string problem =
       localRanksProblem(np, gpus, fmt::format("--np {} starts {} ranks on this "
                                                            "machine", np, np),
@@ -269,7 +277,7 @@ void refuseHostCommsWithoutMpi(const Program& p, int world, const std::string& d
 // message.
 void checkGpusPerNode(Bootstrap& boot, const std::string& device) {
   if (device == "host") return;
-  const bool sharing = gpuSharingAllowed(Settings::fromEnvironment());
+  const bool sharing = gpuSharingAllowed(processSettings());
   int32_t mine[2] = {boot.localSize(), visibleGpuCount()};
   std::vector<int32_t> all(2 * static_cast<std::size_t>(boot.world()));
   boot.allgather(mine, all.data(), sizeof mine);
@@ -298,6 +306,7 @@ int runOnRank(const Args& a, Bootstrap* boot) {
     checkGpusPerNode(*boot, a.device);
     SessionOptions so;
     so.device = a.device;
+    so.settings = processSettings();
     Session session(*boot, so);
     EvaluatorOptions eo;
     eo.timeout = std::chrono::milliseconds(a.timeout_ms);
