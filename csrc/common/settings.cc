@@ -31,12 +31,23 @@ std::vector<std::string_view> words(std::string_view choices) {
   }
 }
 
+// An integer setting's value, in [min, max] (checked by the caller), that
+// its kind also accepts.
+void checkKind(const SettingInfo& s, int64_t value) {
+  HIR_CHECK_AS(UsageError, s.kind != SettingKind::PowerOfTwo || (value & (value - 1)) == 0,
+               "{}={} is not a power of two", s.variable, value);
+}
+
 // A setting's value from its text, as the environment spells it.
 int64_t parse(const SettingInfo& s, std::string_view text) {
   switch (s.kind) {
     case SettingKind::Bytes:
     case SettingKind::Integer:
-      return parseInteger(std::string(s.variable), std::string(text), s.min, s.max);
+    case SettingKind::PowerOfTwo: {
+      const int64_t v = parseInteger(std::string(s.variable), std::string(text), s.min, s.max);
+      checkKind(s, v);
+      return v;
+    }
     case SettingKind::Switch:
       HIR_CHECK_AS(UsageError, text == "0" || text == "1", "{} must be 0 or 1 (1: {}), got '{}'",
                    s.variable, s.meaning, text);
@@ -90,6 +101,7 @@ Settings& Settings::set(Setting s, int64_t value) {
   } else {
     HIR_CHECK_AS(UsageError, value >= info.min && value <= info.max,
                  "{} must be in [{}, {}], got {}", info.variable, info.min, info.max, value);
+    checkKind(info, value);
   }
   values_[index(s)] = value;
   return *this;

@@ -20,10 +20,10 @@
 
 namespace hir {
 
-// Bytes and Integer: an integer in [min, max] (decimal). Switch: 0 or 1.
-// Choice: one of the words of `choices` ("a|b"), held as its index. Text:
-// any string.
-enum class SettingKind : uint8_t { Bytes, Integer, Switch, Choice, Text };
+// Bytes and Integer: an integer in [min, max] (decimal). PowerOfTwo: such an
+// integer that is a power of two. Switch: 0 or 1. Choice: one of the words
+// of `choices` ("a|b"), held as its index. Text: any string.
+enum class SettingKind : uint8_t { Bytes, Integer, PowerOfTwo, Switch, Choice, Text };
 
 // X(id, variable, kind, default, min, max, choices, same_on_every_rank, meaning).
 // A default outside [min, max] (-1) means "derived", as the meaning says.
@@ -35,7 +35,7 @@ enum class SettingKind : uint8_t { Bytes, Integer, Switch, Choice, Text };
   X(IpcEagerSendMax, "HIR_IPC_EAGER_SEND_MAX", Bytes, 16777216, 0, 1073741824, "", true,           \
     "an ipc send/recv with protocol auto up to this size (or HIR_IPC_EAGER_MAX, if larger) is "    \
     "eager; eager above it is refused at load")                                                    \
-  X(IpcEagerSlots, "HIR_IPC_EAGER_SLOTS", Integer, 8, 1, 1024, "", true,                           \
+  X(IpcEagerSlots, "HIR_IPC_EAGER_SLOTS", PowerOfTwo, 8, 1, 1024, "", true,                        \
     "eager slots per ordered pair of ranks, a power of two")                                       \
   X(IpcInlineMax, "HIR_IPC_INLINE_MAX", Bytes, 8192, 0, 16777216, "", true,                        \
     "an eager ipc message of 1 to this many bytes travels in lines that carry their own flags; "   \

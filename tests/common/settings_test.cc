@@ -101,6 +101,10 @@ TEST(Settings, AnEmbedderSetsThemWithoutTheEnvironment) {
   EXPECT_EQ(s.text(Setting::CudaStamps), "/tmp/x");
   EXPECT_EQ(messageOf([&] { s.set(Setting::IpcEagerSlots, 0); }),
             "HIR_IPC_EAGER_SLOTS must be in [1, 1024], got 0");
+  EXPECT_EQ(messageOf([&] { s.set(Setting::IpcEagerSlots, 12); }),
+            "HIR_IPC_EAGER_SLOTS=12 is not a power of two");
+  EXPECT_EQ(messageOf([&] { s.set("HIR_IPC_EAGER_SLOTS", "3"); }),
+            "HIR_IPC_EAGER_SLOTS=3 is not a power of two");
   EXPECT_EQ(messageOf([&] { s.set(Setting::CudaSemaphores, 2); }),
             "HIR_CUDA_SEMAPHORES takes one of memop|kernel, not choice #2");
   EXPECT_NE(messageOf([&] { s.set("HIR_NO_SUCH", "1"); })
