@@ -35,6 +35,11 @@ struct EvaluatorOptions {
   // through Bootstrap::abort). See "Failure" below.
   std::chrono::milliseconds timeout{300000};
   bool check_schedule = true;                 // run the cross-rank check at load
+  // The cross-rank check walks at most this many steps of each rank's run
+  // (and 16,000,000 over all ranks): a longer run is checked in part (its
+  // first steps), which graph mode refuses and ipc's eager slots allow for.
+  // At least 1; every rank must give the same.
+  int64_t check_steps_per_rank = 4'000'000;
   // Records a timeline of every run (host time per instruction, GPU spans
   // timed by events on their streams); see Evaluator::traceEvents(). Needs a
   // device with timing events.

@@ -21,8 +21,12 @@ CompiledProgram compileFor(Session& session, const Program& program,
   Bootstrap& boot = session.bootstrap();
   // Before anything decides by them: the check, the trace and the backends.
   if (boot.world() > 1) agreeOnSettings(boot, session.settings());
-  const CompileOptions co = compileOptionsFor(boot, session.device().kind(), opts.check_schedule,
-                                              session.settings());
+  HIR_CHECK_AS(UsageError, opts.check_steps_per_rank >= 1,
+               "EvaluatorOptions::check_steps_per_rank must be at least 1, got {}",
+               opts.check_steps_per_rank);
+  CompileOptions co = compileOptionsFor(boot, session.device().kind(), opts.check_schedule,
+                                        session.settings());
+  co.max_steps_per_rank = opts.check_steps_per_rank;
   const auto start = std::chrono::steady_clock::now();
   CompiledProgram out = compile(program, co);
   HIR_LOG_DEBUG(Subsys::Check, "'{}' compiled for {} ranks in {:.1f} ms: {}", program.name,

@@ -738,25 +738,55 @@ TEST(IpcEager, MidSizeSendsStreamThroughSlotsSizedForTheProgram) {
 
 // A program too long for the check to see whole (its trace is of a prefix)
 // may send larger eager messages later than the check saw: its slots are
-// sized for HIR_IPC_EAGER_SEND_MAX, 2 of 16 MiB per sender. One rank only:
-// the check walks 4,000,000 steps of every rank on each.
+// sized for HIR_IPC_EAGER_SEND_MAX, 2 of 16 MiB per sender. The check is
+// cut at 1,000 steps per rank (EvaluatorOptions::check_steps_per_rank), far
+// short of the loop's 40,000.
 TEST(IpcEager, ATraceOfAPrefixSizesTheSlotsForTheLimit) {
-  if (test::world().world() != 1) GTEST_SKIP() << "one rank: the check's walk is long";
   const std::string body = R"(
       {"op": "allocate", "name": "a", "dtype": "int32", "shape": [4]},
       {"op": "allocate", "name": "b", "dtype": "int32", "shape": [4]},
-      {"op": "for", "index": "i", "start": 0, "stop": 10000000, "body": [
-        {"op": "communication", "name": "s", "type": "send", "tensor": "a", "peer": 0,
-         "backend": "ipc"},
-        {"op": "communication", "name": "r", "type": "recv", "tensor": "b", "peer": 0,
-         "backend": "ipc"},
+      {"op": "for", "index": "i", "start": 0, "stop": 10000, "body": [
+        {"op": "communication", "name": "s", "type": "send", "tensor": "a",
+         "peer": "(rank + 1) % world", "backend": "ipc"},
+        {"op": "communication", "name": "r", "type": "recv", "tensor": "b",
+         "peer": "(rank + world - 1) % world", "backend": "ipc"},
         {"op": "wait", "communication": "s"}, {"op": "wait", "communication": "r"}]})";
+  EvaluatorOptions opts = options();
+  opts.check_steps_per_rank = 1000;
   const std::string log = ipcDebugLog([&] {
     Session session(test::world(), SessionOptions{"host"});
-    Evaluator ev(session, parseProgram(program("long", "", body)), options());
+    Evaluator ev(session, parseProgram(program("long", "", body)), opts);
   });
   EXPECT_THAT(log, HasSubstr("eager slots: 2 per sender of 16777216 bytes (the program's largest "
                              "eager send is unknown"));
+}
+
+// The same program, checked whole under the default limit, gets slots sized
+// for what it sends; and a limit below 1 is a usage error.
+TEST(IpcEager, TheCheckStepLimitIsAnEvaluatorOption) {
+  const std::string body = R"(
+      {"op": "allocate", "name": "a", "dtype": "int32", "shape": [4]},
+      {"op": "allocate", "name": "b", "dtype": "int32", "shape": [4]},
+      {"op": "for", "index": "i", "start": 0, "stop": 100, "body": [
+        {"op": "communication", "name": "s", "type": "send", "tensor": "a",
+         "peer": "(rank + 1) % world", "backend": "ipc"},
+        {"op": "communication", "name": "r", "type": "recv", "tensor": "b",
+         "peer": "(rank + world - 1) % world", "backend": "ipc"},
+        {"op": "wait", "communication": "s"}, {"op": "wait", "communication": "r"}]})";
+  const std::string log = ipcDebugLog([&] {
+    Session session(test::world(), SessionOptions{"host"});
+    Evaluator ev(session, parseProgram(program("short", "", body)), options());
+  });
+  EXPECT_THAT(log, HasSubstr("(the program's largest eager send: 16 bytes)"));
+  EvaluatorOptions bad = options();
+  bad.check_steps_per_rank = 0;
+  Session session(test::world(), SessionOptions{"host"});
+  try {
+    Evaluator ev(session, parseProgram(program("short", "", body)), bad);
+    ADD_FAILURE() << "a limit of 0 steps was accepted";
+  } catch (const UsageError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("check_steps_per_rank must be at least 1, got 0"));
+  }
 }
 
 namespace {
