@@ -121,6 +121,14 @@ constexpr MPI_User_function* kReduce16[kOpSlots] = {
     &reduce16<T, ReduceOp::Sum>, &reduce16<T, ReduceOp::Prod>, &reduce16<T, ReduceOp::Min>,
     &reduce16<T, ReduceOp::Max>};
 
+// MPI_User_function for a uint8 sum that wraps modulo 256, as MPI's
+// standard, NCCL and the host reference compute: Open MPI 4.1's op/avx
+// component adds MPI_UINT8_T with saturation from 8 elements up (4 ranks of
+// 200 give 255, not 32).
+void sumUInt8(void* in, void* inout, int* len, MPI_Datatype*) {
+  combineInto(inout, in, static_cast<std::size_t>(*len), DType::UInt8, ReduceOp::Sum);
+}
+
 // ------------------------------------------------------------ one post
 
 // One MPI call of a post, resolved on the posting thread.
@@ -355,6 +363,7 @@ struct MpiBackend::State {
   std::vector<int> team_size;
   MPI_Op ops16[2][kOpSlots] = {{MPI_OP_NULL, MPI_OP_NULL, MPI_OP_NULL, MPI_OP_NULL},
                                {MPI_OP_NULL, MPI_OP_NULL, MPI_OP_NULL, MPI_OP_NULL}};
+  MPI_Op sum_u8 = MPI_OP_NULL;
   HostPostStreams streams;
   // Set by abort(); shared with the posts' tasks.
   std::shared_ptr<std::atomic<bool>> aborted = std::make_shared<std::atomic<bool>>(false);
@@ -404,9 +413,11 @@ void MpiBackend::State::createOps() {
         MPI_Op_create(kReduce16<DType::BFloat16>[slot], 1, &ops16[1][slot]),
         "MPI_Op_create");
   }
+  mpi::check(MPI_Op_create(&sumUInt8, 1, &sum_u8), "MPI_Op_create");
 }
 
 MPI_Op MpiBackend::State::reduceOp(DType t, ReduceOp op) const {
+  if (t == DType::UInt8 && (op == ReduceOp::Sum || op == ReduceOp::Avg)) return sum_u8;
   if (!is16BitFloat(t)) return builtinOp(op);
   return ops16[t == DType::Float16 ? 0 : 1][opSlot(op)];
 }
@@ -546,6 +557,7 @@ void MpiBackend::State::shutdown() noexcept {
   for (auto& row : ops16)
     for (MPI_Op& op : row)
       if (op != MPI_OP_NULL) MPI_Op_free(&op);
+  if (sum_u8 != MPI_OP_NULL) MPI_Op_free(&sum_u8);
 }
 
 MpiBackend::MpiBackend() : state_(std::make_unique<State>()) {}
