@@ -19,6 +19,7 @@
 #include <hostir/version.h>
 
 #include "common/parse_int.h"
+#include "tools/files.h"
 #include "tools/run_output.h"
 #include "transport/launch.h"
 
@@ -43,17 +44,6 @@ int64_t parseSecondsAsMs(const std::string& flag, const std::string& text) {
   if (errno == ERANGE || !(v >= kMin && v <= kMax))
     throw UsageError(fmt::format("{} must be in [{}, {}] seconds, got {}", flag, kMin, kMax, text));
   return std::llround(v * 1000.0);
-}
-
-// Fails before anything runs when --trace names a file in a folder that
-// cannot be written (writeTrace says so again if writing fails later).
-void checkTraceTarget(const std::string& flag, const std::string& path) {
-  if (path.empty()) throw UsageError(fmt::format("{} expects a file name", flag));
-  const auto slash = path.rfind('/');
-  const std::string dir = slash == std::string::npos ? "." : path.substr(0, slash + 1);
-  if (access(dir.c_str(), W_OK) != 0)
-    throw UsageError(fmt::format("cannot write the trace to '{}': {}: {}", path, dir,
-                                 std::strerror(errno)));
 }
 
 void applyDevice(Args& a, const std::string& flag, const std::string& v) {
@@ -83,7 +73,7 @@ void applyNp(Args& a, const std::string& flag, const std::string& v) {
   a.np = parseCount(flag, v, 1);
 }
 void applyJson(Args& a, const std::string& flag, const std::string& v) {
-  checkWritable(flag, v);
+  checkOutputFile(flag, v, true);
   a.json = v;
 }
 
@@ -155,7 +145,10 @@ constexpr Flag kFlags[] = {
      .apply = [](Args& a, const std::string&, const std::string&) { a.schedule_check = false; }},
     {.names = "--plugin", .commands = kRunning | kCheck, .arity = Arity::kMany, .type = "LIB",
      .help = "load a shared library of kernels first (repeatable)",
-     .apply = [](Args& a, const std::string&, const std::string& v) { a.plugins.push_back(v); }},
+     .apply = [](Args& a, const std::string& flag, const std::string& v) {
+       checkRegularInput(flag, v);
+       a.plugins.push_back(v);
+     }},
     {.names = "--mpirun-args", .commands = kRunning, .type = "ARGS", .to_ranks = false,
      .help = "more arguments for mpirun under --np (split into words as a shell does)",
      .apply = [](Args& a, const std::string& flag, const std::string& v) {
@@ -187,7 +180,7 @@ constexpr Flag kFlags[] = {
     {.names = "--trace", .commands = kRun, .type = "FILE",
      .help = "write a timeline of the runs, every rank's, to FILE (Chrome trace JSON)",
      .apply = [](Args& a, const std::string& flag, const std::string& v) {
-       checkTraceTarget(flag, v);
+       checkOutputFile(flag, v, false);
        a.trace = v;
      }},
     {.names = "--json", .commands = kRun, .type = "FILE",
@@ -199,13 +192,21 @@ constexpr Flag kFlags[] = {
     {.names = "--csv", .commands = kSweep, .type = "FILE",
      .help = "write the rows as CSV to FILE, - for standard output",
      .apply = [](Args& a, const std::string& flag, const std::string& v) {
-       checkWritable(flag, v);
+       checkOutputFile(flag, v, true);
        a.sweep.csv = v;
      }},
 };
 
-// What no single flag can check: flags that exclude or change each other.
+// What no single flag can check: flags that exclude or change each other,
+// and outputs that would replace an input or each other.
 void finishArgs(Args& a) {
+  std::vector<NamedFile> inputs{{"PROG", a.program}, {"--hostfile", a.hostfile}};
+  for (const std::string& p : a.plugins) inputs.push_back({"--plugin", p});
+  std::vector<NamedFile> outputs;
+  if (!a.trace.empty()) outputs.push_back({"--trace", a.trace});
+  if (!a.json.empty()) outputs.push_back({"--json", a.json});
+  if (!a.sweep.csv.empty()) outputs.push_back({"--csv", a.sweep.csv});
+  checkOutputsApart(inputs, outputs);
   if (a.graph) {
     if (!a.schedule_check)
       throw UsageError("--graph needs the cross-rank check, which proves every rank captures "

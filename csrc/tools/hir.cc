@@ -31,6 +31,7 @@
 #include "runtime/trace.h"
 #include "tools/cli.h"
 #include "tools/program_input.h"
+#include "tools/files.h"
 #include "tools/run_output.h"
 #include "tools/sweep.h"
 #include "transport/launch.h"

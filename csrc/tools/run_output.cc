@@ -407,33 +407,4 @@ std::string resultJson(const RunDescription& d, const Plan& plan, const RunFigur
   return j.dump(2) + "\n";
 }
 
-// ------------------------------------------------------------------ files
-
-void writeTextFile(const std::string& path, const std::string& text, const char* what) {
-  if (path == "-") {
-    std::cout << text << std::flush;
-    return;
-  }
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  if (out) out << text;
-  if (out) out.close();
-  if (!out)
-    throw RuntimeError(fmt::format("cannot write the {} to '{}': {}", what, path,
-                                   std::strerror(errno)));
-}
-
-void checkWritable(const std::string& flag, const std::string& path) {
-  if (path.empty()) throw UsageError(fmt::format("{} expects a file name (or - for standard "
-                                                 "output)", flag));
-  if (path == "-") return;
-  std::error_code ec;
-  if (std::filesystem::is_directory(path, ec))
-    throw UsageError(fmt::format("{}: cannot write '{}': it is a directory", flag, path));
-  const auto slash = path.rfind('/');
-  const std::string dir = slash == std::string::npos ? "." : path.substr(0, slash + 1);
-  if (access(dir.c_str(), W_OK) != 0)
-    throw UsageError(fmt::format("{}: cannot write '{}': {}: {}", flag, path, dir,
-                                 std::strerror(errno)));
-}
-
 }  // namespace hir

@@ -117,11 +117,4 @@ std::string resultJson(const RunDescription& d, const Plan& plan, const RunFigur
                        const ProgramVolume& v, const std::vector<std::string>& failures,
                        int exit_code);
 
-// Writes `text` to `path` ("-": standard output). Throws RuntimeError when
-// the file cannot be written.
-void writeTextFile(const std::string& path, const std::string& text, const char* what);
-// Throws UsageError when `path` ("-" aside) is in a folder that cannot be
-// written, naming `flag`.
-void checkWritable(const std::string& flag, const std::string& path);
-
 }  // namespace hir

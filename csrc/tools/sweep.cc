@@ -12,6 +12,7 @@
 #include "common/check.h"
 #include "common/parse_int.h"
 #include "compile/compile.h"
+#include "tools/files.h"
 #include "tools/run_output.h"
 
 namespace hir {

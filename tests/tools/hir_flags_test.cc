@@ -4,6 +4,7 @@
 // to the ranks.
 #include <gtest/gtest.h>
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -315,6 +316,85 @@ TEST(HirFlags, TheLaunchersCommandLineCarriesTheForwardedFlags) {
   std::vector<std::string> expected = a.forwarded;
   expected.insert(expected.end(), {"--", program});
   EXPECT_EQ(std::vector<std::string>(run + 1, words.end()), expected);
+}
+
+// An output that names the program, a plugin, the hostfile or another
+// output is refused before anything runs, whatever spelling reaches it
+// (issue 40: --json PROG replaced the program and exited 0).
+TEST(HirFlags, AnOutputThatIsAnInputOrAnotherOutputIsRefused) {
+  TempDir dir;
+  const std::string prog = dir.file("prog.json");
+  fs::copy_file(examplesDir() + "/allreduce.json", prog);
+  const std::string plugin = dir.file("libk.so");
+  std::ofstream(plugin) << "not loaded by parsing";
+  std::ofstream(dir.file("hosts")) << "localhost slots=4\n";
+  fs::create_directories(dir.file("sub"));
+  const std::string other = dir.file("sub") + "/../prog.json";  // prog, spelled otherwise
+  const struct {
+    std::vector<std::string> args;
+    const char* message;
+  } cases[] = {
+      {{"run", prog, "--json", prog}, "--json '{P}' is the program '{P}'"},
+      {{"run", prog, "--trace", other}, "is the program"},
+      {{"sweep", prog, "--param-size", "n", "--csv", prog}, "--csv '{P}' is the program"},
+      {{"sweep", prog, "--param-size", "n", "--json", prog}, "is the program"},
+      {{"run", prog, "--plugin", plugin, "--json", plugin}, "is --plugin"},
+      {{"run", prog, "--hostfile", dir.file("hosts"), "--np", "2", "--trace", dir.file("hosts")},
+       "is --hostfile"},
+      {{"run", prog, "--trace", dir.file("out"), "--json", dir.file("out")},
+       "are the same file"},
+      {{"sweep", prog, "--param-size", "n", "--json", dir.file("o"), "--csv",
+        dir.file("sub") + "/../o"},
+       "are the same file"},
+  };
+  for (const auto& c : cases) {
+    std::string expected = c.message;
+    for (auto at = expected.find("{P}"); at != std::string::npos; at = expected.find("{P}"))
+      expected.replace(at, 3, prog);
+    const std::string message = usageError(c.args);
+    EXPECT_NE(message.find(expected), std::string::npos)
+        << "hir " << ::testing::PrintToString(c.args) << ": " << message;
+  }
+  // Through the binary: exit 2, and the program is whole.
+  const std::string before = readFile(prog);
+  const CommandResult r = hir({"run", prog, "--json", prog});
+  EXPECT_EQ(r.exit_code, 2) << r.out << r.err;
+  EXPECT_EQ(readFile(prog), before);
+  // Distinct outputs, and standard output for one of them, pass.
+  EXPECT_EQ(usageError({"run", prog, "--trace", dir.file("t.json"), "--json", "-"}), "");
+}
+
+// An output that is not a regular file (a FIFO with no reader would block
+// for ever; a device is not a result file), a name the system cannot take,
+// and a plugin that is a FIFO are usage errors before anything runs.
+TEST(HirFlags, AnOutputThatCannotBeAFileIsRefusedUpFront) {
+  TempDir dir;
+  const std::string prog = examplesDir() + "/allreduce.json";
+  const std::string fifo = dir.file("fifo");
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
+  const std::string long_path = dir.file(std::string(5000, 'x'));
+  const std::string long_name = dir.file(std::string(300, 'y'));
+  const struct {
+    std::vector<std::string> args;
+    const char* message;
+  } cases[] = {
+      {{"run", prog, "--json", fifo}, "it is a FIFO (writing it would wait for a reader"},
+      {{"run", prog, "--trace", fifo}, "it is a FIFO"},
+      {{"sweep", prog, "--param-size", "n", "--csv", fifo}, "it is a FIFO"},
+      {{"run", prog, "--json", "/dev/null"}, "it is a character device"},
+      {{"run", prog, "--json", dir.file("")}, "it is a directory"},
+      {{"run", prog, "--plugin", fifo}, "--plugin: cannot load '" },
+      {{"run", prog, "--json", long_path}, "the file name is "},
+      {{"run", prog, "--trace", long_name}, "is a name of 300 characters"},
+      {{"run", prog, "--trace", "-"}, "--trace writes a file, not standard output"},
+  };
+  for (const auto& c : cases) {
+    const std::string message = usageError(c.args);
+    EXPECT_NE(message.find(c.message), std::string::npos)
+        << "hir " << ::testing::PrintToString(c.args).substr(0, 200) << ": " << message;
+  }
+  const CommandResult r = hir({"run", prog, "--json", fifo, "--timeout", "5"});
+  EXPECT_EQ(r.exit_code, 2) << r.out << r.err;
 }
 
 }  // namespace
