@@ -336,14 +336,14 @@ TEST(HirFlags, AnOutputThatIsAnInputOrAnotherOutputIsRefused) {
   } cases[] = {
       {{"run", prog, "--json", prog}, "--json '{P}' is the program '{P}'"},
       {{"run", prog, "--trace", other}, "is the program"},
-      {{"sweep", prog, "--param-size", "n", "--csv", prog}, "--csv '{P}' is the program"},
-      {{"sweep", prog, "--param-size", "n", "--json", prog}, "is the program"},
+      {{"sweep", prog, "--param-size", "n", "-b", "8", "--csv", prog}, "--csv '{P}' is the program"},
+      {{"sweep", prog, "--param-size", "n", "-b", "8", "--json", prog}, "is the program"},
       {{"run", prog, "--plugin", plugin, "--json", plugin}, "is --plugin"},
       {{"run", prog, "--hostfile", dir.file("hosts"), "--np", "2", "--trace", dir.file("hosts")},
        "is --hostfile"},
       {{"run", prog, "--trace", dir.file("out"), "--json", dir.file("out")},
        "are the same file"},
-      {{"sweep", prog, "--param-size", "n", "--json", dir.file("o"), "--csv",
+      {{"sweep", prog, "--param-size", "n", "-b", "8", "--json", dir.file("o"), "--csv",
         dir.file("sub") + "/../o"},
        "are the same file"},
   };
@@ -380,7 +380,7 @@ TEST(HirFlags, AnOutputThatCannotBeAFileIsRefusedUpFront) {
   } cases[] = {
       {{"run", prog, "--json", fifo}, "it is a FIFO (writing it would wait for a reader"},
       {{"run", prog, "--trace", fifo}, "it is a FIFO"},
-      {{"sweep", prog, "--param-size", "n", "--csv", fifo}, "it is a FIFO"},
+      {{"sweep", prog, "--param-size", "n", "-b", "8", "--csv", fifo}, "it is a FIFO"},
       {{"run", prog, "--json", "/dev/null"}, "it is a character device"},
       {{"run", prog, "--json", dir.file("")}, "it is a directory"},
       {{"run", prog, "--plugin", fifo}, "--plugin: cannot load '" },
