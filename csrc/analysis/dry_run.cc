@@ -233,8 +233,24 @@ class RankRun {
     }
   }
 
-  // No data moves, but the exchange is collective.
-  void operator()(const instr::Share&, int pc) {
+  // No data moves, but the exchange is collective; it exchanges the
+  // memory of the communications it lists that map peer memory, which must
+  // be allocated by then (the run would fail on every rank).
+  void operator()(const instr::Share& s, int pc) {
+    for (int c : s.written ? s.comms : std::vector<int>{}) {
+      const PlanComm& comm = plan_.comms[c];
+      if (!plan_.backends[comm.backend].maps_peer_memory) continue;
+      for (const std::optional<PlanRef>* ref : {&comm.input, &comm.output}) {
+        if (!*ref || layouts_[(*ref)->alloc] || bad_alloc_[(*ref)->alloc]) continue;
+        problem("share", [&] {
+          return fmt::format("share_mem_handles exchanges the memory of '{}', but its buffer "
+                             "'{}' is not allocated here: place the share_mem_handles after "
+                             "the allocate of '{}'",
+                             comm.name, plan_.allocs[(*ref)->alloc].name,
+                             plan_.allocs[(*ref)->alloc].name);
+        });
+      }
+    }
     Site here = site();
     const int part = graph_.share(pc, here);
     findings_.ipc_events_[rank_].push_back({pc, -1, {}, std::move(here), part});
@@ -321,7 +337,8 @@ class RankRun {
     if (post && skips(*post)) return;
     std::array<Access, kMaxAccesses> kinds;
     std::array<const std::string*, kMaxAccesses> texts;
-    int n = 0;
+    std::array<ResolvedAccess, kMaxAccesses> resolved;
+    int n = 0, whole = 0;
     forEachAccess(plan_, in, [&](const PlanRef& ref, Access access) {
       HIR_INTERNAL_ASSERT(n < kMaxAccesses, "instruction with more than {} accesses",
                           kMaxAccesses);
@@ -329,12 +346,14 @@ class RankRun {
       if (std::optional<RefSpan> span = resolve(ref)) {
         spans_[n] = *span;
         r = Range{ref.alloc, span->offset, span->count};
+        resolved[whole++] = ResolvedAccess{&ref, access, span->offset, span->count};
       }
       kinds[n] = access;
       texts[n] = &ref.text;
       accessed_[n++] = r;
     });
     if (n == 0) return;
+    attempt("alias", [&] { checkAliasing(in, std::span(resolved.data(), whole)); });
     // Who accesses: the post (its number in its unit; a group's was taken
     // at its begin) or an operation on the current stream.
     Accessor who;

@@ -258,7 +258,7 @@ class Lowerer {
             [&](const ShareMemHandles& s) {
               std::vector<int> comms;
               for (const std::string& name : s.communications) comms.push_back(commSlot(name, path));
-              emit(instr::Share{std::move(comms)}, node);
+              emit(instr::Share{std::move(comms), /*written=*/true}, node);
             },
             [&](const Wait& w) {
               instr::Wait out;

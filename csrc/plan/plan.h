@@ -34,6 +34,19 @@ struct Plan;
 // allocation cache).
 enum class Access : uint8_t { Read, Write };
 
+// What an instruction's write may share with its reads, declared beside its
+// accesses (Op::aliasing) and enforced by one rule for every instruction
+// (plan/step.h: checkAliasing):
+// - Free: nothing to check here (one access, or rules of the node's own,
+//   as a communication's in-place layouts);
+// - ElementWise: element i of the output depends on element i of each
+//   input only, so an output may be exactly an input (in place) or apart
+//   from it; a partial overlap would make the result depend on the order
+//   in which elements are written;
+// - Apart: an output element depends on many input elements (matmul), so
+//   an output may not overlap any input at all.
+enum class Aliasing : uint8_t { Free, ElementWise, Apart };
+
 // A tensor reference with compiled indices.
 struct PlanRef {
   int alloc = -1;                        // allocation slot
@@ -124,8 +137,9 @@ struct PlanNode {
 // there (plan/step.h: forEachAccess), so neither can miss an instruction's
 // effect. An instruction without accesses() does not compile.
 namespace instr {
-#define HIR_NO_ACCESSES \
-  template <class F>    \
+#define HIR_NO_ACCESSES                              \
+  static constexpr Aliasing aliasing = Aliasing::Free; \
+  template <class F>                                 \
   void accesses(const Plan&, F&&) const {}
 
 // Lifetime, not data: an allocate or deallocate touches no element.
@@ -140,12 +154,16 @@ struct Deallocate { int alloc; HIR_NO_ACCESSES };
 struct Post {
   int comm;
   bool joined = false;
+  static constexpr Aliasing aliasing = Aliasing::Free;  // post_checks: in-place layouts
   template <class F>
   void accesses(const Plan& plan, F&& f) const;  // below Plan
 };
 struct GroupBegin { int group; HIR_NO_ACCESSES };                    // posts until GroupEnd are collected
 struct GroupEnd { int group; bool joined = false; HIR_NO_ACCESSES }; // ... and posted as one unit
-struct Share { std::vector<int> comms; HIR_NO_ACCESSES };  // share_mem_handles
+// share_mem_handles. written: a node of the program, whose buffers must be
+// allocated when it runs; false: one lowering inserted before the
+// outermost node (buffers allocated later are exchanged again there).
+struct Share { std::vector<int> comms; bool written = false; HIR_NO_ACCESSES };
 struct Wait { int comm = -1; int group = -1; WaitMode mode = WaitMode::Stream; HIR_NO_ACCESSES };
 // slot = start; stop/step evaluated once into stop_slot/step_slot;
 // if !(slot < stop) jump to exit.
@@ -159,11 +177,13 @@ struct SyncStream { CompiledExpr stream; HIR_NO_ACCESSES };
 struct Fill {
   PlanRef ref;
   CompiledExpr value, step;
+  static constexpr Aliasing aliasing = Aliasing::Free;
   template <class F>
   void accesses(const Plan&, F&& f) const { f(ref, Access::Write); }
 };
 struct Copy {
   PlanRef src, dst;
+  static constexpr Aliasing aliasing = Aliasing::ElementWise;
   template <class F>
   void accesses(const Plan&, F&& f) const {
     f(src, Access::Read);
@@ -175,6 +195,7 @@ struct Check {
   CompiledExpr value, step;
   double tolerance;
   int check;
+  static constexpr Aliasing aliasing = Aliasing::Free;
   template <class F>
   void accesses(const Plan&, F&& f) const { f(ref, Access::Read); }
 };
@@ -182,6 +203,7 @@ struct Check {
 struct Matmul {
   PlanRef a, b, out;
   bool transpose_a = false, transpose_b = false, accumulate = false;
+  static constexpr Aliasing aliasing = Aliasing::Apart;
   template <class F>
   void accesses(const Plan&, F&& f) const {
     f(a, Access::Read);
@@ -191,6 +213,7 @@ struct Matmul {
 };
 struct Add {
   PlanRef a, b, out;
+  static constexpr Aliasing aliasing = Aliasing::ElementWise;
   template <class F>
   void accesses(const Plan&, F&& f) const {
     f(a, Access::Read);
@@ -202,6 +225,9 @@ struct Kernel {
   int kernel = -1;  // index into Plan::kernels
   std::vector<PlanRef> reads, writes;
   std::vector<std::pair<std::string, CompiledExpr>> args;  // sorted by name
+  // A kernel's elements are its own business, but one that writes part of
+  // what it reads depends on its own order: in place or apart only.
+  static constexpr Aliasing aliasing = Aliasing::ElementWise;
   template <class F>
   void accesses(const Plan&, F&& f) const {
     for (const PlanRef& r : reads) f(r, Access::Read);

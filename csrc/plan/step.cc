@@ -93,14 +93,6 @@ MatmulShape matmulShape(const instr::Matmul& mm, const Operand& a, const Operand
   HIR_CHECK(rows(out) == s.m && cols(out) == s.n,
             "matmul of {} by {} makes {} x {}, but out '{}' is {}", op(a, mm.transpose_a),
             op(b, mm.transpose_b), s.m, s.n, out.ref->text, shapeText(out));
-  for (const Operand* in : {&a, &b}) {
-    const bool overlap = in->ref->alloc == out.ref->alloc && in->span.count > 0 &&
-                         out.span.count > 0 &&
-                         in->span.offset < out.span.offset + out.span.count &&
-                         out.span.offset < in->span.offset + in->span.count;
-    HIR_CHECK(!overlap, "matmul writes '{}', which overlaps its input '{}'; out needs a buffer of "
-              "its own", out.ref->text, in->ref->text);
-  }
   s.lda = cols(a);
   s.ldb = cols(b);
   s.ldo = cols(out);
@@ -114,6 +106,33 @@ void checkAddShapes(const Operand& a, const Operand& b, const Operand& out) {
       same = refExtent(*a.ref, *a.layout, a.span, i) == refExtent(*o->ref, *o->layout, o->span, i);
     HIR_CHECK(same, "add needs operands of one shape; '{}' is {} but '{}' is {}", a.ref->text,
               shapeText(a), o->ref->text, shapeText(*o));
+  }
+}
+
+void checkAliasing(const Instr& in, std::span<const ResolvedAccess> accesses) {
+  const Aliasing rule = aliasingOf(in);
+  if (rule == Aliasing::Free) return;
+  for (const ResolvedAccess& w : accesses) {
+    if (w.access != Access::Write || w.count == 0) continue;
+    for (const ResolvedAccess& r : accesses) {
+      if (r.access != Access::Read || r.count == 0 || r.ref->alloc != w.ref->alloc) continue;
+      const bool overlap = r.offset < w.offset + w.count && w.offset < r.offset + r.count;
+      if (!overlap) continue;
+      const bool same = r.offset == w.offset && r.count == w.count;
+      const std::string_view op = instrName(in);
+      if (rule == Aliasing::Apart)
+        throw ProgramError(fmt::format(
+            "{} writes '{}', which overlaps its input '{}': each element it writes depends on "
+            "many it reads, so its output needs a buffer of its own",
+            op, w.ref->text, r.ref->text));
+      if (!same)
+        throw ProgramError(fmt::format(
+            "{} writes '{}' (elements [{}, {}) of its allocation), which partly overlaps its "
+            "input '{}' (elements [{}, {})): the result would depend on the order elements are "
+            "written; write in place (the same elements) or to a buffer apart",
+            op, w.ref->text, w.offset, w.offset + w.count, r.ref->text, r.offset,
+            r.offset + r.count));
+    }
   }
 }
 

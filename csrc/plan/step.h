@@ -19,7 +19,9 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <span>
 #include <string>
+#include <type_traits>
 #include <variant>
 #include <vector>
 
@@ -97,6 +99,23 @@ MatmulShape matmulShape(const instr::Matmul& mm, const Operand& a, const Operand
 
 // Throws ProgramError unless the operands of an add have one shape.
 void checkAddShapes(const Operand& a, const Operand& b, const Operand& out);
+
+// How `in` declares its writes may share memory with its reads.
+inline Aliasing aliasingOf(const Instr& in) {
+  return std::visit([](const auto& op) { return std::decay_t<decltype(op)>::aliasing; }, in.op);
+}
+
+// One access of an instruction, resolved: what it names and the elements
+// it touches in its allocation.
+struct ResolvedAccess {
+  const PlanRef* ref = nullptr;
+  Access access = Access::Read;
+  int64_t offset = 0, count = 0;
+};
+// Throws ProgramError when a write of `in` overlaps one of its reads in a
+// way its Aliasing forbids, naming both references ("'buf[1:1001]' partly
+// overlaps its input 'buf[0:1000]' ...").
+void checkAliasing(const Instr& in, std::span<const ResolvedAccess> accesses);
 
 // A stream index in [0, kMaxStreams); throws ProgramError otherwise.
 int streamIndex(const CompiledExpr& e, const int64_t* scalars);

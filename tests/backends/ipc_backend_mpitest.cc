@@ -1237,7 +1237,9 @@ TEST(Ipc, APeerOutsideTheWorldIsAValidationErrorNamingPathAndRank) {
 }
 
 // An explicit exchange placed before the allocations it should cover: the
-// post says so on every rank (instead of moving data to stale memory).
+// cross-rank check refuses it at load, naming the node and the buffer
+// (issue 40); without the check, the post says so on every rank (instead of
+// moving data to stale memory).
 TEST(Ipc, AnExchangeBeforeTheAllocationIsAClearErrorAtThePost) {
   const std::string body = R"(
       {"op": "share_mem_handles", "communications": ["s", "r"]},
@@ -1250,7 +1252,16 @@ TEST(Ipc, AnExchangeBeforeTheAllocationIsAClearErrorAtThePost) {
       {"op": "wait", "communication": "s"},
       {"op": "wait", "communication": "r"})";
   Session session(test::world(), SessionOptions{testDevice()});
-  Evaluator ev(session, parseProgram(program("early", "", body)), options());
+  try {
+    Evaluator checked(session, parseProgram(program("early", "", body)), options());
+    FAIL() << "the check let an exchange before its allocations through";
+  } catch (const ValidationError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("/body/0: on rank 0: share_mem_handles exchanges the memory "
+                                    "of 's', but its buffer 'a' is not allocated here"));
+  }
+  EvaluatorOptions unchecked = options();
+  unchecked.check_schedule = false;
+  Evaluator ev(session, parseProgram(program("early", "", body)), unchecked);
   try {
     ev.run();
     FAIL() << "a post into memory never exchanged went ahead";
