@@ -32,7 +32,8 @@ struct EvaluatorOptions {
   // Every host wait; and the longest the host may go without progress
   // inside run(), synchronize() or setup (a watchdog thread: timeout + 1 s,
   // then the run fails; if still stuck 1.5 s later, the job is ended
-  // through Bootstrap::abort). See "Failure" below.
+  // through Bootstrap::abort). See "Failure" below. Positive: 0 or less is
+  // a UsageError at construction.
   std::chrono::milliseconds timeout{300000};
   bool check_schedule = true;                 // run the cross-rank check at load
   // The cross-rank check walks at most this many steps of each rank's run

@@ -20,26 +20,29 @@ struct SessionOptions {
   std::optional<Settings> settings;
 };
 
+// Evaluators made of a session keep its device, settings and owned
+// bootstrap alive: destroying the Session first is allowed, and the
+// Evaluator goes on working until it is destroyed (a Bootstrap given by
+// reference must outlive both).
 class Session {
  public:
-  // Uses `bootstrap` (not owned, must outlive the session) or owns one given
-  // as unique_ptr.
+  // Uses `bootstrap` (not owned, must outlive the session and its
+  // evaluators) or owns one given as unique_ptr.
   Session(Bootstrap& bootstrap, const SessionOptions& options = {});
   Session(std::unique_ptr<Bootstrap> bootstrap, const SessionOptions& options = {});
   ~Session();
 
-  Bootstrap& bootstrap() { return *bootstrap_; }
-  Device& device() { return *device_; }
+  Bootstrap& bootstrap();
+  Device& device();
   // Resolved once, when the session was made.
-  const Settings& settings() const { return settings_; }
+  const Settings& settings() const;
   int rank() const;
   int world() const;
 
  private:
-  std::unique_ptr<Bootstrap> owned_bootstrap_;
-  Bootstrap* bootstrap_;
-  Settings settings_;
-  std::unique_ptr<Device> device_;
+  friend class Evaluator;  // keeps the state alive
+  struct State;
+  std::shared_ptr<State> state_;
 };
 
 }  // namespace hir

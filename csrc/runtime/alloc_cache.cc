@@ -1,5 +1,7 @@
 #include "runtime/alloc_cache.h"
 
+#include <cstdint>
+
 #include "common/check.h"
 
 namespace hir {
@@ -32,6 +34,19 @@ void AllocCache::bind(std::string_view name, void* data, std::size_t bytes) {
     HIR_CHECK_AS(UsageError, plan_.allocs[i].bindable,
                  "bind('{}'): '{}' is not listed in the program's inputs or outputs", name, name);
     HIR_CHECK_AS(UsageError, data != nullptr || bytes == 0, "bind('{}'): null buffer", name);
+    // Two allocations in one memory write through each other, which the
+    // hazard check, reasoning per allocation, cannot see.
+    const auto lo = reinterpret_cast<std::uintptr_t>(data);
+    for (std::size_t j = 0; j < blocks_.size(); ++j) {
+      const Block& other = blocks_[j];
+      if (j == i || !other.bound || bytes == 0 || other.bound_bytes == 0) continue;
+      const auto other_lo = reinterpret_cast<std::uintptr_t>(other.bound);
+      HIR_CHECK_AS(UsageError, lo + bytes <= other_lo || other_lo + other.bound_bytes <= lo,
+                   "bind('{}'): its buffer ({} bytes at {}) overlaps the one bound to '{}' ({} "
+                   "bytes at {}); two allocations in one memory would write through each "
+                   "other: bind each its own buffer",
+                   name, bytes, data, plan_.allocs[j].name, other.bound_bytes, other.bound);
+    }
     blocks_[i].bound = data;
     blocks_[i].bound_bytes = bytes;
     return;

@@ -6,6 +6,7 @@
 #include <hostir/evaluator.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 
 #include "common/check.h"
@@ -21,6 +22,10 @@ CompiledProgram compileFor(Session& session, const Program& program,
   Bootstrap& boot = session.bootstrap();
   // Before anything decides by them: the check, the trace and the backends.
   if (boot.world() > 1) agreeOnSettings(boot, session.settings());
+  HIR_CHECK_AS(UsageError, opts.timeout.count() > 0,
+               "EvaluatorOptions::timeout must be positive (every host wait is bounded by it), "
+               "got {} ms",
+               opts.timeout.count());
   HIR_CHECK_AS(UsageError, opts.check_steps_per_rank >= 1,
                "EvaluatorOptions::check_steps_per_rank must be at least 1, got {}",
                opts.check_steps_per_rank);
@@ -42,8 +47,9 @@ CompiledProgram compileFor(Session& session, const Program& program,
 
 }  // namespace
 
-Evaluator::Impl::Impl(Session& s, const Program& program, const EvaluatorOptions& o)
-    : session(s),
+Evaluator::Impl::Impl(Session& s, std::shared_ptr<const void> keep, const Program& program,
+                      const EvaluatorOptions& o)
+    : keep_session(std::move(keep)),
       dev(s.device()),
       boot(s.bootstrap()),
       opts(o),
@@ -77,7 +83,7 @@ Evaluator::Impl::Impl(Session& s, const Program& program, const EvaluatorOptions
   ctx.bootstrap = &boot;
   ctx.timeout = opts.timeout;
   ctx.graph = opts.graph;
-  ctx.settings = session.settings();
+  ctx.settings = s.settings();
   for (const PlanTeam& t : plan.teams) ctx.teams.push_back(t.ranks);
   {
     // Setup is collective (communicators, node names): a peer that never
@@ -241,17 +247,47 @@ Evaluator::Impl::~Impl() {
 
 // ------------------------------------------------------------------- API
 Evaluator::Evaluator(Session& session, const Program& program, const EvaluatorOptions& options)
-    : impl_(std::make_unique<Impl>(session, program, options)) {}
+    : impl_(std::make_unique<Impl>(session, session.state_, program, options)) {}
 
 Evaluator::~Evaluator() = default;
 
+namespace {
+
+// One thread at a time inside run(), synchronize() and bind(): a second is
+// a UsageError naming the call, not a race inside the run.
+class OneCaller {
+ public:
+  OneCaller(std::atomic<bool>& busy, const char* call) : busy_(busy) {
+    HIR_CHECK_AS(UsageError, !busy_.exchange(true, std::memory_order_acquire),
+                 "Evaluator::{}() while another thread is inside this Evaluator's run(), "
+                 "synchronize() or bind(): an Evaluator is used from one thread at a time "
+                 "(serialize the calls, or give each thread its own Evaluator)",
+                 call);
+  }
+  ~OneCaller() { busy_.store(false, std::memory_order_release); }
+  OneCaller(const OneCaller&) = delete;
+  OneCaller& operator=(const OneCaller&) = delete;
+
+ private:
+  std::atomic<bool>& busy_;
+};
+
+}  // namespace
+
 void Evaluator::bind(std::string_view name, void* data, std::size_t bytes) {
+  OneCaller one(impl_->busy, "bind");
   impl_->allocs.bind(name, data, bytes);
   impl_->graph.rebound(impl_->runs);
 }
 
-void Evaluator::run(void* stream) { impl_->run(stream); }
-void Evaluator::synchronize() { impl_->synchronize(); }
+void Evaluator::run(void* stream) {
+  OneCaller one(impl_->busy, "run");
+  impl_->run(stream);
+}
+void Evaluator::synchronize() {
+  OneCaller one(impl_->busy, "synchronize");
+  impl_->synchronize();
+}
 RunReport Evaluator::report() const { return impl_->diag.report(); }
 const Plan& Evaluator::plan() const { return impl_->plan; }
 int64_t Evaluator::exchanges() const { return impl_->exchanges; }

@@ -358,6 +358,12 @@ void Evaluator::Impl::operator()(const instr::Kernel& in, int pc) {
     throw;
   } catch (const std::exception& e) {
     throw RuntimeError(fmt::format("kernel '{}' failed: {}", call.info->name, e.what()));
+  } catch (...) {
+    // Not a std::exception (a plugin's own type, an int): the kernel's
+    // failure all the same, never std::terminate.
+    throw RuntimeError(fmt::format("kernel '{}' failed: it threw something that is not a "
+                                   "std::exception",
+                                   call.info->name));
   }
 }
 

@@ -22,6 +22,7 @@
 #pragma once
 
 #include <array>
+#include <atomic>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -59,7 +60,11 @@ struct Evaluator::Impl {
   static constexpr Duration kProgressSlack{1000};
   static constexpr Duration kTeardownLimit{2000};
 
-  Session& session;
+  // The session's state (device, settings, owned bootstrap): first, so
+  // that it is destroyed last, after everything that uses the device.
+  std::shared_ptr<const void> keep_session;
+  // Set while a thread is inside run(), synchronize() or bind().
+  std::atomic<bool> busy{false};
   Device& dev;
   Bootstrap& boot;
   EvaluatorOptions opts;
@@ -110,7 +115,8 @@ struct Evaluator::Impl {
   std::vector<std::string> symmetric;  // allocations placed by placeSymmetric()
 
   // ---------------------------------------------- evaluator.cc: load, teardown
-  Impl(Session& s, const Program& program, const EvaluatorOptions& o);
+  Impl(Session& s, std::shared_ptr<const void> keep, const Program& program,
+       const EvaluatorOptions& o);
   // Bounded: after a failure nothing is waited for (the backends were
   // aborted and the device's queued work failed); otherwise the run's work
   // gets the timeout, and a timeout is a failure. The watchdog guards the

@@ -10,20 +10,36 @@ int deviceIndex(const Bootstrap& b, const SessionOptions& o) {
 }
 }  // namespace
 
+// Destroyed in reverse order: the device before the bootstrap it may use.
+struct Session::State {
+  std::unique_ptr<Bootstrap> owned_bootstrap;
+  Bootstrap* bootstrap = nullptr;
+  Settings settings;
+  std::unique_ptr<Device> device;
+};
+
 Session::Session(Bootstrap& bootstrap, const SessionOptions& options)
-    : bootstrap_(&bootstrap),
-      settings_(options.settings ? *options.settings : Settings::fromEnvironment()),
-      device_(createDevice(options.device, deviceIndex(bootstrap, options), settings_)) {}
+    : state_(std::make_shared<State>()) {
+  state_->bootstrap = &bootstrap;
+  state_->settings = options.settings ? *options.settings : Settings::fromEnvironment();
+  state_->device = createDevice(options.device, deviceIndex(bootstrap, options), state_->settings);
+}
 
 Session::Session(std::unique_ptr<Bootstrap> bootstrap, const SessionOptions& options)
-    : owned_bootstrap_(std::move(bootstrap)),
-      bootstrap_(owned_bootstrap_.get()),
-      settings_(options.settings ? *options.settings : Settings::fromEnvironment()),
-      device_(createDevice(options.device, deviceIndex(*bootstrap_, options), settings_)) {}
+    : state_(std::make_shared<State>()) {
+  state_->owned_bootstrap = std::move(bootstrap);
+  state_->bootstrap = state_->owned_bootstrap.get();
+  state_->settings = options.settings ? *options.settings : Settings::fromEnvironment();
+  state_->device =
+      createDevice(options.device, deviceIndex(*state_->bootstrap, options), state_->settings);
+}
 
 Session::~Session() = default;
 
-int Session::rank() const { return bootstrap_->rank(); }
-int Session::world() const { return bootstrap_->world(); }
+Bootstrap& Session::bootstrap() { return *state_->bootstrap; }
+Device& Session::device() { return *state_->device; }
+const Settings& Session::settings() const { return state_->settings; }
+int Session::rank() const { return state_->bootstrap->rank(); }
+int Session::world() const { return state_->bootstrap->world(); }
 
 }  // namespace hir
