@@ -30,6 +30,7 @@
 #include "analysis/validate_declarations.h"
 #include "common/check.h"
 #include "common/overloaded.h"
+#include "common/text.h"
 #include "ir/team.h"
 
 
@@ -611,6 +612,10 @@ void checkHeader(const Program& program, const ValidateOptions& options,
     issues.push_back({"/min_world_size",
                       fmt::format("the program needs at least {} ranks; it is run with {}",
                                   *program.min_world_size, options.world)});
+  if (const auto problem = textProblem(program.name))
+    issues.push_back({"/name", fmt::format("a program name is printable text of at most {} "
+                                           "bytes, but {}",
+                                           kMaxTextBytes, *problem)});
   std::set<std::string> seen;
   for (const Param& p : program.params) {
     std::string at = fieldPath("/params", p.name);
@@ -620,7 +625,7 @@ void checkHeader(const Program& program, const ValidateOptions& options,
       issues.push_back(
           {at, fmt::format("'{}' is predefined; a param cannot be named '{}'", p.name, p.name)});
     else if (!isIdentifier(p.name))
-      issues.push_back({at, fmt::format("a param name is an identifier; found '{}'", p.name)});
+      issues.push_back({at, fmt::format("a param name is an identifier; found {}", quotedText(p.name))});
   }
 }
 
@@ -630,7 +635,7 @@ void validate(const Program& program, const ValidateOptions& options) {
   std::vector<Issue> issues;
   checkHeader(program, options, issues);
   Declarations decl = collectDeclarations(program.body, issues);
-  Validator(program, options, decl, issues).run();
+  if (!decl.bad_enum) Validator(program, options, decl, issues).run();
   if (!issues.empty()) throw ValidationError(std::move(issues));
 }
 

@@ -1,8 +1,15 @@
 // The first walk of validation (see validate.cc): where each allocation,
-// communication and group is declared, and whether its name is unique.
+// communication and group is declared, and whether its name is unique and
+// well formed; and every enum field in range. JSON's parser already
+// refuses what these find; a program made by the builder or by hand is
+// checked here alike.
 #include "analysis/validate_declarations.h"
 
 #include <fmt/format.h>
+
+#include <hostir/expr.h>
+
+#include "common/text.h"
 
 #include <string>
 #include <string_view>
@@ -35,6 +42,8 @@ class Collector {
   }
 
   void operator()(const Allocate& a) {
+    identifier(a.name, "name", "an allocation name");
+    known(kDTypeNames, a.dtype, "dtype");
     if (auto it = decl_.allocs.find(a.name); it != decl_.allocs.end()) {
       issue(fieldPath(path_, "name"), fmt::format("allocation name '{}' is already used by the "
                                                   "allocate at {}; allocation names are unique",
@@ -46,11 +55,18 @@ class Collector {
   }
   void operator()(const Deallocate&) {}
   void operator()(const Communication& c) {
+    identifier(c.name, "name", "a communication name");
+    known(kCommTypeNames, c.type, "type");
+    if (c.reduce) known(kReduceOpNames, *c.reduce, "reduce");
+    known(kProtocolNames, c.protocol, "protocol");
     if (claimPostName(c.name)) decl_.comms[c.name] = {path_, c.backend};
   }
   void operator()(const ShareMemHandles&) {}
-  void operator()(const Wait&) {}
-  void operator()(const ForLoop& f) { walk(f.body, path_, "body"); }
+  void operator()(const Wait& w) { known(kWaitModeNames, w.mode, "mode"); }
+  void operator()(const ForLoop& f) {
+    identifier(f.index, "index", "a loop index");
+    walk(f.body, path_, "body");
+  }
   void operator()(const If& i) {
     walk(i.then_body, path_, "then");
     walk(i.else_body, path_, "else");
@@ -58,6 +74,7 @@ class Collector {
   void operator()(const SetStream&) {}
   void operator()(const SyncStream&) {}
   void operator()(const Group& g) {
+    identifier(g.name, "name", "a group name");
     if (claimPostName(g.name)) decl_.groups[g.name] = path_;
     walk(g.body, path_, "body");
   }
@@ -66,9 +83,29 @@ class Collector {
   void operator()(const Check&) {}
   void operator()(const Matmul&) {}
   void operator()(const Add&) {}
-  void operator()(const Kernel&) {}
+  void operator()(const Kernel& k) {
+    if (const auto problem = textProblem(k.name))
+      issue(fieldPath(path_, "name"),
+            fmt::format("a kernel name is printable text of at most {} bytes, but {}",
+                        kMaxTextBytes, *problem));
+  }
 
  private:
+  void identifier(const std::string& name, std::string_view field, std::string_view what) {
+    if (!isIdentifier(name))
+      issue(fieldPath(path_, field),
+            fmt::format("{} is an identifier ([A-Za-z_][A-Za-z0-9_]*); found {}", what,
+                        quotedText(name)));
+  }
+
+  template <class E, std::size_t N>
+  void known(const std::pair<E, std::string_view> (&table)[N], E value, std::string_view field) {
+    if (enumName(table, value) != "?") return;
+    decl_.bad_enum = true;
+    issue(fieldPath(path_, field), fmt::format("{} {} is not one of {}", field,
+                                               static_cast<int>(value), enumChoices(table)));
+  }
+
   // Communications and groups share one namespace: a wait names either.
   bool claimPostName(const std::string& name) {
     std::string previous;

@@ -32,6 +32,9 @@ struct Declarations {
   std::vector<std::string> alloc_order;  // names in program order, for messages
   std::map<std::string, Comm> comms;
   std::map<std::string, std::string> groups;  // name -> path
+  // An enum field out of range (a program made by hand): the later walks,
+  // which compute with dtypes and types, must not run.
+  bool bad_enum = false;
 };
 
 // Walks `body` (the program's, at /body) and returns its declarations. A name

@@ -1,3 +1,4 @@
+#include "common/text.h"
 #include <hostir/types.h>
 
 #include "common/check.h"
@@ -7,7 +8,7 @@ namespace hir {
 void throwBadEnum(std::string_view pointer, std::string_view what, std::string_view text,
                   const std::string& choices) {
   throw ParseError(std::string(pointer),
-                   fmt::format("unknown {} '{}'; expected one of {}", what, text, choices));
+                   fmt::format("unknown {} {}; expected one of {}", what, quotedText(text), choices));
 }
 
 }  // namespace hir

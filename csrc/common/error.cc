@@ -1,4 +1,5 @@
 #include "common/check.h"
+#include "common/text.h"
 
 namespace hir {
 
@@ -15,6 +16,8 @@ std::string joinIssues(const std::vector<ValidationError::Issue>& issues) {
 }
 
 }  // namespace
+
+std::string detail::printableMessage(const std::string& what) { return printable(what, true); }
 
 ParseError::ParseError(std::string pointer, const std::string& message)
     : Error(fmt::format("{}: {}", pointer.empty() ? "/" : pointer, message)),

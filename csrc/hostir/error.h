@@ -26,10 +26,17 @@ enum ExitCode : int {
   kExitInternal = 4,       // a bug in hostir
 };
 
+namespace detail {
+// `what` with control characters, bidirectional controls and bytes that
+// are not UTF-8 escaped; newlines and tabs kept. Whatever a program or a
+// command line puts in a message then prints as text.
+std::string printableMessage(const std::string& what);
+}  // namespace detail
+
 class Error : public std::runtime_error {
  public:
   explicit Error(const std::string& what, int exit_code = kExitBadInput)
-      : std::runtime_error(what), exit_code_(exit_code) {}
+      : std::runtime_error(detail::printableMessage(what)), exit_code_(exit_code) {}
   int exitCode() const { return exit_code_; }
 
  private:

@@ -21,6 +21,7 @@
 #include <unordered_set>
 
 #include "common/check.h"
+#include "common/text.h"
 
 namespace hir {
 
@@ -79,6 +80,27 @@ struct StringCodec {
   Json write(const std::string& s) const { return s; }
 };
 
+void checkText(const std::string& s, const std::string& ptr, const char* what) {
+  if (const auto problem = textProblem(s))
+    throw ParseError(ptr, fmt::format("{} is printable text of at most {} bytes (no control or "
+                                      "bidirectional characters, valid UTF-8), but {}",
+                                      what, kMaxTextBytes, *problem));
+}
+
+// Free text that messages and listings print (the program's and a kernel's
+// name): printable (no control or bidirectional characters, valid UTF-8)
+// and at most 256 bytes, so that printing it can neither fake nor hide
+// output.
+struct TextCodec {
+  const char* what;
+  std::string read(const Json& j, const std::string& ptr) const {
+    std::string s = StringCodec{}.read(j, ptr);
+    checkText(s, ptr, what);
+    return s;
+  }
+  Json write(const std::string& s) const { return s; }
+};
+
 // Names of tensors, communications and groups: referenced from tensor
 // references and waits, so they must be identifiers. `symbol` names (params,
 // loop indices) appear in expressions and cannot shadow rank, world, min, max.
@@ -87,7 +109,8 @@ struct NameCodec {
   std::string read(const Json& j, const std::string& ptr) const {
     std::string s = StringCodec{}.read(j, ptr);
     if (!isIdentifier(s))
-      throw ParseError(ptr, fmt::format("expected a name ([A-Za-z_][A-Za-z0-9_]*), found '{}'", s));
+      throw ParseError(ptr, fmt::format("expected a name ([A-Za-z_][A-Za-z0-9_]*), found {}",
+                                        quotedText(s)));
     if (symbol && (s == "rank" || s == "world" || s == "min" || s == "max"))
       throw ParseError(ptr, fmt::format("'{}' is reserved in expressions; choose another name", s));
     return s;
@@ -281,7 +304,7 @@ class Loader {
     for (const auto& item : obj_.items()) {
       if (std::find(accepted.begin(), accepted.end(), item.key()) == accepted.end())
         throw ParseError(keyPath(ptr_, item.key()),
-                         fmt::format("unknown key '{}' in {}; expected one of: {}", item.key(),
+                         fmt::format("unknown key {} in {}; expected one of: {}", quotedText(item.key()),
                                      what_, joinNames(accepted)));
     }
   }
@@ -431,7 +454,7 @@ void fields(auto& v, Is<Add> auto& n) {
 
 void fields(auto& v, Is<Kernel> auto& n) {
   static const Kernel d;
-  v.required("name", n.name, kString);
+  v.required("name", n.name, TextCodec{"a kernel name"});
   v.optional("reads", n.reads, kRefList, d.reads);
   v.optional("writes", n.writes, kRefList, d.writes);
   v.optional("args", n.args, ArgsCodec{}, d.args);
@@ -440,7 +463,7 @@ void fields(auto& v, Is<Kernel> auto& n) {
 // The program's keys after "format", which is checked first on its own.
 void fields(auto& v, Is<Program> auto& p) {
   static const Program d;
-  v.required("name", p.name, kString);
+  v.required("name", p.name, TextCodec{"a program name"});
   v.optional("world_size", p.world_size, IntCodec{1});
   v.optional("min_world_size", p.min_world_size, IntCodec{1});
   v.optional("params", p.params, ParamsCodec{}, d.params);
@@ -547,7 +570,7 @@ class StrictSax {
   bool key(std::string& k) {
     Frame& f = frames_.back();
     f.key = k;
-    if (!f.seen.insert(k).second) throw ParseError(pointer(), fmt::format("duplicate key '{}'", k));
+    if (!f.seen.insert(k).second) throw ParseError(pointer(), fmt::format("duplicate key {}", quotedText(k)));
     return dom_.key(k);
   }
   template <class Exception>  // the exact type: nlohmann throws a copy of it
@@ -635,7 +658,8 @@ Program parseProgram(std::string_view text, std::string_view source) {
   const std::string format = kString.read(doc.at("format"), "/format");
   if (format != kFormatName)
     throw ParseError("/format",
-                     fmt::format("unsupported format '{}'; expected \"{}\"", format, kFormatName));
+                     fmt::format("unsupported format {}; expected \"{}\"", quotedText(format),
+                                 kFormatName));
   Program program;
   Loader loader(doc, "", "program", acceptedKeys<Program>("format"));
   fields(loader, program);
@@ -691,7 +715,7 @@ void applyParamOverrides(Program& program,
     }
     std::vector<std::string_view> declared;
     for (const Param& p : program.params) declared.push_back(p.name);
-    throw ParseError("/params", fmt::format("unknown param '{}' given on the command line; {}", name,
+    throw ParseError("/params", fmt::format("unknown param {} given on the command line; {}", quotedText(name),
                                             declared.empty() ? "the program declares none"
                                                              : "declared: " + joinNames(declared)));
   }

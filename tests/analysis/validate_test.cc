@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "common/check.h"
+#include <hostir/builder.h>
 #include <hostir/json.h>
 
 namespace hir {
@@ -600,6 +601,29 @@ TEST(Validate, SeveralProblemsAreReportedTogether) {
     EXPECT_NE(what.find("/body/3/communication: wait on 'nope'"), std::string::npos) << what;
     EXPECT_EQ(e.exitCode(), kExitBadInput);
   }
+}
+
+// A program made by the builder (or by hand) is held to what JSON's parser
+// refuses: names that are identifiers, printable text, enums in range
+// (issue 40: a name with a space was accepted, a DType out of range was an
+// internal assertion at run time).
+TEST(Validate, ABuiltProgramIsCheckedAsJsonIsParsed) {
+  ProgramBuilder b("bad\x1b[2Kname");
+  b.allocate("my tensor", DType::Float32, {Expr(8)});
+  b.allocate("x", static_cast<DType>(42), {Expr(8)});
+  b.allreduce("ar", "x", "x", static_cast<ReduceOp>(9));
+  b.forLoop("i j", 0, 2, [](BodyBuilder&) {});
+  b.kernel("k\r", {}, {"x"});
+  const Issues issues = issuesOf(b.build());
+  EXPECT_TRUE(hasIssue(issues, "/name", "a program name is printable text of at most 256 bytes, "
+                                        "but it has \\x1b at byte 3"));
+  EXPECT_TRUE(hasIssue(issues, "/body/0/name",
+                       "an allocation name is an identifier ([A-Za-z_][A-Za-z0-9_]*); found "
+                       "'my tensor'"));
+  EXPECT_TRUE(hasIssue(issues, "/body/1/dtype", "dtype 42 is not one of \"float32\""));
+  EXPECT_TRUE(hasIssue(issues, "/body/2/reduce", "reduce 9 is not one of \"sum\""));
+  EXPECT_TRUE(hasIssue(issues, "/body/3/index", "a loop index is an identifier"));
+  EXPECT_TRUE(hasIssue(issues, "/body/4/name", "but it has \\r at byte 1"));
 }
 
 }  // namespace
