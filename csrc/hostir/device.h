@@ -245,6 +245,9 @@ struct DeviceInfo {
   // `why` says why.
   std::function<bool(std::string* why)> available;
   std::function<std::unique_ptr<Device>(int index, const Settings& settings)> create;
+  // Its devices support DeviceFeature::Graphs: what a launcher, which makes
+  // no device, asks before it accepts graph mode.
+  bool graphs = false;
 };
 void registerDevice(DeviceInfo info);
 const std::vector<DeviceInfo>& registeredDevices();

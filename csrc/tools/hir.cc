@@ -34,6 +34,7 @@
 #include "tools/files.h"
 #include "tools/run_output.h"
 #include "tools/sweep.h"
+#include "transport/fake_nodes.h"
 #include "transport/launch.h"
 #include "transport/launch_report.h"
 
@@ -212,6 +213,16 @@ int cmdCheck(const Args& a) {
 
 int runOnRank(const Args& a, Bootstrap* boot);
 
+// Graph mode needs a device with graphs; said before the program's nodes,
+// which a device without them would blame instead.
+void requireGraphDevice(const std::string& kind) {
+  for (const DeviceInfo& d : registeredDevices())
+    if (d.name == kind && !d.graphs)
+      throw UsageError(fmt::format("--graph needs a device with graphs (cuda); device '{}' has "
+                                   "none",
+                                   kind));
+}
+
 int cmdRun(const Args& a) {
   const bool launcher = a.np && !launchedByMpi() && !launchedByTorchrun();
   if (!launcher && (!a.mpirun_args.empty() || !a.hostfile.empty()))
@@ -224,6 +235,8 @@ int cmdRun(const Args& a) {
     Program p = loadWithParams(a, text);
     const std::string kind = deviceKindFor(a.device);
     checkGpusForLaunch(kind, *a.np);
+    parseFakeNodes(std::getenv("HIR_FAKE_NODES"));  // what every rank's bootstrap would refuse
+    if (a.graph) requireGraphDevice(kind);
     if (a.command == "sweep")
       planSweep(p, a.sweep, launchCompileOptions(*a.np, kind, a.schedule_check));  // every size
     else if (CompiledProgram c = checkProgram(p, *a.np, kind, a.schedule_check); a.graph)

@@ -144,6 +144,24 @@ TEST(HirLaunch, BadLauncherOptionsAreBadUsageNamingThem) {
   EXPECT_NE(alone.err.find("hir: error: --hostfile is for the launcher: it needs --np N"),
             std::string::npos)
       << alone.err;
+
+  // What every rank would refuse, the launcher refuses first (issue 40: a
+  // bad HIR_FAKE_NODES was exit 3, "mpirun ended before any rank started").
+  CommandResult fake = shell("HIR_FAKE_NODES=two " + bin + " run " + prog + " --np 2");
+  EXPECT_EQ(fake.exit_code, 2) << fake.err;
+  EXPECT_NE(fake.err.find("hir: error: HIR_FAKE_NODES must be a positive integer (the number of "
+                          "fake nodes), got 'two'"),
+            std::string::npos)
+      << fake.err;
+
+  // --graph on the host names the device, not a node of the program that
+  // the host's backends cannot capture.
+  CommandResult graph = shell(bin + " run " + prog + " --np 2 --device host --graph");
+  EXPECT_EQ(graph.exit_code, 2) << graph.err;
+  EXPECT_NE(graph.err.find("hir: error: --graph needs a device with graphs (cuda); device 'host' "
+                           "has none"),
+            std::string::npos)
+      << graph.err;
 }
 
 // The real mpirun with words of its own in HIR_MPIRUN and pass-through

@@ -456,7 +456,8 @@ void registerCudaDevice() {
       "cuda", cudaAvailable,
       [](int index, const Settings& settings) -> std::unique_ptr<Device> {
         return std::make_unique<cuda::CudaDevice>(index, settings);
-      }});
+      },
+      /*graphs=*/true});
 }
 
 }  // namespace hir
