@@ -4,7 +4,8 @@
 # time, or replays the seed corpus once (docs/testing.md, "Fuzzing and
 # sanitizers").
 #
-#   scripts/fuzz.sh [options] [target...]      targets: fuzz_json fuzz_expr fuzz_check
+#   scripts/fuzz.sh [options] [target...]
+#     targets: fuzz_json fuzz_expr fuzz_check fuzz_builder fuzz_cli (default: all)
 #     --time S       seconds of fuzzing per target (default 60)
 #     --replay       run every seed of the target once and stop: a
 #                    regression check of seconds
@@ -12,8 +13,10 @@
 #     -- ARGS        more libFuzzer flags, e.g. -- -jobs=2 -workers=2
 # Environment: CC, CXX (default clang-14, clang++-14), JOBS (build jobs, nproc).
 #
-# Seeds: tests/fuzz/corpus/programs/ (fuzz_json, fuzz_check) and
-# tests/fuzz/corpus/expr/ (fuzz_expr). Fuzzing keeps what it learns in
+# Seeds: tests/fuzz/corpus/programs/ (fuzz_json, fuzz_check),
+# tests/fuzz/corpus/expr/ (fuzz_expr), tests/fuzz/corpus/builder/ (builder
+# calls, 4 bytes each) and tests/fuzz/corpus/cli/ (arguments separated by
+# NUL bytes). Fuzzing keeps what it learns in
 # DIR/corpus/<target>/ (the repository's seeds are read, never written) and
 # writes a crashing, leaking or hanging input to DIR/artifacts/<target>/. Once
 # the bug is fixed, copy the input into the target's seed folder as
@@ -34,12 +37,12 @@ while (($#)); do
     --build) build=$2; shift 2 ;;
     --build=*) build=${1#*=}; shift ;;
     --) shift; extra=("$@"); break ;;
-    fuzz_json|fuzz_expr|fuzz_check) targets+=("$1"); shift ;;
+    fuzz_json|fuzz_expr|fuzz_check|fuzz_builder|fuzz_cli) targets+=("$1"); shift ;;
     -h|--help) awk 'NR > 1 { if (!/^#/) exit; print }' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "fuzz.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
-((${#targets[@]})) || targets=(fuzz_json fuzz_expr fuzz_check)
+((${#targets[@]})) || targets=(fuzz_json fuzz_expr fuzz_check fuzz_builder fuzz_cli)
 case $build in /*) ;; *) build=$root/$build ;; esac
 
 # ------------------------------------------------------------------ build
@@ -80,9 +83,23 @@ export ASAN_OPTIONS=${ASAN_OPTIONS:-abort_on_error=0:detect_stack_use_after_retu
 # The targets run no MPI, but the library links it: keep Open MPI quiet.
 export OMPI_MCA_btl=self OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 
-seeds_of() { case $1 in fuzz_expr) echo "$root/tests/fuzz/corpus/expr" ;; *) echo "$root/tests/fuzz/corpus/programs" ;; esac; }
-dict_of() { case $1 in fuzz_expr) echo "$root/tests/fuzz/expr.dict" ;; *) echo "$root/tests/fuzz/json.dict" ;; esac; }
-max_len_of() { case $1 in fuzz_expr) echo 8192 ;; *) echo 16384 ;; esac; }
+seeds_of() {
+  case $1 in
+    fuzz_expr) echo "$root/tests/fuzz/corpus/expr" ;;
+    fuzz_builder) echo "$root/tests/fuzz/corpus/builder" ;;
+    fuzz_cli) echo "$root/tests/fuzz/corpus/cli" ;;
+    *) echo "$root/tests/fuzz/corpus/programs" ;;
+  esac
+}
+dict_of() {
+  case $1 in
+    fuzz_expr) echo "$root/tests/fuzz/expr.dict" ;;
+    fuzz_cli) echo "$root/tests/fuzz/cli.dict" ;;
+    fuzz_builder) ;;  # its bytes pick from tables: no words to learn
+    *) echo "$root/tests/fuzz/json.dict" ;;
+  esac
+}
+max_len_of() { case $1 in fuzz_expr) echo 8192 ;; fuzz_builder|fuzz_cli) echo 1024 ;; *) echo 16384 ;; esac; }
 
 mkdir -p "$build/logs"
 summary=()
@@ -104,7 +121,8 @@ for t in "${targets[@]}"; do
     new=0
   else
     echo "fuzz.sh: $t: fuzzing for ${seconds}s (log: ${log#"$root"/})" >&2
-    "$bin" "${common[@]}" -max_total_time="$seconds" -dict="$(dict_of "$t")" \
+    dict=$(dict_of "$t")
+    "$bin" "${common[@]}" -max_total_time="$seconds" ${dict:+-dict="$dict"} \
       "${extra[@]}" "$build/corpus/$t" "$seeds" >"$log" 2>&1 || rc=$?
     execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)
     new=$(sed -n 's/^stat::new_units_added: *//p' "$log" | tail -1)
