@@ -666,31 +666,6 @@ Program parseProgram(std::string_view text, std::string_view source) {
   return program;
 }
 
-Program loadProgram(const std::string& path) {
-  std::error_code ec;
-  if (std::filesystem::is_directory(path, ec))
-    throw ParseError("", fmt::format("cannot read '{}': it is a directory, not a program file",
-                                     path));
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw ParseError("", fmt::format("cannot read '{}': {}", path, std::strerror(errno)));
-  return parseProgram(readProgramText(in, path), path);
-}
-
-std::string readProgramText(std::istream& in, std::string_view source, std::size_t max) {
-  std::string text;
-  std::vector<char> chunk(std::min(max + 1, std::size_t{1} << 20));
-  while (in) {
-    in.read(chunk.data(), static_cast<std::streamsize>(chunk.size()));
-    text.append(chunk.data(), static_cast<std::size_t>(in.gcount()));
-    if (text.size() > max)
-      throw ParseError("", fmt::format("cannot read '{}': it is longer than {} bytes, the most a "
-                                       "program may have",
-                                       source, max));
-  }
-  if (in.bad()) throw ParseError("", fmt::format("cannot read '{}': {}", source, std::strerror(errno)));
-  return text;
-}
-
 std::string saveProgram(const Program& program, int indent) {
   Json doc = Json::object();
   doc["format"] = std::string(kFormatName);
@@ -700,24 +675,6 @@ std::string saveProgram(const Program& program, int indent) {
     return doc.dump(indent);
   } catch (const nlohmann::json::type_error& e) {  // a string that is not UTF-8
     throw ProgramError(fmt::format("cannot save program '{}' as JSON: {}", program.name, e.what()));
-  }
-}
-
-void applyParamOverrides(Program& program,
-                         const std::vector<std::pair<std::string, int64_t>>& overrides) {
-  for (const auto& override : overrides) {
-    const std::string& name = override.first;
-    auto it = std::find_if(program.params.begin(), program.params.end(),
-                           [&](const Param& p) { return p.name == name; });
-    if (it != program.params.end()) {
-      it->value = override.second;
-      continue;
-    }
-    std::vector<std::string_view> declared;
-    for (const Param& p : program.params) declared.push_back(p.name);
-    throw ParseError("/params", fmt::format("unknown param {} given on the command line; {}", quotedText(name),
-                                            declared.empty() ? "the program declares none"
-                                                             : "declared: " + joinNames(declared)));
   }
 }
 
