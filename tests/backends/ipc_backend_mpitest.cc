@@ -736,26 +736,31 @@ TEST(IpcEager, MidSizeSendsStreamThroughSlotsSizedForTheProgram) {
                              "eager send: 1048576 bytes)"));
 }
 
+// A ring step of 16-byte eager messages, `iterations` times.
+std::string ringSteps(int iterations) {
+  return fmt::format(R"(
+      {{"op": "allocate", "name": "a", "dtype": "int32", "shape": [4]}},
+      {{"op": "allocate", "name": "b", "dtype": "int32", "shape": [4]}},
+      {{"op": "for", "index": "i", "start": 0, "stop": {}, "body": [
+        {{"op": "communication", "name": "s", "type": "send", "tensor": "a",
+         "peer": "(rank + 1) % world", "backend": "ipc"}},
+        {{"op": "communication", "name": "r", "type": "recv", "tensor": "b",
+         "peer": "(rank + world - 1) % world", "backend": "ipc"}},
+        {{"op": "wait", "communication": "s"}}, {{"op": "wait", "communication": "r"}}]}})",
+                     iterations);
+}
+
 // A program too long for the check to see whole (its trace is of a prefix)
 // may send larger eager messages later than the check saw: its slots are
 // sized for HIR_IPC_EAGER_SEND_MAX, 2 of 16 MiB per sender. The check is
 // cut at 1,000 steps per rank (EvaluatorOptions::check_steps_per_rank), far
 // short of the loop's 40,000.
 TEST(IpcEager, ATraceOfAPrefixSizesTheSlotsForTheLimit) {
-  const std::string body = R"(
-      {"op": "allocate", "name": "a", "dtype": "int32", "shape": [4]},
-      {"op": "allocate", "name": "b", "dtype": "int32", "shape": [4]},
-      {"op": "for", "index": "i", "start": 0, "stop": 10000, "body": [
-        {"op": "communication", "name": "s", "type": "send", "tensor": "a",
-         "peer": "(rank + 1) % world", "backend": "ipc"},
-        {"op": "communication", "name": "r", "type": "recv", "tensor": "b",
-         "peer": "(rank + world - 1) % world", "backend": "ipc"},
-        {"op": "wait", "communication": "s"}, {"op": "wait", "communication": "r"}]})";
   EvaluatorOptions opts = options();
   opts.check_steps_per_rank = 1000;
   const std::string log = ipcDebugLog([&] {
     Session session(test::world(), SessionOptions{"host"});
-    Evaluator ev(session, parseProgram(program("long", "", body)), opts);
+    Evaluator ev(session, parseProgram(program("long", "", ringSteps(10000))), opts);
   });
   EXPECT_THAT(log, HasSubstr("eager slots: 2 per sender of 16777216 bytes (the program's largest "
                              "eager send is unknown"));
@@ -764,25 +769,16 @@ TEST(IpcEager, ATraceOfAPrefixSizesTheSlotsForTheLimit) {
 // The same program, checked whole under the default limit, gets slots sized
 // for what it sends; and a limit below 1 is a usage error.
 TEST(IpcEager, TheCheckStepLimitIsAnEvaluatorOption) {
-  const std::string body = R"(
-      {"op": "allocate", "name": "a", "dtype": "int32", "shape": [4]},
-      {"op": "allocate", "name": "b", "dtype": "int32", "shape": [4]},
-      {"op": "for", "index": "i", "start": 0, "stop": 100, "body": [
-        {"op": "communication", "name": "s", "type": "send", "tensor": "a",
-         "peer": "(rank + 1) % world", "backend": "ipc"},
-        {"op": "communication", "name": "r", "type": "recv", "tensor": "b",
-         "peer": "(rank + world - 1) % world", "backend": "ipc"},
-        {"op": "wait", "communication": "s"}, {"op": "wait", "communication": "r"}]})";
   const std::string log = ipcDebugLog([&] {
     Session session(test::world(), SessionOptions{"host"});
-    Evaluator ev(session, parseProgram(program("short", "", body)), options());
+    Evaluator ev(session, parseProgram(program("short", "", ringSteps(100))), options());
   });
   EXPECT_THAT(log, HasSubstr("(the program's largest eager send: 16 bytes)"));
   EvaluatorOptions bad = options();
   bad.check_steps_per_rank = 0;
   Session session(test::world(), SessionOptions{"host"});
   try {
-    Evaluator ev(session, parseProgram(program("short", "", body)), bad);
+    Evaluator ev(session, parseProgram(program("short", "", ringSteps(100))), bad);
     ADD_FAILURE() << "a limit of 0 steps was accepted";
   } catch (const UsageError& e) {
     EXPECT_THAT(e.what(), HasSubstr("check_steps_per_rank must be at least 1, got 0"));
