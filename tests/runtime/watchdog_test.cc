@@ -51,7 +51,10 @@ TEST(Watchdog, AStuckSectionIsAbortedAfterItsLimitThenEndedAfterTheGrace) {
   EXPECT_EQ(calls.abort_section, static_cast<int>(Watchdog::Section::Run));
   EXPECT_GE(calls.abort_ms, 300);
   EXPECT_LT(calls.abort_ms, 300 + 4 * Watchdog::kPeriod.count());
-  EXPECT_GE(calls.end_ms - calls.abort_ms, Watchdog::kGrace.count());
+  // The grace starts at the watchdog's clock reading before it calls the
+  // abort action, which reads abort_ms a little later (1 ms later under
+  // AddressSanitizer on a loaded machine: 1499 ms, CI-like run, session 29).
+  EXPECT_GE(calls.end_ms - calls.abort_ms, Watchdog::kGrace.count() - 5);
   EXPECT_LT(calls.end_ms - calls.abort_ms, Watchdog::kGrace.count() + 4 * Watchdog::kPeriod.count());
   w.leave();
 }
