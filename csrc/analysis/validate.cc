@@ -612,10 +612,8 @@ void checkHeader(const Program& program, const ValidateOptions& options,
     issues.push_back({"/min_world_size",
                       fmt::format("the program needs at least {} ranks; it is run with {}",
                                   *program.min_world_size, options.world)});
-  if (const auto problem = textProblem(program.name))
-    issues.push_back({"/name", fmt::format("a program name is printable text of at most {} "
-                                           "bytes, but {}",
-                                           kMaxTextBytes, *problem)});
+  if (auto error = textError("a program name", program.name))
+    issues.push_back({"/name", std::move(*error)});
   std::set<std::string> seen;
   for (const Param& p : program.params) {
     std::string at = fieldPath("/params", p.name);

@@ -84,10 +84,8 @@ class Collector {
   void operator()(const Matmul&) {}
   void operator()(const Add&) {}
   void operator()(const Kernel& k) {
-    if (const auto problem = textProblem(k.name))
-      issue(fieldPath(path_, "name"),
-            fmt::format("a kernel name is printable text of at most {} bytes, but {}",
-                        kMaxTextBytes, *problem));
+    if (auto error = textError("a kernel name", k.name))
+      issue(fieldPath(path_, "name"), std::move(*error));
   }
 
  private:

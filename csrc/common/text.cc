@@ -59,6 +59,16 @@ std::pair<std::string, std::size_t> escapeAt(std::string_view s, std::size_t i,
   return {"", d.length};
 }
 
+// The byte offset of the first character printable() would escape, if any.
+std::optional<std::size_t> firstUnprintable(std::string_view s) {
+  for (std::size_t i = 0; i < s.size();) {
+    auto [escape, length] = escapeAt(s, i, false);
+    if (!escape.empty() && s[i] != '\\') return i;
+    i += length;
+  }
+  return std::nullopt;
+}
+
 }  // namespace
 
 std::string printable(std::string_view s, bool keep_lines) {
@@ -88,15 +98,6 @@ std::string quotedText(std::string_view s, std::size_t max_chars) {
   return out;
 }
 
-std::optional<std::size_t> firstUnprintable(std::string_view s) {
-  for (std::size_t i = 0; i < s.size();) {
-    auto [escape, length] = escapeAt(s, i, false);
-    if (!escape.empty() && s[i] != '\\') return i;
-    i += length;
-  }
-  return std::nullopt;
-}
-
 std::optional<std::string> textProblem(std::string_view s) {
   if (s.size() > kMaxTextBytes)
     return fmt::format("it is {} bytes long, more than {}", s.size(), kMaxTextBytes);
@@ -104,6 +105,13 @@ std::optional<std::string> textProblem(std::string_view s) {
     return fmt::format("it has {} at byte {}", escapeAt(s, *at, false).first, *at);
   }
   return std::nullopt;
+}
+
+std::optional<std::string> textError(std::string_view what, std::string_view s) {
+  const std::optional<std::string> problem = textProblem(s);
+  if (!problem) return std::nullopt;
+  return fmt::format("{} is printable text of at most {} bytes, but {}", what, kMaxTextBytes,
+                     *problem);
 }
 
 }  // namespace hir

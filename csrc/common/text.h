@@ -22,14 +22,15 @@ std::string printable(std::string_view s, bool keep_lines = false);
 // `max_chars` characters with "..." after the closing quote.
 std::string quotedText(std::string_view s, std::size_t max_chars = 64);
 
-// The byte offset of the first character printable() would escape, if any.
-std::optional<std::size_t> firstUnprintable(std::string_view s);
-
 // Free text a program gives (its name, a kernel's name): at most this many
 // bytes, and nothing printable() would escape.
 constexpr std::size_t kMaxTextBytes = 256;
 // Why `s` is not such text ("it has \x1b at byte 3", "it is 5000 bytes
 // long"), or nullopt.
 std::optional<std::string> textProblem(std::string_view s);
+// The message for free text `s` that is not such text, `what` naming the
+// field ("a program name is printable text of at most 256 bytes, but it has
+// \x1b at byte 3"), or nullopt: the parser's and validation's alike.
+std::optional<std::string> textError(std::string_view what, std::string_view s);
 
 }  // namespace hir

@@ -80,13 +80,6 @@ struct StringCodec {
   Json write(const std::string& s) const { return s; }
 };
 
-void checkText(const std::string& s, const std::string& ptr, const char* what) {
-  if (const auto problem = textProblem(s))
-    throw ParseError(ptr, fmt::format("{} is printable text of at most {} bytes (no control or "
-                                      "bidirectional characters, valid UTF-8), but {}",
-                                      what, kMaxTextBytes, *problem));
-}
-
 // Free text that messages and listings print (the program's and a kernel's
 // name): printable (no control or bidirectional characters, valid UTF-8)
 // and at most 256 bytes, so that printing it can neither fake nor hide
@@ -95,7 +88,7 @@ struct TextCodec {
   const char* what;
   std::string read(const Json& j, const std::string& ptr) const {
     std::string s = StringCodec{}.read(j, ptr);
-    checkText(s, ptr, what);
+    if (auto error = textError(what, s)) throw ParseError(ptr, *error);
     return s;
   }
   Json write(const std::string& s) const { return s; }
