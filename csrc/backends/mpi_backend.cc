@@ -25,7 +25,7 @@
 #include <mutex>
 #include <thread>
 
-#include "backends/buffer_ranges.h"
+#include "common/buffer_ranges.h"
 #include "backends/host_post.h"
 #include "backends/post_checks.h"
 #include "common/elements.h"

@@ -1,6 +1,7 @@
-// The byte ranges of a post's buffers: whether two overlap, and where a
-// chunk of one starts. For the backends that decide between an operation's
-// in-place form and a staged copy of its input (mpi, nccl, ipc).
+// Byte ranges of buffers: whether two overlap, and where a chunk of one
+// starts. For the backends that decide between an operation's in-place form
+// and a staged copy of its input (mpi, nccl, ipc), and for the evaluator's
+// bind(), which refuses one memory bound to two allocations.
 #pragma once
 
 #include <cstddef>

@@ -1,7 +1,6 @@
 #include "runtime/alloc_cache.h"
 
-#include <cstdint>
-
+#include "common/buffer_ranges.h"
 #include "common/check.h"
 
 namespace hir {
@@ -36,12 +35,9 @@ void AllocCache::bind(std::string_view name, void* data, std::size_t bytes) {
     HIR_CHECK_AS(UsageError, data != nullptr || bytes == 0, "bind('{}'): null buffer", name);
     // Two allocations in one memory write through each other, which the
     // hazard check, reasoning per allocation, cannot see.
-    const auto lo = reinterpret_cast<std::uintptr_t>(data);
     for (std::size_t j = 0; j < blocks_.size(); ++j) {
       const Block& other = blocks_[j];
-      if (j == i || !other.bound || bytes == 0 || other.bound_bytes == 0) continue;
-      const auto other_lo = reinterpret_cast<std::uintptr_t>(other.bound);
-      HIR_CHECK_AS(UsageError, lo + bytes <= other_lo || other_lo + other.bound_bytes <= lo,
+      HIR_CHECK_AS(UsageError, j == i || !overlaps(data, bytes, other.bound, other.bound_bytes),
                    "bind('{}'): its buffer ({} bytes at {}) overlaps the one bound to '{}' ({} "
                    "bytes at {}); two allocations in one memory would write through each "
                    "other: bind each its own buffer",

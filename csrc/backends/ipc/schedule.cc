@@ -6,7 +6,7 @@
 #include <algorithm>
 #include <cstring>
 
-#include "backends/buffer_ranges.h"
+#include "common/buffer_ranges.h"
 #include "backends/ipc/state.h"
 #include "common/log.h"
 

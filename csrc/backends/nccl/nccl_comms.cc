@@ -18,7 +18,7 @@
 
 #include <hostir/bootstrap.h>
 
-#include "backends/buffer_ranges.h"
+#include "common/buffer_ranges.h"
 #include "backends/nccl/nccl_state.h"
 #include "common/log.h"
 

@@ -5,7 +5,7 @@
 #include <algorithm>
 #include <string_view>
 
-#include "backends/buffer_ranges.h"
+#include "common/buffer_ranges.h"
 #include "backends/nccl/nccl_state.h"
 #include "backends/nccl/nccl_types.h"
 
