@@ -237,7 +237,15 @@ class RankRun {
   // memory of the communications it lists that map peer memory, which must
   // be allocated by then (the run would fail on every rank).
   void operator()(const instr::Share& s, int pc) {
-    for (int c : s.written ? s.comms : std::vector<int>{}) {
+    if (s.written) checkShared(s);
+    Site here = site();
+    const int part = graph_.share(pc, here);
+    findings_.ipc_events_[rank_].push_back({pc, -1, {}, std::move(here), part});
+  }
+
+  // A written share_mem_handles's buffers are allocated when it runs.
+  void checkShared(const instr::Share& s) {
+    for (int c : s.comms) {
       const PlanComm& comm = plan_.comms[c];
       if (!plan_.backends[comm.backend].maps_peer_memory) continue;
       for (const std::optional<PlanRef>* ref : {&comm.input, &comm.output}) {
@@ -251,9 +259,6 @@ class RankRun {
         });
       }
     }
-    Site here = site();
-    const int part = graph_.share(pc, here);
-    findings_.ipc_events_[rank_].push_back({pc, -1, {}, std::move(here), part});
   }
 
   // -------------------------------------------------------------- streams

@@ -39,14 +39,15 @@ int Evaluator::Impl::tracedStep(int pc) {
 void Evaluator::Impl::resolveAccesses(const Instr& in) {
   if (const auto* p = std::get_if<instr::Post>(&in.op); p && skips(*p)) return;
   int n = 0;
+  const bool aliasing = aliasingOf(in) != Aliasing::Free;
   std::array<ResolvedAccess, kMaxAccesses> resolved;
   forEachAccess(plan, in, [&](const PlanRef& ref, Access access) {
     spans[n] = allocs.resolve(ref, scalars.data(), current);
-    resolved[n] = ResolvedAccess{&ref, access, spans[n].offset(), spans[n].count()};
+    if (aliasing) resolved[n] = ResolvedAccess{&ref, access, spans[n].offset(), spans[n].count()};
     ++n;
   });
   // What the check found already, unless it was skipped or cut short.
-  checkAliasing(in, std::span(resolved.data(), n));
+  if (aliasing) checkAliasing(in, std::span(resolved.data(), n));
 }
 
 // ----------------------------------------------------------------- streams

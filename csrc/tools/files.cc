@@ -103,13 +103,15 @@ void checkRegularInput(const std::string& flag, const std::string& path) {
 
 void checkOutputsApart(const std::vector<NamedFile>& inputs,
                        const std::vector<NamedFile>& outputs) {
-  std::vector<Identity> out_ids;
+  std::vector<Identity> out_ids, in_ids;
   for (const NamedFile& o : outputs) out_ids.push_back(identify(o.path));
+  for (const NamedFile& in : inputs) in_ids.push_back(identify(in.path));
   for (std::size_t i = 0; i < outputs.size(); ++i) {
     if (outputs[i].path == "-") continue;
-    for (const NamedFile& in : inputs) {
+    for (std::size_t k = 0; k < inputs.size(); ++k) {
+      const NamedFile& in = inputs[k];
       if (in.path == "-" || in.path.empty()) continue;
-      if (sameFile(out_ids[i], identify(in.path)))
+      if (sameFile(out_ids[i], in_ids[k]))
         throw UsageError(fmt::format(
             "{} '{}' is {} '{}': writing it would destroy {}; choose another file",
             outputs[i].flag, outputs[i].path, in.flag == "PROG" ? "the program" : in.flag,
