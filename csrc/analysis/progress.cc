@@ -98,6 +98,27 @@ std::string WaitGraph::describeNode(const Plan& plan, int id) const {
   return {};
 }
 
+void WaitGraph::startOrder(int from, int to) {
+  if (from < 0) return;
+  edges_.push_back({from, to});
+  if (start_pred_.size() <= static_cast<std::size_t>(to)) start_pred_.resize(to + 1, -1);
+  start_pred_[to] = from;
+}
+
+bool WaitGraph::startsAfter(int b, int a) const {
+  return static_cast<std::size_t>(b) < start_pred_.size() && start_pred_[b] == a;
+}
+
+std::string WaitGraph::backendOf(const Plan& plan, int id) const {
+  const auto& op = plan.code[nodes_[id].pc].op;
+  if (const auto* post = std::get_if<instr::Post>(&op))
+    return plan.backends[plan.comms[post->comm].backend].name;
+  if (const auto* begin = std::get_if<instr::GroupBegin>(&op))
+    if (plan.groups[begin->group].backend >= 0)
+      return plan.backends[plan.groups[begin->group].backend].name;
+  return "the backend";
+}
+
 std::optional<std::pair<std::string, std::string>> WaitGraph::findCycle(const Plan& plan) const {
   const int n = static_cast<int>(nodes_.size());
   std::vector<std::pair<int, int>> all = edges_;
@@ -174,6 +195,15 @@ std::optional<std::pair<std::string, std::string>> WaitGraph::findCycle(const Pl
     } else {
       message += fmt::format("{} waits for {}, and {} comes after it", describeNode(plan, consumer),
                              describeMeeting(plan, cycle[i]), describeNode(plan, part));
+      // Where the chain goes from one start to the next (kStartsInPostOrder).
+      for (std::size_t k = (i + 1) % len; k != j; k = (k + 1) % len) {
+        const int a = cycle[k], b = cycle[(k + 1) % len];
+        if (!startsAfter(b, a)) continue;
+        message += fmt::format(" ({} starts a rank's posts one at a time, in the order they were "
+                               "posted, so {} starts only after {} started)",
+                               backendOf(plan, a), describeNode(plan, b), describeNode(plan, a));
+        break;
+      }
     }
   }
   return std::pair(path, message);
@@ -186,7 +216,8 @@ RankGraph::RankGraph(WaitGraph& g, const Plan& plan, int rank)
       plan_(plan),
       rank_(rank),
       unit_done_(plan.comms.size() + plan.groups.size()),
-      backend_tail_(plan.backends.size()) {
+      backend_tail_(plan.backends.size()),
+      start_tail_(plan.backends.size(), -1) {
   stream_.fill(-1);
 }
 
@@ -196,6 +227,7 @@ void RankGraph::forEachOrderSlot(int comm, int peer, F&& f) {
   const PlanBackend& b = plan_.backends[c.backend];
   switch (b.post_order) {
     case PostOrder::kFree:
+    case PostOrder::kStartsInPostOrder:  // an order of starts (startAfterEarlierPosts)
       return;
     case PostOrder::kPerPeer:
       if (isPointToPoint(c.type)) {
@@ -215,6 +247,12 @@ void RankGraph::forEachOrderSlot(int comm, int peer, F&& f) {
   }
 }
 
+void RankGraph::startAfterEarlierPosts(int backend, int node) {
+  if (backend < 0 || plan_.backends[backend].post_order != PostOrder::kStartsInPostOrder) return;
+  g_.startOrder(start_tail_[backend], node);
+  start_tail_[backend] = node;
+}
+
 int RankGraph::post(int comm, int unit, int s, int pc, const Site& site, int peer) {
   const int part = g_.add(WaitGraph::Kind::Part, rank_, pc, s, site);
   auto follow = [&](Done& order) {
@@ -231,6 +269,7 @@ int RankGraph::post(int comm, int unit, int s, int pc, const Site& site, int pee
   }
   g_.edge(host_, part);
   g_.edge(stream_[s], part);
+  startAfterEarlierPosts(plan_.comms[comm].backend, part);
   forEachOrderSlot(comm, peer, follow);
   unit_done_[unit] = Done{part, true};
   return part;
@@ -244,6 +283,7 @@ void RankGraph::groupBegin(int group, int s, int pc, const Site& site) {
   const int backend = plan_.groups[group].backend;
   if (backend >= 0 && plan_.backends[backend].post_order == PostOrder::kPerRank)
     g_.edge(backend_tail_[backend], group_start_);
+  startAfterEarlierPosts(backend, group_start_);
   group_parts_.clear();
 }
 

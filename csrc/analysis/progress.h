@@ -5,9 +5,10 @@
 // - a participation node per post: this rank joins the operation once the
 //   host reached the post (after its earlier host waits), once the post's
 //   stream ran its earlier work (stream waits, sync_streams), and once the
-//   backend's order allows (BackendCaps::post_order: nccl runs a rank's
-//   operations one after another; ipc the messages of a pair); a group's
-//   members join together;
+//   backend's order allows (BackendCaps::post_order: mpi and local start a
+//   rank's posts one at a time in post order; nccl runs a rank's operations
+//   one after another; ipc the messages of a pair); a group's members join
+//   together;
 // - a meeting node per matched operation (the k-th collective of a team,
 //   the k-th message of an ordered pair, the k-th share_mem_handles), added
 //   after the ranks' sequences were matched: it completes once every
@@ -67,6 +68,9 @@ class WaitGraph {
     if (from.id < 0) return;
     (from.meeting ? completions_ : edges_).push_back({from.id, to});
   }
+  // An edge of a backend's order of starts (kStartsInPostOrder): `to`
+  // starts only after `from` started.
+  void startOrder(int from, int to);
   // A matched operation of the participations `parts`.
   void meet(Meeting m, const std::vector<int>& parts);
 
@@ -80,12 +84,16 @@ class WaitGraph {
   std::string siteOf(const Plan& plan, int id) const;
   std::string describeMeeting(const Plan& plan, int meeting) const;
   std::string describeNode(const Plan& plan, int id) const;
+  // Whether b's start follows a's by the backend's order of starts.
+  bool startsAfter(int b, int a) const;
+  std::string backendOf(const Plan& plan, int id) const;
 
   std::vector<Node> nodes_;
   std::vector<int64_t> loop_values_;
   std::vector<std::pair<int, int>> edges_;        // from -> to
   std::vector<std::pair<int, int>> completions_;  // participation -> to: its meeting -> to
   std::vector<int> meeting_of_;                   // per node: the meeting of a participation
+  std::vector<int> start_pred_;                   // per node: the start it follows, or -1
   std::vector<int> meeting_info_;                 // per node: index into meetings_
   std::vector<Meeting> meetings_;
 };
@@ -113,6 +121,9 @@ class RankGraph {
   // collective run as messages, every lane with the other team members).
   template <class F>
   void forEachOrderSlot(int comm, int peer, F&& f);
+  // kStartsInPostOrder: `node` (a post or a group's start) joins only after
+  // the rank's previous post on `backend` joined.
+  void startAfterEarlierPosts(int backend, int node);
 
   WaitGraph& g_;
   const Plan& plan_;
@@ -121,6 +132,7 @@ class RankGraph {
   std::array<int, kMaxStreams> stream_;
   std::vector<Done> unit_done_;            // per unit: its latest post's completion
   std::vector<Done> backend_tail_;         // per backend: kPerRank order
+  std::vector<int> start_tail_;            // per backend: kStartsInPostOrder, the last start
   std::map<std::pair<int, int>, Done> lane_tail_;  // (backend, peer * 2 + direction): kPerPeer
   int group_start_ = -1, group_ = -1;
   std::vector<int> group_parts_;

@@ -1,6 +1,8 @@
-// The host backends' two-stream post (host_post.h).
+// The host backends' post through a start stream and completion lanes
+// (host_post.h).
 #include "backends/host_post.h"
 
+#include <algorithm>
 #include <chrono>
 
 #include "common/check.h"
@@ -10,29 +12,43 @@ namespace hir {
 void HostPostStreams::create(Device& device) {
   device_ = &device;
   start_ = device.createStream();
-  completion_ = device.createStream();
   ready_ = device.createEvent();
   started_ = device.createEvent();
 }
 
-void HostPostStreams::enqueue(const std::unique_lock<std::mutex>& held, Stream& current,
-                              Event& done, std::function<void()> start,
-                              std::function<void()> complete) {
+HostPostStreams::LaneKey HostPostStreams::laneOf(std::span<const PostArgs> ops) {
+  LaneKey key;
+  key.reserve(ops.size());
+  for (const PostArgs& a : ops)
+    key.push_back(isPointToPoint(a.type) ? int64_t{a.peer} * 2 + (a.type == CommType::Recv ? 1 : 0)
+                                         : -1 - int64_t{a.team});
+  std::sort(key.begin(), key.end());
+  key.erase(std::unique(key.begin(), key.end()), key.end());
+  return key;
+}
+
+void HostPostStreams::enqueue(const std::unique_lock<std::mutex>& held,
+                              std::span<const PostArgs> ops, Stream& current, Event& done,
+                              std::function<void()> start, std::function<void()> complete) {
   HIR_INTERNAL_ASSERT(held.mutex() == &mutex_ && held.owns_lock(),
                       "a host post enqueued without its streams' lock");
   Device& d = *device_;
+  std::unique_ptr<Stream>& lane = lanes_[laneOf(ops)];
+  if (lane == nullptr) lane = d.createStream();
   d.record(*ready_, current);
   d.wait(*start_, *ready_);
   d.launchHostFunc(*start_, std::move(start));
   d.record(*started_, *start_);
-  d.wait(*completion_, *started_);
-  d.launchHostFunc(*completion_, std::move(complete));
-  d.record(done, *completion_);
+  d.wait(*lane, *started_);
+  d.launchHostFunc(*lane, std::move(complete));
+  d.record(done, *lane);
 }
 
 void HostPostStreams::drain(Duration timeout) noexcept {
   const auto begin = std::chrono::steady_clock::now();
-  for (Stream* s : {start_.get(), completion_.get()}) {
+  std::vector<Stream*> all{start_.get()};
+  for (auto& [key, lane] : lanes_) all.push_back(lane.get());
+  for (Stream* s : all) {
     if (device_ == nullptr || s == nullptr) continue;
     try {
       device_->synchronize(*s, remainingOf(timeout, begin));
@@ -43,7 +59,7 @@ void HostPostStreams::drain(Duration timeout) noexcept {
 }
 
 void HostPostStreams::reset() {
-  completion_.reset();
+  lanes_.clear();
   start_.reset();
   started_.reset();
   ready_.reset();

@@ -395,7 +395,7 @@ BackendCaps LocalBackend::caps() {
   c.dtypes = EnumSet<DType>::all(kDTypeNames);
   c.reduce_ops = EnumSet<ReduceOp>::all(kReduceOpNames);
   c.rank_spaces = {RankSpace::Threads};
-  c.post_order = PostOrder::kFree;  // a deposit never waits
+  c.post_order = PostOrder::kStartsInPostOrder;  // one start thread (host_post.h)
   c.auto_priority = kAutoPriority;
   return c;
 }
@@ -450,8 +450,8 @@ void LocalBackend::post(std::span<const PostArgs> ops, Stream& current, Event& d
   const auto lock = st.streams.lock();
   for (const PostArgs& a : ops) record->ops.push_back(st.resolve(a));
   record->pending = static_cast<int>(record->ops.size());
-  State* state = &st;  // the backend's teardown drains both streams first
-  st.streams.enqueue(lock, current, done, [state, record] { state->start(record); },
+  State* state = &st;  // the backend's teardown drains its streams first
+  st.streams.enqueue(lock, ops, current, done, [state, record] { state->start(record); },
                      [state, record] { state->complete(record); });
 }
 

@@ -7,8 +7,8 @@
 // The ranks of a world share a hub (made once at setup and handed round
 // through the bootstrap): per team, the k-th collective of every member
 // meets in one rendezvous slot, and per ordered pair of ranks, the k-th send
-// meets the k-th recv. A post never blocks the host: it goes through the two
-// streams of backends/host_post.h, where
+// meets the k-th recv. A post never blocks the host: it goes through the
+// start stream and completion lanes of backends/host_post.h, where
 //
 //   start:      a host function deposits the post's ops in their slots;
 //               whoever completes a slot moves the data for every member
@@ -17,7 +17,9 @@
 //               backend timeout and a grace; abort() wakes it)
 //
 // A deposit never waits for a peer, so sends and recvs posted in any order
-// cannot deadlock (PostOrder::kFree, as mpi). A rank that gives up on a post
+// cannot deadlock; deposits run one at a time in post order, and a send
+// completes only once its recv is deposited (PostOrder::kStartsInPostOrder,
+// as mpi). A rank that gives up on a post
 // (its timeout, abort()) fails the slots it was waiting in, so that their
 // other members fail at once with its reason instead of waiting for their
 // own timeouts, and no member's memory is written after it gave up.

@@ -1,6 +1,6 @@
 // The MPI backend (mpi_backend.h): its communicators and the MPI call of
 // every communication type. A post never blocks the host: it goes through
-// the two streams of backends/host_post.h, where
+// the start stream and completion lanes of backends/host_post.h, where
 //
 //   start:      a host function starts the non-blocking MPI calls
 //   completion: a host function polls them (MPI_Testall, with the backend
@@ -9,8 +9,10 @@
 // Every start runs on one thread, in post order, on every rank: MPI needs the
 // collectives of a communicator in the same order everywhere, and a start
 // never waits for a peer, so send/recv posted in any order cannot deadlock.
-// Completions are observed in FIFO order, which is safe because every
-// earlier start has already happened (a poll progresses every request).
+// A post's completion waits only for its own requests (and, in its lane,
+// for earlier posts that must complete first anyway); a poll progresses
+// every request. A send is not assumed to complete before its recv starts:
+// MPI buffers only below its eager limit, which a program must not rely on.
 //
 // Argument resolution (communicator, in-place forms, staging) happens on the
 // posting thread, so a bad argument is thrown by post() itself; failures of
@@ -579,6 +581,7 @@ BackendCaps MpiBackend::caps() {
   c.dtypes = EnumSet<DType>::all(kDTypeNames);
   c.reduce_ops = EnumSet<ReduceOp>::all(kReduceOpNames);
   c.rank_spaces = {RankSpace::Processes};  // MPI_COMM_WORLD
+  c.post_order = PostOrder::kStartsInPostOrder;  // one start thread (host_post.h)
   c.auto_priority = kAutoPriority;
   return c;
 }
@@ -624,7 +627,7 @@ void MpiBackend::post(std::span<const PostArgs> ops, Stream& current, Event& don
                      (isPointToPoint(a.type) ? 1 : static_cast<std::size_t>(st.team_size[a.team]));
   }
   const auto lock = st.streams.lock();
-  st.streams.enqueue(lock, current, done, [record] { startPost(*record); },
+  st.streams.enqueue(lock, ops, current, done, [record] { startPost(*record); },
                      [record] { completePost(record.get()); });
 }
 

@@ -189,15 +189,25 @@ class EnumSet {
   uint32_t bits_ = 0;
 };
 
-// How a rank's posts on a backend wait for each other. kFree: a post starts
-// once the work enqueued before it on its stream is done, and never waits
-// for other posts (mpi: starts never block). kPerPeer: besides, the messages
-// of one ordered pair of ranks run one after another (ipc's lanes).
-// kPerRank: every operation of a rank runs only after the rank's previous
-// one on the backend completed, whatever its team, and waits there for its
-// peers (nccl: one stream per rank), so ranks must post them in orders that
-// agree.
-enum class PostOrder : uint8_t { kFree, kPerPeer, kPerRank };
+// How a rank's posts on a backend wait for each other, as the deadlock
+// search of the cross-rank check models it. On every backend a post starts
+// only once the work enqueued before it on its stream is done, and it
+// completes only once every peer started its side: a send is never assumed
+// to complete before its recv was posted (an eager limit is the
+// transport's, and a portable program does not rely on it). Besides:
+// - kFree: nothing; posts never wait for each other.
+// - kStartsInPostOrder: a rank's posts start one at a time, in the order
+//   they were posted, whatever stream posted them; a start never waits for
+//   a peer, and completions are independent (mpi, local: one start thread,
+//   backends/host_post.h). A post whose stream waits holds back every later
+//   post of the rank on the backend.
+// - kPerPeer: the messages of one ordered pair of ranks run one after
+//   another, each starting once the previous completed (ipc's lanes).
+// - kPerRank: every operation of a rank starts only after the rank's
+//   previous one on the backend completed, whatever its team, and waits
+//   there for its peers (nccl: one stream per rank), so ranks must post
+//   them in orders that agree.
+enum class PostOrder : uint8_t { kFree, kStartsInPostOrder, kPerPeer, kPerRank };
 
 // What a backend is and handles, said once. Validation and lowering bind
 // communications by these answers alone.

@@ -671,18 +671,22 @@ TEST(ScheduleCheck, PendingPostsThatReadOneBufferKeepOneReader) {
 
 // -------------------------------------------------------------- deadlocks
 
-// The backends of a run, and "inorder": mpi's caps, but a rank's operations
-// run one after another (nccl's order, without needing a GPU build).
+// The backends of a run, and two with mpi's caps but another order:
+// "inorder", where a rank's operations run one after another (nccl's order,
+// without needing a GPU build), and "free", where posts never wait for each
+// other.
 std::vector<BackendCaps> catalogWithInOrder() {
   std::vector<BackendCaps> catalog = backendCatalog();
   for (const BackendCaps& c : backendCatalog())
-    if (c.name == "mpi") {
-      BackendCaps in_order = c;
-      in_order.name = "inorder";
-      in_order.auto_priority = 0;
-      in_order.post_order = PostOrder::kPerRank;
-      catalog.push_back(in_order);
-    }
+    if (c.name == "mpi")
+      for (auto [name, order] : {std::pair{"inorder", PostOrder::kPerRank},
+                                 std::pair{"free", PostOrder::kFree}}) {
+        BackendCaps other = c;
+        other.name = name;
+        other.auto_priority = 0;
+        other.post_order = order;
+        catalog.push_back(other);
+      }
   return catalog;
 }
 
@@ -774,10 +778,79 @@ TEST(ScheduleCheck, SendAndRecvInOpposingOrdersDeadlockOnlyWhereTheBackendSerial
            "," + posts + "," + wait("r") + "," + wait("s");
   };
   EXPECT_NO_THROW(checkSchedule(planWith(body("mpi", false), 2)));
+  EXPECT_NO_THROW(checkSchedule(planWith(body("local", false), 2)));
   EXPECT_NO_THROW(checkSchedule(planWith(body("inorder", true), 2)));
   Issues issues = scheduleIssues(planWith(body("inorder", false), 2));
   EXPECT_TRUE(hasIssue(issues, "/body/5", {"deadlock", "rank 0's recv 'r' (/body/5) starts only after message #1 from rank 0 to rank 1 (send 's') completes"}))
       << show(issues);
+}
+
+// An all-to-all by hand: every rank posts its sends, then receives from
+// each peer with a host wait.
+std::string allToAllByHand(const std::string& backend) {
+  const std::string b = R"(, "backend": ")" + backend + R"(")";
+  return alloc("in", R"(["world", "n"])") + "," + alloc("out", R"(["world", "n"])") +
+         R"(, {"op": "for", "index": "j", "start": 1, "stop": "world", "body": [)" +
+         comm(R"("name": "s", "type": "send", "tensor": "in[(rank + j) % world]",
+              "peer": "(rank + j) % world")" + b) +
+         R"(]}, {"op": "for", "index": "j", "start": 1, "stop": "world", "body": [)" +
+         comm(R"("name": "r", "type": "recv", "tensor": "out[(rank - j + world) % world]",
+              "peer": "(rank - j + world) % world")" + b) +
+         R"(, {"op": "wait", "communication": "r", "mode": "host"}]}, )" + wait("s");
+}
+
+TEST(ScheduleCheck, AnAllToAllByHandPassesOnTheHostBackendsAndDeadlocksInOrder) {
+  // mpi and local complete each post on its own (a recv's wait does not
+  // wait for the sends before it), and a send completes once its recv
+  // started, which every peer's posts allow.
+  for (const std::string backend : {"mpi", "local"})
+    for (int world = 2; world <= 6; ++world)
+      EXPECT_NO_THROW(checkSchedule(planWith(allToAllByHand(backend), world)))
+          << backend << " at world " << world;
+  // Where a rank's operations run one after another (nccl), rank 0's
+  // first send waits for rank 1's recv, which comes after rank 1's sends.
+  Issues issues = scheduleIssues(planWith(allToAllByHand("inorder"), 3));
+  EXPECT_TRUE(hasIssue(issues, "/body/3/body/0",
+                       {"deadlock", "rank 0's send 's' (/body/2/body/0, j=2) starts only after "
+                                    "message #1 from rank 0 to rank 1 (send 's') completes"}))
+      << show(issues);
+}
+
+// Each rank: on stream 1, a recv from the previous rank, waited on stream 1,
+// then a send of what came back to it; on stream 0, a send to the next rank
+// (what the next rank's first recv waits for) and a recv from it.
+std::string sendBehindAStreamWait(const std::string& backend) {
+  const std::string b = R"(, "backend": ")" + backend + R"(")";
+  const std::string prev = R"("peer": "(rank - 1 + world) % world")";
+  const std::string next = R"("peer": "(rank + 1) % world")";
+  return alloc("a", R"(["n"])") + "," + alloc("b", R"(["n"])") + "," + alloc("c", R"(["n"])") +
+         R"(, {"op": "set_stream", "stream": 1},)" +
+         comm(R"("name": "r", "type": "recv", "tensor": "b", )" + prev + b) + "," + wait("r") +
+         "," + comm(R"("name": "s1", "type": "send", "tensor": "b", )" + prev + b) +
+         R"(, {"op": "set_stream", "stream": 0},)" +
+         comm(R"("name": "s0", "type": "send", "tensor": "a", )" + next + b) +
+         R"(, {"op": "fill", "tensor": "c", "value": 0}, )" +
+         comm(R"("name": "r1", "type": "recv", "tensor": "c", )" + next + b) + "," + wait("s0") + "," + wait("r1") +
+         "," + wait("s1");
+}
+
+TEST(ScheduleCheck, AStreamWaitHoldsBackTheLaterStartsOfAHostBackend) {
+  // mpi and local start a rank's posts one at a time in post order: 's0'
+  // waits for 's1' to start, which waits on stream 1 for 'r', which needs
+  // the previous rank's 's0'. Where starts wait only for their own stream,
+  // the program is fine at world 3.
+  for (const std::string backend : {"mpi", "local"}) {
+    Issues issues = scheduleIssues(planWith(sendBehindAStreamWait(backend), 3));
+    EXPECT_TRUE(hasIssue(
+        issues, "/body/5",
+        {"deadlock", "rank 0's wait on 'r' on stream 1 (/body/5) waits for message #1 from rank 2 "
+                     "to rank 0 (send 's0')",
+         "(" + backend + " starts a rank's posts one at a time, in the order they were posted, "
+                         "so rank 0's send 's0' (/body/8) starts only after rank 0's send 's1' "
+                         "(/body/6) started)"}))
+        << backend << show(issues);
+  }
+  EXPECT_NO_THROW(checkSchedule(planWith(sendBehindAStreamWait("free"), 3)));
 }
 
 TEST(ScheduleCheck, DeadlockSearchOfALongRingIsLinear) {

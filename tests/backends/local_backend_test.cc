@@ -206,6 +206,40 @@ TEST(LocalBackend, SendsAndRecvsPostedInOppositeOrdersArriveInPostOrder) {
   });
 }
 
+TEST(LocalBackend, AReceivesWaitDoesNotWaitForUnrelatedSends) {
+  // An all-to-all by hand at world 3: every rank posts its sends, then
+  // receives from each peer with a host wait. Rank r's first recv (from
+  // r - 1) is waited while its send to r - 1 is still pending (r - 1
+  // receives from r only second): with completions waited in post order,
+  // every rank would wait for a send whose peer is blocked in turn.
+  constexpr int kWorld = 3;
+  constexpr std::size_t kCount = 16384;  // 64 KiB
+  World w(kWorld);
+  w.onEach([&](int rank) {
+    Rank& h = *w.ranks[rank];
+    Stream& s = h.device.defaultStream();
+    std::vector<std::vector<float>> send(kWorld), recv(kWorld);
+    std::vector<std::unique_ptr<Event>> sent;
+    for (int j = 1; j < kWorld; ++j) {
+      const int peer = (rank + j) % kWorld;
+      send[peer] = sentData(rank, peer, 0, kCount);
+      PostArgs a = pointToPoint(CommType::Send, send[peer].data(), kCount, peer);
+      sent.push_back(h.device.createEvent());
+      h.backend->post({&a, 1}, s, *sent.back());
+    }
+    for (int j = 1; j < kWorld; ++j) {
+      const int peer = (rank - j + kWorld) % kWorld;
+      recv[peer].assign(kCount, -1.0f);
+      PostArgs a = pointToPoint(CommType::Recv, recv[peer].data(), kCount, peer);
+      auto done = h.device.createEvent();
+      h.backend->post({&a, 1}, s, *done);
+      h.backend->wait(*done, s, WaitMode::Host, Duration(5000));
+      EXPECT_EQ(recv[peer], sentData(peer, rank, 0, kCount)) << "rank " << rank << " from " << peer;
+    }
+    for (auto& d : sent) h.backend->wait(*d, s, WaitMode::Host, kTimeout);
+  });
+}
+
 TEST(LocalBackend, PostAndStreamWaitReturnBeforeThePeerHasPosted) {
   World w(2);
   std::atomic<bool> rank0_posted{false};

@@ -235,6 +235,45 @@ TEST(MpiBackend, ARingOfRecvsPostedBeforeTheSendsCompletes) {
   EXPECT_EQ(std::memcmp(recv.data(), want.data(), kCount * sizeof(float)), 0);
 }
 
+TEST(MpiBackend, AReceivesWaitDoesNotWaitForUnrelatedSends) {
+  // An all-to-all by hand: every rank posts its sends, then receives from
+  // each peer with a host wait. From world 3, rank r's first recv (from
+  // r - 1) is waited while its send to r - 1 is still pending (r - 1
+  // receives from r only second), and 64 KiB is above MPI's eager limit:
+  // with completions waited in post order, every rank would wait for a send
+  // whose peer is blocked in turn.
+  HIR_REQUIRE_WORLD_AT_LEAST(2);
+  Harness h;
+  const int rank = test::world().rank(), world = test::world().world();
+  constexpr std::size_t kCount = 16384;  // 64 KiB
+  Stream& s = h.device.defaultStream();
+  std::vector<std::unique_ptr<Buffer>> send, recv;
+  std::vector<std::unique_ptr<Event>> sent;
+  for (int j = 1; j < world; ++j) {
+    const int peer = (rank + j) % world;
+    send.push_back(std::make_unique<Buffer>(h.device, kCount * sizeof(float)));
+    std::vector<float> mine = sentData(rank, peer, 0, kCount);
+    std::memcpy(send.back()->data(), mine.data(), kCount * sizeof(float));
+    PostArgs a = pointToPoint(CommType::Send, send.back()->data(), kCount, peer);
+    sent.push_back(h.device.createEvent());
+    h.backend->post({&a, 1}, s, *sent.back());
+  }
+  for (int j = 1; j < world; ++j) {
+    const int peer = (rank - j + world) % world;
+    recv.push_back(std::make_unique<Buffer>(h.device, kCount * sizeof(float)));
+    fillWith(recv.back()->data(), DType::Float32, kCount, poison(DType::Float32));
+    PostArgs a = pointToPoint(CommType::Recv, recv.back()->data(), kCount, peer);
+    auto done = h.device.createEvent();
+    h.backend->post({&a, 1}, s, *done);
+    h.backend->wait(*done, s, WaitMode::Host, Duration(5000));
+    std::vector<float> want = sentData(peer, rank, 0, kCount);
+    EXPECT_EQ(std::memcmp(recv.back()->data(), want.data(), kCount * sizeof(float)), 0)
+        << "rank " << rank << " from " << peer;
+  }
+  for (auto& d : sent) h.backend->wait(*d, s, WaitMode::Host, testTimeout());
+  test::world().barrier();
+}
+
 TEST(MpiBackend, MessagesBetweenAPairArriveInPostOrder) {
   HIR_REQUIRE_WORLD_AT_LEAST(2);
   Harness h;
