@@ -295,21 +295,28 @@ namespace {
 struct CheckFindings {
   uint64_t mismatches = 0;
   int reported = 0;
+  bool integer = false;  // got/expected hold CheckValue::i
   int64_t index[CheckRecord::kMaxReported] = {};
-  double got[CheckRecord::kMaxReported] = {};
-  double expected[CheckRecord::kMaxReported] = {};
+  CheckValue got[CheckRecord::kMaxReported] = {};
+  CheckValue expected[CheckRecord::kMaxReported] = {};
 };
 
 CheckFindings runCheck(const void* src, DType t, std::size_t count, int64_t value, int64_t step,
                        double tolerance) {
   CheckFindings f;
+  f.integer = !isFloating(t);
   for (std::size_t k = 0; k < count; ++k) {
     PatternElement e = patternElement(t, value, step, static_cast<int64_t>(k));
     if (elementMatches(src, t, k, e, tolerance)) continue;
     if (f.reported < CheckRecord::kMaxReported) {
       f.index[f.reported] = static_cast<int64_t>(k);
-      f.got[f.reported] = loadAsDouble(src, t, k);
-      f.expected[f.reported] = isFloating(t) ? e.f : static_cast<double>(e.i);
+      if (isFloating(t)) {
+        f.got[f.reported].f = loadAsDouble(src, t, k);
+        f.expected[f.reported].f = e.f;
+      } else {
+        f.got[f.reported].i = loadAsInt(src, t, k);
+        f.expected[f.reported].i = e.i;
+      }
       ++f.reported;
     }
     ++f.mismatches;
@@ -328,6 +335,7 @@ void mergeCheck(CheckRecord* out, std::size_t count, const CheckFindings& f,
   int64_t first = -1;
   std::atomic_ref<int64_t> first_ref(out->first_execution);
   if (!first_ref.compare_exchange_strong(first, execution) && first != execution) return;
+  std::atomic_ref<int32_t>(out->integer).store(f.integer ? 1 : 0);
   std::atomic_ref<int32_t> reported(out->reported);
   for (int j = 0; j < f.reported; ++j) {
     int32_t slot = reported.load();

@@ -63,6 +63,13 @@ class Graph {
   virtual ~Graph() = default;
 };
 
+// An element a check read or expected: `i` for integer dtypes (exact, also
+// int64 beyond 2^53), `f` for floating ones (CheckRecord::integer says which).
+union CheckValue {
+  double f;
+  int64_t i;
+};
+
 // Where a check writes what it found. Lives in host-visible memory
 // (Device::allocateCheckRecords) and is read by the host after the work ran.
 struct CheckRecord {
@@ -71,10 +78,10 @@ struct CheckRecord {
   uint64_t checked = 0;     // elements checked
   int64_t first_execution = -1;  // execution id of the first failing execution
   int32_t reported = 0;          // entries in index/got/expected (of that execution)
-  int32_t pad = 0;
+  int32_t integer = 0;           // 1: got/expected hold CheckValue::i, else ::f
   int64_t index[kMaxReported] = {};
-  double got[kMaxReported] = {};
-  double expected[kMaxReported] = {};
+  CheckValue got[kMaxReported] = {};
+  CheckValue expected[kMaxReported] = {};
 };
 
 // Optional capabilities.

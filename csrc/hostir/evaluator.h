@@ -100,7 +100,10 @@ struct CheckFailure {
   bool replayed = false;
   struct Element {
     int64_t index;
-    double got, expected;
+    double got, expected;  // floating dtypes; integers converted (rounded beyond 2^53)
+    // Integer dtypes: the exact values.
+    bool integer = false;
+    int64_t got_int = 0, expected_int = 0;
   };
   std::vector<Element> first;  // the first few of that execution
 };

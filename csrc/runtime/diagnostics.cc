@@ -276,7 +276,12 @@ RunReport Diagnostics::report() const {
       f.context = fmt::format("execution #{}", exec);
     }
     for (int k = 0; k < first->reported && k < CheckRecord::kMaxReported; ++k)
-      f.first.push_back({first->index[k], first->got[k], first->expected[k]});
+      if (first->integer)
+        f.first.push_back({first->index[k], static_cast<double>(first->got[k].i),
+                           static_cast<double>(first->expected[k].i), true, first->got[k].i,
+                           first->expected[k].i});
+      else
+        f.first.push_back({first->index[k], first->got[k].f, first->expected[k].f});
     r.failures.push_back(std::move(f));
   }
   return r;
@@ -315,7 +320,10 @@ std::string RunReport::format() const {
       if (f.failed_executions > 1) out += fmt::format(" ({} in all)", f.mismatches);
     }
     for (const auto& e : f.first)
-      out += fmt::format("; [{}] got {} expected {}", e.index, e.got, e.expected);
+      if (e.integer)
+        out += fmt::format("; [{}] got {} expected {}", e.index, e.got_int, e.expected_int);
+      else
+        out += fmt::format("; [{}] got {} expected {}", e.index, e.got, e.expected);
     out += '\n';
   }
   return out;

@@ -302,7 +302,10 @@ std::string failuresJson(const RunReport& report) {
     j["wrong_elements"] = f.mismatches;
     Json first = Json::array();
     for (const CheckFailure::Element& e : f.first)
-      first.push_back({{"index", e.index}, {"got", e.got}, {"expected", e.expected}});
+      if (e.integer)
+        first.push_back({{"index", e.index}, {"got", e.got_int}, {"expected", e.expected_int}});
+      else
+        first.push_back({{"index", e.index}, {"got", e.got}, {"expected", e.expected}});
     j["first_wrong"] = std::move(first);
     a.push_back(std::move(j));
   }

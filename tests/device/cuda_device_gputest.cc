@@ -259,10 +259,14 @@ TEST(CudaDevice, CheckReportsMismatchesWithIndexGotAndExpected) {
       ASSERT_LT(k, static_cast<int64_t>(kCount)) << name;
       const PatternElement got = patternElement(t, 5, 2, k);
       const PatternElement want = patternElement(t, 5, 3, k);
-      EXPECT_EQ(r.got[j], isFloating(t) ? got.f : static_cast<double>(got.i))
-          << name << " element " << k;
-      EXPECT_EQ(r.expected[j], isFloating(t) ? want.f : static_cast<double>(want.i))
-          << name << " element " << k;
+      EXPECT_EQ(r.integer, isFloating(t) ? 0 : 1) << name;
+      if (isFloating(t)) {
+        EXPECT_EQ(r.got[j].f, got.f) << name << " element " << k;
+        EXPECT_EQ(r.expected[j].f, want.f) << name << " element " << k;
+      } else {
+        EXPECT_EQ(r.got[j].i, got.i) << name << " element " << k;
+        EXPECT_EQ(r.expected[j].i, want.i) << name << " element " << k;
+      }
       seen.push_back(k);
     }
     std::sort(seen.begin(), seen.end());
@@ -300,6 +304,22 @@ TEST(CudaDevice, CheckHonoursTheTolerance) {
   }
 }
 
+TEST(CudaDevice, CheckReportsInt64ValuesBeyondTwoToThe53Exactly) {
+  HIR_REQUIRE_GPUS(1);
+  auto device = makeCudaDevice();
+  constexpr int64_t kBig = (int64_t{1} << 53) + 1;
+  const int64_t stored = kBig - 1;
+  Buffer buf(*device, sizeof(int64_t));
+  upload(buf.data(), &stored, sizeof(int64_t));
+  Records rec(*device, 1);
+  device->check(device->defaultStream(), buf.data(), DType::Int64, 1, kBig, 0, 0, rec.get(), 0);
+  device->synchronize(device->defaultStream(), testTimeout());
+  ASSERT_EQ(rec[0].reported, 1);
+  EXPECT_EQ(rec[0].integer, 1);
+  EXPECT_EQ(rec[0].got[0].i, stored);
+  EXPECT_EQ(rec[0].expected[0].i, kBig);
+}
+
 TEST(CudaDevice, CheckNeverAcceptsNaN) {
   HIR_REQUIRE_GPUS(1);
   auto device = makeCudaDevice();
@@ -312,7 +332,7 @@ TEST(CudaDevice, CheckNeverAcceptsNaN) {
                 rec.get(), 3);
   device->synchronize(device->defaultStream(), testTimeout());
   EXPECT_EQ(rec[0].mismatches, kCount);
-  EXPECT_TRUE(std::isnan(rec[0].got[0]));
+  EXPECT_TRUE(std::isnan(rec[0].got[0].f));
 }
 
 // A buffer of more elements than the grid has threads (each thread checks
@@ -340,7 +360,7 @@ TEST(CudaDevice, CheckCountsEveryElementAndMismatchOfABufferLargerThanItsGrid) {
   ASSERT_EQ(rec[0].reported, CheckRecord::kMaxReported);
   for (int j = 0; j < rec[0].reported; ++j) {
     EXPECT_GE(rec[0].index[j], static_cast<int64_t>(kCount - kTail));
-    EXPECT_EQ(rec[0].got[j], 6.0);
+    EXPECT_EQ(rec[0].got[j].i, 6);
   }
   EXPECT_EQ(rec[1].mismatches, kCount);
   EXPECT_EQ(rec[1].checked, kCount);

@@ -394,6 +394,24 @@ TEST_P(HostDeviceData, FillThenCheckFindsNoMismatch) {
   dev.deallocate(buf);
 }
 
+TEST(HostDeviceCheck, Int64ValuesBeyondTwoToThe53AreReportedExactly) {
+  // 2^53 + 1 and 2^53 are one double apart from nothing: both print as
+  // 9007199254740992 when converted.
+  HostDevice dev;
+  constexpr int64_t kBig = (int64_t{1} << 53) + 1;
+  auto* buf = static_cast<int64_t*>(dev.allocate(sizeof(int64_t)));
+  CheckRecord* rec = dev.allocateCheckRecords(1);
+  *buf = kBig - 1;
+  dev.check(dev.defaultStream(), buf, DType::Int64, 1, kBig, 0, 0, rec, 0);
+  dev.synchronize(dev.defaultStream(), kLong);
+  ASSERT_EQ(rec->reported, 1);
+  EXPECT_EQ(rec->integer, 1);
+  EXPECT_EQ(rec->got[0].i, kBig - 1);
+  EXPECT_EQ(rec->expected[0].i, kBig);
+  dev.freeCheckRecords(rec);
+  dev.deallocate(buf);
+}
+
 TEST_P(HostDeviceData, CheckReportsTheFirstFailingExecution) {
   DType t = GetParam();
   HostDevice dev;
@@ -413,8 +431,14 @@ TEST_P(HostDeviceData, CheckReportsTheFirstFailingExecution) {
   EXPECT_EQ(rec[1].first_execution, 7);
   ASSERT_EQ(rec[1].reported, 1);
   EXPECT_EQ(rec[1].index[0], 5);
-  EXPECT_EQ(rec[1].got[0], 100.0);
-  EXPECT_EQ(rec[1].expected[0], 13.0);
+  EXPECT_EQ(rec[1].integer, isFloating(t) ? 0 : 1);
+  if (isFloating(t)) {
+    EXPECT_EQ(rec[1].got[0].f, 100.0);
+    EXPECT_EQ(rec[1].expected[0].f, 13.0);
+  } else {
+    EXPECT_EQ(rec[1].got[0].i, 100);
+    EXPECT_EQ(rec[1].expected[0].i, 13);
+  }
   dev.freeCheckRecords(rec);
   dev.deallocate(buf);
 }
@@ -452,8 +476,8 @@ TEST(HostDeviceCheck, ReportsAtMostKMaxReportedMismatches) {
   ASSERT_EQ(rec->reported, CheckRecord::kMaxReported);
   for (int j = 0; j < CheckRecord::kMaxReported; ++j) {
     EXPECT_EQ(rec->index[j], j);
-    EXPECT_EQ(rec->got[j], j);
-    EXPECT_EQ(rec->expected[j], 1000 + j);
+    EXPECT_EQ(rec->got[j].i, j);
+    EXPECT_EQ(rec->expected[j].i, 1000 + j);
   }
   dev.freeCheckRecords(rec);
   dev.deallocate(buf);

@@ -54,6 +54,23 @@ TEST(Diagnostics, WrongElementsAreCountedPerExecution) {
             "of 6 executions (4 in all); [5] got -1 expected 15; [6] got -1 expected 16\n");
 }
 
+TEST(Diagnostics, Int64ValuesArePrintedExactly) {
+  // 2^53 and 2^53 + 1 are the same double.
+  const char* text = R"({"format": "hostir/1", "name": "c", "body": [
+      {"op": "allocate", "name": "x", "dtype": "int64", "shape": [1]},
+      {"op": "fill", "tensor": "x", "value": 9007199254740992},
+      {"op": "check", "tensor": "x", "value": "9007199254740992 + 1"}]})";
+  const RunReport r = runTimes(text, 1);
+  ASSERT_EQ(r.failures.size(), 1u);
+  ASSERT_EQ(r.failures[0].first.size(), 1u);
+  EXPECT_TRUE(r.failures[0].first[0].integer);
+  EXPECT_EQ(r.failures[0].first[0].got_int, int64_t{9007199254740992});
+  EXPECT_EQ(r.failures[0].first[0].expected_int, int64_t{9007199254740993});
+  EXPECT_NE(r.format().find("[0] got 9007199254740992 expected 9007199254740993"),
+            std::string::npos)
+      << r.format();
+}
+
 TEST(Diagnostics, ExecutionsPastTheCountedOnesAreCountedTogether) {
   // 1100 executions of one element each: execution 5 is wrong, and 1090
   // and 1091, past the first 1024, which share one record.

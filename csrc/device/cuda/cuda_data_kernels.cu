@@ -34,18 +34,19 @@ __device__ __forceinline__ double doublePattern(int64_t value, int64_t step, int
 }
 
 // Per element type: make(value, step, k) gives the stored element; matches()
-// compares like elementMatches() and gives got/expected as doubles.
+// compares like elementMatches() and gives got/expected as CheckValues
+// (integers exactly).
 template <class T>
 struct IntElem {
   __device__ static T make(int64_t value, int64_t step, int64_t k) {
     return static_cast<T>(exactPattern(value, step, k));
   }
   __device__ static bool matches(T raw, int64_t value, int64_t step, int64_t k, double tolerance,
-                                 double* got_out, double* expected_out) {
+                                 CheckValue* got_out, CheckValue* expected_out) {
     int64_t got = static_cast<int64_t>(raw);
     int64_t expected = static_cast<int64_t>(make(value, step, k));
-    *got_out = static_cast<double>(got);
-    *expected_out = static_cast<double>(expected);
+    got_out->i = got;
+    expected_out->i = expected;
     if (got == expected) return true;
     if (!(tolerance > 0)) return false;
     uint64_t diff = got > expected
@@ -88,11 +89,11 @@ struct FloatElem {
     return Convert<T>::from(doublePattern(value, step, k));
   }
   __device__ static bool matches(T raw, int64_t value, int64_t step, int64_t k, double tolerance,
-                                 double* got_out, double* expected_out) {
+                                 CheckValue* got_out, CheckValue* expected_out) {
     double got = Convert<T>::toDouble(raw);
     double expected = Convert<T>::toDouble(make(value, step, k));
-    *got_out = got;
-    *expected_out = expected;
+    got_out->f = got;
+    expected_out->f = expected;
     if (isnan(got) || isnan(expected)) return false;
     if (got == expected) return true;  // also equal infinities
     return tolerance > 0 && fabs(got - expected) <= tolerance;
@@ -116,13 +117,14 @@ __global__ void fillKernel(T* dst, std::size_t count, int64_t value, int64_t ste
 // up to the scheduling: any kMaxReported of that execution, not necessarily
 // those with the smallest indices. Returns false once this execution may
 // report nothing more (another execution owns the record, or it is full).
-__device__ bool tryReport(CheckRecord* rec, int64_t execution, std::size_t k, double got,
-                          double expected) {
+__device__ bool tryReport(CheckRecord* rec, int64_t execution, std::size_t k, CheckValue got,
+                          CheckValue expected, bool integer) {
   auto* first = reinterpret_cast<unsigned long long*>(&rec->first_execution);
   const unsigned long long none = static_cast<unsigned long long>(-1LL);
   const unsigned long long mine = static_cast<unsigned long long>(execution);
   unsigned long long owner = atomicCAS(first, none, mine);
   if (owner != none && owner != mine) return false;
+  rec->integer = integer ? 1 : 0;
   int* reported = &rec->reported;
   int slot = *reinterpret_cast<volatile int*>(reported);
   while (slot < CheckRecord::kMaxReported) {
@@ -168,12 +170,13 @@ __global__ void __launch_bounds__(kBlockThreads)
   const std::size_t stride = static_cast<std::size_t>(gridDim.x) * blockDim.x;
   for (std::size_t k = static_cast<std::size_t>(blockIdx.x) * blockDim.x + threadIdx.x; k < count;
        k += stride) {
-    double got = 0;
-    double expected = 0;
+    CheckValue got{}, expected{};
     if (E::matches(src[k], value, step, static_cast<int64_t>(k), tolerance, &got, &expected))
       continue;
     ++mismatches;
-    if (!reporting_over && !tryReport(rec, execution, k, got, expected)) reporting_over = 1;
+    if (!reporting_over &&
+        !tryReport(rec, execution, k, got, expected, std::is_integral_v<T>))
+      reporting_over = 1;
   }
 
   // A block with no mismatch has nothing to add (the usual case: no atomic).
