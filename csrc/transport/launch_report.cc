@@ -279,9 +279,12 @@ LaunchOutcome launchOutcome(int wait_status, const std::vector<RankReport>& repo
   } else if (code == 0) {
     what = "mpirun ended without starting every rank";
   } else if (interrupted && interrupted_count == started && !(code > 128 && code < 128 + NSIG)) {
-    // mpirun passes on a rank's signal as 128 + N; any other status: it was
-    // interrupted itself and ended every rank.
-    what = fmt::format("every rank was ended by {}, as when mpirun is interrupted",
+    // mpirun passes on a rank's signal as 128 + N; any other status: mpirun
+    // ended every rank, interrupted itself (not through hir, which says so
+    // before it gets here) or after a rank it lost (one stopped, one that
+    // ended as the signal came): which, the reports cannot tell.
+    what = fmt::format("every rank was ended by {}, sent by mpirun (when it is interrupted, or "
+                       "after a rank ended) or from outside hir",
                        signalName(interrupted->signal));
   } else if (interrupted) {
     interrupted_named = true;

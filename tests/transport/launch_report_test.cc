@@ -112,8 +112,8 @@ TEST(LaunchOutcome, MpirunTerminatedIsARuntimeFailureNotAFailedCheck) {
       launchOutcome(exitStatus(1), {signalled(0, 10, SIGTERM, 5), signalled(1, 11, SIGTERM, 6)});
   EXPECT_EQ(o.exit_code, 3);
   EXPECT_EQ(o.message,
-            "the job failed: every rank was ended by signal 15 (Terminated), as when mpirun is "
-            "interrupted (mpirun exit 1)");
+            "the job failed: every rank was ended by signal 15 (Terminated), sent by mpirun "
+            "(when it is interrupted, or after a rank ended) or from outside hir (mpirun exit 1)");
 }
 
 TEST(LaunchOutcome, MpirunKilledIsSaid) {
