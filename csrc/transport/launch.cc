@@ -152,6 +152,14 @@ int launchRanksOfThisCommand(const LaunchOptions& opts, const std::vector<std::s
   // Shared memory between local ranks; no single-copy (ptrace) mechanism,
   // which containers often forbid.
   setenv("OMPI_MCA_btl_vader_single_copy_mechanism", "none", 0);
+  // Each launch on one node keeps Open MPI's session directory in its own
+  // folder (removed with it): two mpiruns that start at the same moment
+  // otherwise race to create the same one under /tmp and one fails
+  // (session_dir.c). Not across nodes, where the folder does not exist.
+  if (opts.hostfile.empty()) {
+    setenv("OMPI_MCA_orte_tmpdir_base", reports.path().c_str(), 0);  // Open MPI 4
+    setenv("PRTE_MCA_prte_tmpdir_base", reports.path().c_str(), 0);  // Open MPI 5
+  }
   setenv("HIR_LAUNCHED_NP", std::to_string(np).c_str(), 1);
   setenv(kRankReportsVariable, reports.path().c_str(), 1);
   std::vector<std::string> cmd = launcherCommand(opts, self, args);

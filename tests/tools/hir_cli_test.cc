@@ -397,6 +397,21 @@ TEST(HirCli, KillingTheLauncherLeavesNoRankBehind) {
   std::filesystem::remove_all(tmp);
 }
 
+// Two mpiruns started at the same moment once collided in Open MPI's session
+// directory (one failed before any rank started): each launch keeps its own.
+TEST(HirCli, EightLaunchesAtOnceAllPass) {
+  const std::string run = shellQuoted(hirBinary()) + " run " +
+                          shellQuoted(example("allreduce.json")) + " --np 2 --device host";
+  CommandResult r = shell(
+      "fails=0; for round in 1 2; do pids=''; for i in 1 2 3 4 5 6 7 8; do " + run +
+          " >/dev/null 2>\"${TMPDIR:-/tmp}/hir_cli_at_once_$$_$i\" & pids=\"$pids $!\"; done; "
+          "i=0; for p in $pids; do i=$((i+1)); wait $p || { fails=$((fails+1)); "
+          "cat \"${TMPDIR:-/tmp}/hir_cli_at_once_$$_$i\"; }; done; done; "
+          "rm -f \"${TMPDIR:-/tmp}\"/hir_cli_at_once_$$_*; echo fails=$fails",
+      300);
+  EXPECT_NE(r.out.find("fails=0"), std::string::npos) << r.out << r.err;
+}
+
 // What the launcher says when the job ends in a way the ranks did not
 // decide: a rank killed, mpirun terminated or killed. `action` runs in sh
 // once both ranks of a long loop have started and reported, with $ranks
@@ -465,7 +480,8 @@ TEST(HirCli, TerminatingMpirunIsARuntimeFailureNotAFailedCheck) {
   EXPECT_NE(out.find("rc=3"), std::string::npos) << out;
   EXPECT_NE(out.find("left=0"), std::string::npos) << out;
   EXPECT_NE(out.find("hir: error: the job failed: every rank was ended by signal 15 "
-                     "(Terminated), as when mpirun is interrupted"),
+                     "(Terminated), sent by mpirun (when it is interrupted, or after a rank "
+                     "ended) or from outside hir"),
             std::string::npos)
       << out;
 }
