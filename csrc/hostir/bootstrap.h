@@ -66,7 +66,10 @@ std::unique_ptr<Bootstrap> createMpiBootstrap(int* argc = nullptr, char*** argv 
 // a UsageError saying so. After either, the world is broken: every later
 // call throws the same error. rankSpace() is RankSpace::Threads; every rank
 // is on this machine's node (the host name), localRank() == rank(). The
-// ranks share state that lives until the last of them is destroyed.
+// ranks share state that lives until the last of them is destroyed. A
+// world of more than kMaxThreadRanks (each rank a thread with a Session of
+// its own) is a UsageError.
+inline constexpr int kMaxThreadRanks = 4096;
 std::vector<std::unique_ptr<Bootstrap>> createThreadBootstraps(
     int world, std::chrono::milliseconds timeout = std::chrono::minutes(5));
 

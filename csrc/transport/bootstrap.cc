@@ -402,8 +402,9 @@ std::unique_ptr<Bootstrap> createMpiBootstrap(int* argc, char*** argv) {
 
 std::vector<std::unique_ptr<Bootstrap>> createThreadBootstraps(int world,
                                                                std::chrono::milliseconds timeout) {
-  HIR_CHECK_AS(UsageError, world >= 1,
-               "createThreadBootstraps: a world needs at least 1 rank, got {}", world);
+  HIR_CHECK_AS(UsageError, world >= 1 && world <= kMaxThreadRanks,
+               "createThreadBootstraps: a world of ranks as threads has 1 to {} ranks, got {}",
+               kMaxThreadRanks, world);
   HIR_CHECK_AS(UsageError, timeout.count() > 0,
                "createThreadBootstraps: the timeout must be positive, got {} ms", timeout.count());
   auto shared = std::make_shared<ThreadWorld>(world, timeout, hostName());

@@ -139,6 +139,13 @@ TEST(ThreadBootstrap, RanksCallingDifferentCollectivesGetAUsageErrorNamingEach) 
 
 TEST(ThreadBootstrap, BadArgumentsAreUsageErrors) {
   EXPECT_THROW(createThreadBootstraps(0), UsageError);
+  // Refused before anything is allocated for it (was std::bad_alloc).
+  try {
+    createThreadBootstraps(1 << 30);
+    ADD_FAILURE() << "a world of 2^30 threads was made";
+  } catch (const UsageError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("has 1 to 4096 ranks, got 1073741824"));
+  }
   EXPECT_THROW(createThreadBootstraps(2, std::chrono::milliseconds(0)), UsageError);
   auto world = createThreadBootstraps(2, std::chrono::seconds(1));
   int x = 0;
