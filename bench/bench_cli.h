@@ -12,8 +12,10 @@
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
+#include <algorithm>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include <hostir/error.h>
 
@@ -97,6 +99,13 @@ inline int parse(CLI::App& app, int argc, char** argv, const char* program,
                    program);
     return kExitBadInput;
   }
+}
+
+// The median of repeated timings (the mean of the middle two for an even
+// count); `v` is not empty.
+inline double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.size() % 2 ? v[v.size() / 2] : (v[v.size() / 2 - 1] + v[v.size() / 2]) / 2;
 }
 
 }  // namespace hir::bench

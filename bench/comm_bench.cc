@@ -64,6 +64,9 @@
 namespace hir {
 namespace {
 
+using hir::bench::median;
+
+
 using Clock = std::chrono::steady_clock;
 constexpr Duration kTimeout = std::chrono::minutes(5);
 
@@ -557,12 +560,6 @@ class Bench {
     std::vector<double> all(static_cast<std::size_t>(world_));
     boot_.allgather(&v, all.data(), sizeof(double));
     return *std::max_element(all.begin(), all.end());
-  }
-
-  static double median(std::vector<double> v) {
-    std::sort(v.begin(), v.end());
-    const std::size_t n = v.size();
-    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
   }
 
   void measure(const std::string& op, const Shape& s) {

@@ -102,10 +102,7 @@ std::string program(int64_t n, int64_t iters) {
                      n, iters);
 }
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.size() % 2 ? v[v.size() / 2] : (v[v.size() / 2 - 1] + v[v.size() / 2]) / 2;
-}
+using hir::bench::median;
 
 // Seconds of the slowest rank, from a barrier to the end of `fn`.
 double timed(const std::function<void()>& fn) {

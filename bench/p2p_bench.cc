@@ -249,10 +249,7 @@ std::vector<std::size_t> presentAt(const std::vector<Variant>& variants, int64_t
   return out;
 }
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.size() % 2 ? v[v.size() / 2] : (v[v.size() / 2 - 1] + v[v.size() / 2]) / 2;
-}
+using hir::bench::median;
 
 // One timed step, collective: barrier, run `fn` (which waits for its work),
 // and the slowest rank's seconds.
