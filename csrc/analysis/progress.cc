@@ -186,12 +186,9 @@ std::optional<std::pair<std::string, std::string>> WaitGraph::findCycle(const Pl
     if (!first) message += "; ";
     first = false;
     if (consumer == part) {
-      const Node& p = nodes_[part];
-      const auto* post = std::get_if<instr::Post>(&plan.code[p.pc].op);
-      const std::string backend =
-          post ? plan.backends[plan.comms[post->comm].backend].name : std::string("the backend");
       message += fmt::format("{} starts only after {} completes ({} runs them in order)",
-                             describeNode(plan, part), describeMeeting(plan, cycle[i]), backend);
+                             describeNode(plan, part), describeMeeting(plan, cycle[i]),
+                             backendOf(plan, part));
     } else {
       message += fmt::format("{} waits for {}, and {} comes after it", describeNode(plan, consumer),
                              describeMeeting(plan, cycle[i]), describeNode(plan, part));

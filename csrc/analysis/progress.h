@@ -86,6 +86,7 @@ class WaitGraph {
   std::string describeNode(const Plan& plan, int id) const;
   // Whether b's start follows a's by the backend's order of starts.
   bool startsAfter(int b, int a) const;
+  // The name of the backend a post or a group runs on ("the backend" else).
   std::string backendOf(const Plan& plan, int id) const;
 
   std::vector<Node> nodes_;
