@@ -310,12 +310,12 @@ CheckFindings runCheck(const void* src, DType t, std::size_t count, int64_t valu
     if (elementMatches(src, t, k, e, tolerance)) continue;
     if (f.reported < CheckRecord::kMaxReported) {
       f.index[f.reported] = static_cast<int64_t>(k);
-      if (isFloating(t)) {
-        f.got[f.reported].f = loadAsDouble(src, t, k);
-        f.expected[f.reported].f = e.f;
-      } else {
+      if (f.integer) {
         f.got[f.reported].i = loadAsInt(src, t, k);
         f.expected[f.reported].i = e.i;
+      } else {
+        f.got[f.reported].f = loadAsDouble(src, t, k);
+        f.expected[f.reported].f = e.f;
       }
       ++f.reported;
     }
