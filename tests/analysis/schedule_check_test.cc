@@ -830,8 +830,8 @@ std::string sendBehindAStreamWait(const std::string& backend) {
          R"(, {"op": "set_stream", "stream": 0},)" +
          comm(R"("name": "s0", "type": "send", "tensor": "a", )" + next + b) +
          R"(, {"op": "fill", "tensor": "c", "value": 0}, )" +
-         comm(R"("name": "r1", "type": "recv", "tensor": "c", )" + next + b) + "," + wait("s0") + "," + wait("r1") +
-         "," + wait("s1");
+         comm(R"("name": "r1", "type": "recv", "tensor": "c", )" + next + b) + "," + wait("s0") +
+         "," + wait("r1") + "," + wait("s1");
 }
 
 TEST(ScheduleCheck, AStreamWaitHoldsBackTheLaterStartsOfAHostBackend) {
