@@ -27,19 +27,43 @@ HostPostStreams::LaneKey HostPostStreams::laneOf(std::span<const PostArgs> ops) 
   return key;
 }
 
+namespace {
+// Whether `ready` has completed; not after a failure (query() throws the
+// sticky error then, which the post leaves to the waits that report it).
+bool readyNow(Device& d, Event& ready) {
+  try {
+    return d.query(ready);
+  } catch (const Error&) {
+    return false;
+  }
+}
+}  // namespace
+
 void HostPostStreams::enqueue(const std::unique_lock<std::mutex>& held,
                               std::span<const PostArgs> ops, Stream& current, Event& done,
-                              std::function<void()> start, std::function<void()> complete) {
+                              std::function<void()> start, std::function<void()> complete,
+                              bool inline_ok) {
   HIR_INTERNAL_ASSERT(held.mutex() == &mutex_ && held.owns_lock(),
                       "a host post enqueued without its streams' lock");
   Device& d = *device_;
   std::unique_ptr<Stream>& lane = lanes_[laneOf(ops)];
   if (lane == nullptr) lane = d.createStream();
   d.record(*ready_, current);
-  d.wait(*start_, *ready_);
-  d.launchHostFunc(*start_, std::move(start));
-  d.record(*started_, *start_);
-  d.wait(*lane, *started_);
+  if (inline_ok && queued_starts_->load() == 0 && readyNow(d, *ready_)) {
+    start();
+  } else {
+    queued_starts_->fetch_add(1);
+    d.wait(*start_, *ready_);
+    d.launchHostFunc(*start_, [start = std::move(start), queued = queued_starts_] {
+      struct CountDown {
+        std::atomic<int64_t>& n;
+        ~CountDown() { n.fetch_sub(1); }
+      } count_down{*queued};
+      start();
+    });
+    d.record(*started_, *start_);
+    d.wait(*lane, *started_);
+  }
   d.launchHostFunc(*lane, std::move(complete));
   d.record(done, *lane);
 }

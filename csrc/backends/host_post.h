@@ -15,6 +15,13 @@
 // start does wait for the work enqueued before its post on the posting
 // stream, and later starts wait behind it (PostOrder::kStartsInPostOrder).
 //
+// A start runs at once on the posting thread instead when that keeps both
+// orders: nothing is pending on the posting stream (its inputs are ready),
+// no earlier start is still queued, and the backend says the start is
+// cheap (`inline_ok`: no large copy). The completion then waits for
+// nothing but its lane: a small operation waited on the host costs one
+// hand-off to the lane's thread and one back, not four.
+//
 // Completions wait only where the operations imply it. Each post's
 // completion runs on the completion stream of its lanes: one per peer and
 // direction for a send or recv, one per team for a collective, one per set
@@ -27,6 +34,7 @@
 // A failure of start() or complete() becomes the device's sticky error.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -42,6 +50,9 @@ namespace hir {
 
 class HostPostStreams {
  public:
+  // The most bytes a start may copy and still run on the posting thread.
+  static constexpr std::size_t kInlineStartBytes = std::size_t{64} << 10;
+
   // The streams and events, on `device` (at the backend's setup()).
   void create(Device& device);
   bool created() const { return start_ != nullptr; }
@@ -51,11 +62,12 @@ class HostPostStreams {
   [[nodiscard]] std::unique_lock<std::mutex> lock() { return std::unique_lock(mutex_); }
 
   // Enqueues the post of `ops`, under lock(): `start` after the work
-  // enqueued on `current` so far, `complete` after `start` on the lane of
-  // `ops`, and `done` recorded after `complete`.
+  // enqueued on `current` so far (or runs it now, see above, when
+  // `inline_ok`; what it throws then is thrown here), `complete` after
+  // `start` on the lane of `ops`, and `done` recorded after `complete`.
   void enqueue(const std::unique_lock<std::mutex>& held, std::span<const PostArgs> ops,
                Stream& current, Event& done, std::function<void()> start,
-               std::function<void()> complete);
+               std::function<void()> complete, bool inline_ok);
 
   // At teardown: waits for every stream, one deadline of `timeout` for all.
   // A post that failed or timed out was reported where it happened.
@@ -73,6 +85,10 @@ class HostPostStreams {
   std::unique_ptr<Stream> start_;
   std::map<LaneKey, std::unique_ptr<Stream>> lanes_;
   std::unique_ptr<Event> ready_, started_;
+  // Starts enqueued on start_ and not run yet (one that a failure skipped
+  // never counts down: the device has failed, nothing runs inline after).
+  std::shared_ptr<std::atomic<int64_t>> queued_starts_ =
+      std::make_shared<std::atomic<int64_t>>(0);
   std::mutex mutex_;
 };
 

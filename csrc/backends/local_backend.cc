@@ -450,9 +450,13 @@ void LocalBackend::post(std::span<const PostArgs> ops, Stream& current, Event& d
   const auto lock = st.streams.lock();
   for (const PostArgs& a : ops) record->ops.push_back(st.resolve(a));
   record->pending = static_cast<int>(record->ops.size());
+  // A start that completes a slot moves the data of all its members.
+  std::size_t moved = 0;
+  for (const Op& o : record->ops) moved += o.count * dtypeSize(o.dtype) * o.members.size();
   State* state = &st;  // the backend's teardown drains its streams first
   st.streams.enqueue(lock, ops, current, done, [state, record] { state->start(record); },
-                     [state, record] { state->complete(record); });
+                     [state, record] { state->complete(record); },
+                     moved <= HostPostStreams::kInlineStartBytes);
 }
 
 void LocalBackend::abort() {

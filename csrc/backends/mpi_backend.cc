@@ -47,15 +47,27 @@ constexpr int kAutoPriority = 10;
 constexpr int kPointToPointTag = 0;
 // Polling of a pending post. MPI moves a message larger than its eager
 // limit in fragments, and only while both ranks call into it (Open MPI has
-// no progress thread), so a poller that sleeps between calls moves about one
-// fragment per sleep (docs/performance.md, "The mpi backend on the host").
-// So a post is polled without sleeping (yielding the core) while it could
-// still be moving data: kHotBase, plus its bytes at kHotNsPerByte (250 MB/s,
-// well below any host's copy rate). Then, for a peer that is late, the
-// poller sleeps, doubling from kFirstPause to kLongestPause, so that several
-// ranks sharing few cores do not spin.
+// no progress thread), so a poller that sleeps long between calls moves
+// about one fragment per sleep (docs/performance.md, "The mpi backend on the
+// host"). The completion task is the rank's one poller while the host waits
+// asleep, so it
+// - spins (calls MPI_Testall back to back, never yielding) for kSpinBase
+//   plus the post's bytes at kSpinNsPerByte: a small operation's round
+//   trip, or a large one's transfer while the peer keeps up;
+// - then, while the data could still be moving (kHotBase plus the bytes at
+//   kHotNsPerByte, 250 MB/s, well below any host's copy rate), sleeps
+//   kHotPause between polls, so that a peer rank sharing its core can run;
+// - then, for a peer that is late, sleeps doubling from kFirstPause to
+//   kLongestPause.
+// It never yields: on a loaded machine a yield gives the core away for a
+// whole time slice (milliseconds), while a thread that wakes from a short
+// sleep runs ahead of the processes that kept their cores (host-bench.sh,
+// docs/performance.md, "The host path beside raw MPI").
+constexpr std::chrono::microseconds kSpinBase{100};
+constexpr double kSpinNsPerByte = 1.0;
 constexpr std::chrono::microseconds kHotBase{1000};
 constexpr double kHotNsPerByte = 4.0;
+constexpr std::chrono::microseconds kHotPause{5};
 constexpr std::chrono::microseconds kFirstPause{2};
 constexpr std::chrono::microseconds kLongestPause{100};
 // A post's polling gives up this long after the backend timeout: the
@@ -292,10 +304,13 @@ void awaitPost(PostRecord& record) {
   const Duration limit = record.timeout + kPollGrace;
   const Clock::time_point start = Clock::now();
   const Clock::time_point deadline = start + limit;
-  const Clock::time_point hot_until =
-      start + kHotBase +
-      std::chrono::nanoseconds(static_cast<int64_t>(static_cast<double>(record.bytes) *
-                                                    kHotNsPerByte));
+  auto after = [&](std::chrono::microseconds base, double ns_per_byte) {
+    return start + base +
+           std::chrono::nanoseconds(
+               static_cast<int64_t>(static_cast<double>(record.bytes) * ns_per_byte));
+  };
+  const Clock::time_point spin_until = after(kSpinBase, kSpinNsPerByte);
+  const Clock::time_point hot_until = after(kHotBase, kHotNsPerByte);
   std::chrono::microseconds pause = kFirstPause;
   for (;;) {
     int complete = 0;
@@ -311,8 +326,9 @@ void awaitPost(PostRecord& record) {
       throw BackendError(fmt::format(
           "mpi: {} did not complete within {} ms on rank {} (the timeout, {} ms, and {} ms)",
           record.what, limit.count(), record.rank, record.timeout.count(), kPollGrace.count()));
+    if (now < spin_until) continue;
     if (now < hot_until) {
-      std::this_thread::yield();
+      std::this_thread::sleep_for(kHotPause);
       continue;
     }
     std::this_thread::sleep_for(pause);
@@ -626,9 +642,12 @@ void MpiBackend::post(std::span<const PostArgs> ops, Stream& current, Event& don
     record->bytes += a.count * dtypeSize(a.dtype) *
                      (isPointToPoint(a.type) ? 1 : static_cast<std::size_t>(st.team_size[a.team]));
   }
+  std::size_t staged = 0;
+  for (const Call& c : record->calls) staged += c.stage == Call::Stage::None ? 0 : c.stage_bytes;
   const auto lock = st.streams.lock();
   st.streams.enqueue(lock, ops, current, done, [record] { startPost(*record); },
-                     [record] { completePost(record.get()); });
+                     [record] { completePost(record.get()); },
+                     staged <= HostPostStreams::kInlineStartBytes);
 }
 
 void MpiBackend::abort() {

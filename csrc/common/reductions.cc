@@ -90,6 +90,15 @@ namespace {
 template <class T>
 void divideNative(void* data, std::size_t n, int divisor) {
   auto* x = static_cast<T*>(data);
+  // A power of two: x * (1 / d) is x / d exactly (both round the same real
+  // number), and a multiplication is several times cheaper than a division.
+  if constexpr (std::is_floating_point_v<T>) {
+    if (divisor > 0 && (divisor & (divisor - 1)) == 0) {
+      const T inverse = T(1) / static_cast<T>(divisor);
+      for (std::size_t i = 0; i < n; ++i) x[i] *= inverse;
+      return;
+    }
+  }
   for (std::size_t i = 0; i < n; ++i) x[i] = static_cast<T>(x[i] / static_cast<T>(divisor));
 }
 

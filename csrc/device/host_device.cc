@@ -32,10 +32,11 @@ thread_local const Worker* host_device::t_current_worker = nullptr;
 
 namespace {
 
-// A completion token: one record() of an event. Guarded by Impl::mu.
+// A completion token: one record() of an event. `stamp` is written before
+// `done` is set, and read only after it is seen set.
 struct Completion {
   uint64_t stream_id = 0;  // where it was recorded, for messages
-  bool done = false;
+  std::atomic<bool> done{false};
   Clock::time_point stamp{};  // when it completed (timing events only)
 };
 
@@ -84,8 +85,7 @@ void HostDevice::Impl::waitForAllStreams(std::string_view why) {
     if (!hs->owning()) continue;
     Worker& w = hs->worker();
     uint64_t target = w.enqueued();
-    std::unique_lock lock(mu);
-    bool ok = progress.wait_until(lock, deadline, [&] { return w.doneLocked() >= target; });
+    bool ok = waitUntil(deadline, [&] { return w.done() >= target; });
     HIR_CHECK_AS(TimeoutError, ok,
                  "host wait timed out after {} ms waiting for stream {} to finish before {}",
                  limit.count(), w.id(), why);
@@ -187,17 +187,23 @@ void HostDevice::record(Event& e, Stream& s) {
   auto token = std::make_shared<Completion>();
   token->stream_id = w.id();
   Impl* dev = impl_.get();
-  // Enqueued first: an enqueue that times out (a full run-ahead window)
-  // leaves the event's capture as it was.
-  w.enqueue([dev, token, timing = ev.timing] {
-    const Clock::time_point now = timing ? Clock::now() : Clock::time_point{};
-    {
-      std::lock_guard lock(dev->mu);
-      token->stamp = now;
-      token->done = true;
-    }
-    dev->progress.notify_all();
-  });
+  // On a stream with nothing pending (every task it was given is done, so
+  // none runs now), the event completes at once, as CUDA's does right
+  // after the stream drains, and nothing waits for the worker to get to it.
+  // Another thread enqueueing on the same stream meanwhile is unordered
+  // with this call anyway. After a failure the record is a skipped task.
+  if (t_current_worker != &w && !dev->failed.load() && w.done() == w.enqueued()) {
+    if (ev.timing) token->stamp = Clock::now();
+    token->done.store(true);
+  } else {
+    // Enqueued first: an enqueue that times out (a full run-ahead window)
+    // leaves the event's capture as it was.
+    w.enqueue([dev, token, timing = ev.timing] {
+      if (timing) token->stamp = Clock::now();
+      token->done.store(true);
+      dev->wake();
+    });
+  }
   std::lock_guard lock(impl_->mu);
   ev.latest = token;
 }
@@ -209,17 +215,16 @@ void HostDevice::wait(Stream& s, Event& e) {
   {
     std::lock_guard lock(impl_->mu);
     token = ev.latest;  // the capture at call time
-    if (!token || token->done) return;  // nothing to wait for
+    if (!token || token->done.load()) return;  // nothing to wait for
   }
   Impl* dev = impl_.get();
   uint64_t event_id = ev.id;
   w.enqueue([dev, token, event_id] {
     Duration limit = dev->streamWait();
-    std::unique_lock lock(dev->mu);
-    dev->progress.wait_until(lock, deadlineAfter(limit), [&] {
-      return token->done || dev->failed.load() || dev->closing.load();
+    dev->waitUntil(deadlineAfter(limit), [&] {
+      return token->done.load() || dev->failed.load() || dev->closing.load();
     });
-    if (token->done || dev->failed.load()) return;  // after a failure: skipped anyway
+    if (token->done.load() || dev->failed.load()) return;  // after a failure: skipped anyway
     HIR_CHECK_AS(BackendError, !dev->closing.load(),
                  "device destroyed while a stream waited for event #{}", event_id);
     throw BackendError(fmt::format(
@@ -232,16 +237,20 @@ bool HostDevice::query(Event& e) {
   HostEvent& ev = hostEvent(*impl_, e);
   std::lock_guard lock(impl_->mu);
   if (impl_->failed.load()) impl_->throwSticky();
-  return !ev.latest || ev.latest->done;
+  return !ev.latest || ev.latest->done.load();
 }
 
 void HostDevice::synchronize(Event& e, Duration timeout) {
   HostEvent& ev = hostEvent(*impl_, e);
-  std::unique_lock lock(impl_->mu);
-  std::shared_ptr<Completion> token = ev.latest;
-  bool ok = impl_->progress.wait_until(lock, deadlineAfter(timeout), [&] {
-    return !token || token->done || impl_->failed.load();
+  std::shared_ptr<Completion> token;
+  {
+    std::lock_guard lock(impl_->mu);
+    token = ev.latest;
+  }
+  bool ok = impl_->waitUntil(deadlineAfter(timeout), [&] {
+    return !token || token->done.load() || impl_->failed.load();
   });
+  std::lock_guard lock(impl_->mu);
   if (impl_->failed.load()) impl_->throwSticky();
   HIR_CHECK_AS(TimeoutError, ok,
                "host wait timed out after {} ms waiting for event #{} (recorded on stream {})",
@@ -257,7 +266,7 @@ double HostDevice::elapsedMs(Event& from, Event& to) {
   if (impl_->failed.load()) impl_->throwSticky();
   for (const HostEvent* ev : {&a, &b}) {
     HIR_INTERNAL_ASSERT(ev->timing, "elapsedMs: event #{} is not a timing event", ev->id);
-    HIR_INTERNAL_ASSERT(ev->latest && ev->latest->done, "elapsedMs: event #{} {}", ev->id,
+    HIR_INTERNAL_ASSERT(ev->latest && ev->latest->done.load(), "elapsedMs: event #{} {}", ev->id,
                         ev->latest ? "has not completed" : "was never recorded");
   }
   return std::chrono::duration<double, std::milli>(b.latest->stamp - a.latest->stamp).count();
@@ -266,14 +275,14 @@ double HostDevice::elapsedMs(Event& from, Event& to) {
 void HostDevice::synchronize(Stream& s, Duration timeout) {
   Worker& w = impl_->stream(s).worker();
   uint64_t target = w.enqueued();
-  std::unique_lock lock(impl_->mu);
-  bool ok = impl_->progress.wait_until(lock, deadlineAfter(timeout), [&] {
-    return w.doneLocked() >= target || impl_->failed.load();
+  bool ok = impl_->waitUntil(deadlineAfter(timeout), [&] {
+    return w.done() >= target || impl_->failed.load();
   });
+  std::lock_guard lock(impl_->mu);
   if (impl_->failed.load()) impl_->throwSticky();
   HIR_CHECK_AS(TimeoutError, ok,
                "host wait timed out after {} ms waiting for stream {} ({} of {} tasks done)",
-               timeout.count(), w.id(), w.doneLocked(), target);
+               timeout.count(), w.id(), w.done(), target);
 }
 
 // ----------------------------------------------------------- data kernels

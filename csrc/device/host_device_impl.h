@@ -5,6 +5,7 @@
 #pragma once
 
 #include <pthread.h>
+#include <sys/prctl.h>
 
 #include <atomic>
 #include <chrono>
@@ -52,10 +53,15 @@ struct HostDevice::Impl {
   explicit Impl(Duration stream_wait) : stream_wait_ms(stream_wait.count()) {}
   ~Impl();
 
-  // Guards completion tokens, per-worker done counts and the sticky error;
-  // `progress` is notified whenever any of them changes.
+  // What a wait can wait for (a completion token, a worker's done count,
+  // the sticky error, the device closing) is atomic, so a waiter checks it
+  // without a lock. A waiter spins on it briefly (waitUntil), then sleeps on
+  // `progress`; whoever changes it calls wake(), which notifies only while
+  // someone sleeps (`sleepers`), so that a hand-off between two running
+  // threads costs no system call.
   std::mutex mu;
   std::condition_variable progress;
+  std::atomic<int> sleepers{0};
   std::string sticky;  // first failure, guarded by mu
   std::atomic<bool> failed{false};
   // Set when the device is destroyed: a stream task still blocked then can
@@ -106,6 +112,31 @@ struct HostDevice::Impl {
       closing.store(true);
     }
     progress.notify_all();
+  }
+  // After a change a waiter may be waiting for. Sequentially consistent
+  // with waitUntil's count of sleepers: either the waiter sees the change
+  // before it sleeps, or this sees the sleeper and wakes it (the lock
+  // orders the notify after the sleeper's last check).
+  void wake() {
+    if (sleepers.load() == 0) return;
+    { std::lock_guard lock(mu); }
+    progress.notify_all();
+  }
+  // Waits until `ready()` or `deadline`; returns ready(). It does not
+  // spin: the thread that completes the work is usually this rank's only
+  // busy one (a lane polling MPI, a worker running a kernel), and a spinner
+  // beside it takes a core that a peer rank or the work itself needs. A
+  // thread woken from a sleep also runs ahead of the processes that kept
+  // their cores meanwhile, where a spinning or yielding one waits for its
+  // turn (milliseconds on a loaded machine).
+  template <class Ready>
+  bool waitUntil(host_device::Clock::time_point deadline, Ready ready) {
+    if (ready()) return true;
+    std::unique_lock lock(mu);
+    sleepers.fetch_add(1);
+    const bool ok = progress.wait_until(lock, deadline, ready);
+    sleepers.fetch_sub(1);
+    return ok;
   }
   // With `mu` held.
   [[noreturn]] void throwSticky() const {
@@ -179,9 +210,9 @@ class Worker {
   }
 
   uint64_t id() const { return id_; }
-  // Tasks enqueued so far; tasks finished or skipped (guarded by dev.mu).
+  // Tasks enqueued so far; tasks finished or skipped.
   uint64_t enqueued() const { return enqueued_.load(); }
-  uint64_t doneLocked() const { return done_; }
+  uint64_t done() const { return done_.load(); }
 
  private:
   // The host waits for the worker to run a full queue down to half. The
@@ -221,6 +252,10 @@ class Worker {
     t_current_worker = this;
     std::string name = fmt::format("hir-stream-{}", id_);
     pthread_setname_np(pthread_self(), name.substr(0, 15).c_str());
+    // Sleeps as short as asked (1 us of slack, not Linux's default 50 us):
+    // the tasks that poll (MPI requests, a peer's semaphore) sleep a few
+    // microseconds between polls while data is still moving.
+    prctl(PR_SET_TIMERSLACK, 1000UL);
     for (;;) {
       Task task;
       std::deque<Task> skipped;
@@ -248,11 +283,8 @@ class Worker {
       // Release what the tasks captured before they count as done.
       task = nullptr;
       skipped.clear();
-      {
-        std::lock_guard lock(dev_.mu);
-        done_ += taken;
-      }
-      dev_.progress.notify_all();
+      done_.fetch_add(taken);
+      dev_.wake();
     }
   }
 
@@ -280,7 +312,7 @@ class Worker {
   std::condition_variable room_cv_;
   std::atomic<bool> room_waiting_{false};
   std::atomic<uint64_t> enqueued_{0};
-  uint64_t done_ = 0;  // guarded by dev_.mu
+  std::atomic<uint64_t> done_{0};
   std::thread thread_;  // last: starts after the members above exist
 };
 

@@ -39,6 +39,10 @@ void HostDevice::writeValue(Stream& s, uint32_t* addr, uint32_t value) {
 
 namespace {
 
+// The longest sleep between two polls of a semaphore: a peer's write is
+// seen at most this late (the worker's sleeps are precise, host_device_impl.h).
+constexpr std::chrono::microseconds kLongestPollPause{100};
+
 // Polls `seen()` until `ready(value)`: the writer may be another process,
 // so there is nothing to notify. Ends early when `release` (may be null)
 // becomes non-zero or the device failed; throws once the device closes or
@@ -61,7 +65,7 @@ void pollUntil(HostDevice::Impl* dev, const void* at, Seen seen, Ready ready, ui
                  "stream wait timed out after {} ms: {}({}) saw {}, {}", limit.count(), what, at,
                  value, awaited);
     std::this_thread::sleep_for(pause);
-    pause = std::min<std::chrono::microseconds>(pause * 2, std::chrono::milliseconds(1));
+    pause = std::min<std::chrono::microseconds>(pause * 2, kLongestPollPause);
   }
 }
 

@@ -16,6 +16,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "support/gate.h"
+
 #include <hostir/backend.h>
 #include "backends/ipc/ipc_backend.h"
 #include "backends/mpi_backend.h"
@@ -305,6 +307,55 @@ TEST(MpiBackend, MessagesBetweenAPairArriveInPostOrder) {
         std::vector<float> want = sentData(0, 1, m, kCount);
         EXPECT_EQ(std::memcmp(buffers[m]->data(), want.data(), kCount * sizeof(float)), 0)
             << "message " << m;
+      }
+    }
+  }
+  test::world().barrier();
+}
+
+TEST(MpiBackend, APostFromAnIdleStreamStartsAfterAnEarlierPostStillQueued) {
+  // Rank 0 posts send 1 from a stream held back by a gate, then send 2
+  // from an idle stream, which could start at once on the posting thread:
+  // it must not, or MPI would match it with rank 1's first recv.
+  HIR_REQUIRE_WORLD_AT_LEAST(2);
+  Harness h;
+  const int rank = test::world().rank();
+  if (rank <= 1) {
+    constexpr std::size_t kCount = 256;
+    std::vector<std::unique_ptr<Buffer>> buffers;
+    std::vector<std::unique_ptr<Event>> done;
+    for (int m = 0; m < 2; ++m) {
+      buffers.push_back(std::make_unique<Buffer>(h.device, kCount * sizeof(float)));
+      done.push_back(h.device.createEvent());
+    }
+    Stream& idle = h.device.defaultStream();
+    if (rank == 0) {
+      auto held = h.device.createStream();
+      test::Gate gate;
+      h.device.launchHostFunc(*held, gate.task());
+      for (int m = 0; m < 2; ++m) {
+        std::vector<float> data = sentData(0, 1, m, kCount);
+        std::memcpy(buffers[m]->data(), data.data(), kCount * sizeof(float));
+        PostArgs op = pointToPoint(CommType::Send, buffers[m]->data(), kCount, 1);
+        h.backend->post({&op, 1}, m == 0 ? *held : idle, *done[m]);
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      EXPECT_FALSE(h.device.query(*done[1])) << "send 2 completed while send 1 was held back";
+      gate.open();
+      h.device.synchronize(*held, testTimeout());
+    } else {
+      for (int m = 0; m < 2; ++m) {
+        fillWith(buffers[m]->data(), DType::Float32, kCount, poison(DType::Float32));
+        PostArgs op = pointToPoint(CommType::Recv, buffers[m]->data(), kCount, 0);
+        h.backend->post({&op, 1}, idle, *done[m]);
+      }
+    }
+    for (int m = 0; m < 2; ++m) {
+      h.device.synchronize(*done[m], testTimeout());
+      if (rank == 1) {
+        std::vector<float> want = sentData(0, 1, m, kCount);
+        EXPECT_EQ(std::memcmp(buffers[m]->data(), want.data(), kCount * sizeof(float)), 0)
+            << "message " << m << " (the sends started out of post order)";
       }
     }
   }

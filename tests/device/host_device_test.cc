@@ -257,6 +257,48 @@ TEST(HostDeviceEvents, WaitAfterReRecordUsesTheNewCapture) {
   dev.synchronize(*a, kLong);
 }
 
+TEST(HostDeviceEvents, ARecordOnAnIdleStreamCompletesAtOnceAndOnABusyOneAfterItsWork) {
+  HostDevice dev;
+  auto s = dev.createStream();
+  auto e = dev.createEvent();
+  dev.record(*e, *s);  // nothing was ever enqueued on s
+  EXPECT_TRUE(dev.query(*e)) << "a record on an idle stream waits for its worker";
+  Gate gate;
+  std::atomic<bool> ran{false};
+  dev.launchHostFunc(*s, gate.task());
+  dev.launchHostFunc(*s, [&] { ran = true; });
+  dev.record(*e, *s);
+  std::this_thread::sleep_for(30ms);
+  EXPECT_FALSE(dev.query(*e)) << "a record completed before the work enqueued before it";
+  gate.open();
+  dev.synchronize(*e, kLong);
+  EXPECT_TRUE(ran.load());
+  dev.synchronize(*s, kLong);  // idle again: the next record completes at once
+  dev.record(*e, *s);
+  EXPECT_TRUE(dev.query(*e));
+}
+
+TEST(HostDeviceEvents, ManyHandOffsBetweenStreamsAndTheHostAllArrive) {
+  // A ping-pong between two streams and the host, each hop an event: a
+  // wake-up lost between a waiter's last look and its sleep would hang a
+  // hop until the timeout.
+  HostDevice dev;
+  auto a = dev.createStream();
+  auto b = dev.createStream();
+  auto ea = dev.createEvent();
+  auto eb = dev.createEvent();
+  int64_t value = 0;  // plain: the events order every access
+  for (int i = 0; i < 2000; ++i) {
+    dev.launchHostFunc(*a, [&] { ++value; });
+    dev.record(*ea, *a);
+    dev.wait(*b, *ea);
+    dev.launchHostFunc(*b, [&] { ++value; });
+    dev.record(*eb, *b);
+    dev.synchronize(*eb, 5000ms);
+    ASSERT_EQ(value, 2 * (i + 1));
+  }
+}
+
 TEST(HostDeviceEvents, SynchronizeEventWaitsForTheRecordedWork) {
   HostDevice dev;
   auto e = dev.createEvent();
