@@ -69,7 +69,9 @@ fi
 if [ ! -f "$build/build.ninja" ]; then
   # -O1 with line tables only, as libFuzzer's documentation builds: a third
   # of the compile time of -O2 -g, and reports still name file and line.
+  # A unity build (HIR_UNITY_BUILD=OFF: each file on its own).
   CC=$cc CXX=$cxx cmake -S "$root" -B "$build" -G Ninja -DHIR_FUZZ=ON -DHIR_WITH_CUDA=OFF \
+    -DCMAKE_UNITY_BUILD="${HIR_UNITY_BUILD:-ON}" \
     -DHIR_BUILD_TESTS=OFF -DHIR_BUILD_BENCH=OFF -DCMAKE_BUILD_TYPE=RelWithDebInfo \
     "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1 -g1 -DNDEBUG" "-DCMAKE_C_FLAGS_RELWITHDEBINFO=-O1 -g1 -DNDEBUG" >&2
 fi

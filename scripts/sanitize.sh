@@ -11,7 +11,8 @@
 #            and a few more (TSAN_EXCLUDE below says why)
 # Environment: CC, CXX (default: the system compiler, as scripts/setup.sh
 # builds), JOBS (build and ctest jobs, default nproc), ASAN_BUILD, TSAN_BUILD
-# (the build directories). Packages: scripts/setup.sh installs them.
+# (the build directories), HIR_UNITY_BUILD (ON by default: a unity build,
+# a third of the compile time; OFF compiles each file on its own). Packages: scripts/setup.sh installs them.
 # Exit status: 0 when every suite passed with no sanitizer report, 1 otherwise.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -74,6 +75,7 @@ for kind in "${kinds[@]}"; do
   # -O1 with line tables only (-g1): half the compile time of -O2 -g, and
   # the sanitizers' reports still name file and line.
   cmake -S "$root" -B "$build" -G Ninja -DHIR_SANITIZE=$sanitize -DHIR_WITH_CUDA=OFF \
+    -DCMAKE_UNITY_BUILD="${HIR_UNITY_BUILD:-ON}" \
     -DHIR_BUILD_BENCH=OFF -DCMAKE_BUILD_TYPE=RelWithDebInfo \
     "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=$SANITIZE_OPT" "-DCMAKE_C_FLAGS_RELWITHDEBINFO=$SANITIZE_OPT" \
     >/dev/null

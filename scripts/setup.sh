@@ -3,7 +3,8 @@
 # missing packages), then configures and builds it. Idempotent: a second run
 # installs nothing and rebuilds only what changed.
 #   scripts/setup.sh [target...]     (default: everything)
-# Environment: BUILD_DIR (default build), HIR_WITH_CUDA (AUTO), JOBS.
+# Environment: BUILD_DIR (default build), HIR_WITH_CUDA (AUTO), JOBS,
+# HIR_UNITY_BUILD (ON; read at the first configure only).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=${BUILD_DIR:-$root/build}
@@ -28,8 +29,12 @@ if ((${#missing[@]})); then
   $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 
+# A first configure makes a unity build (files compiled in batches: a
+# fresh machine builds in a third of the time); HIR_UNITY_BUILD=OFF compiles
+# each file on its own, which rebuilds less after an edit.
 if [ ! -f "$build/build.ninja" ]; then
-  cmake -S "$root" -B "$build" -G Ninja -DHIR_WITH_CUDA="${HIR_WITH_CUDA:-AUTO}" >&2
+  cmake -S "$root" -B "$build" -G Ninja -DHIR_WITH_CUDA="${HIR_WITH_CUDA:-AUTO}" \
+    -DCMAKE_UNITY_BUILD="${HIR_UNITY_BUILD:-ON}" >&2
 fi
 jobs=${JOBS:-$(nproc)}
 if (($#)); then

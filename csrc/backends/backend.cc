@@ -44,22 +44,22 @@ void* Backend::allocateSymmetric(std::size_t, std::span<const int>) { return nul
 
 namespace {
 
-struct Registry {
+struct BackendRegistry {
   // Recursive: registering the built-ins goes through registerBackend().
   std::recursive_mutex mutex;
   std::vector<BackendInfo> backends;
   bool builtins_registered = false;
 };
 
-Registry& registry() {
-  static Registry r;
+BackendRegistry& backends() {
+  static BackendRegistry r;
   return r;
 }
 
 // The built-in backends register on first use of the registry, so that a
 // program linking the library statically still finds them (no static
 // initializers to be dropped by the linker).
-void registerBuiltins(Registry& r) {
+void registerBuiltins(BackendRegistry& r) {
   std::lock_guard lock(r.mutex);
   if (r.builtins_registered) return;
   r.builtins_registered = true;  // first: the calls below re-enter the registry
@@ -74,7 +74,7 @@ void registerBuiltins(Registry& r) {
 }  // namespace
 
 void registerBackend(BackendInfo info) {
-  Registry& r = registry();
+  BackendRegistry& r = backends();
   std::lock_guard lock(r.mutex);
   registerBuiltins(r);
   HIR_CHECK_AS(UsageError, info.create != nullptr && !info.caps.name.empty(),
@@ -98,7 +98,7 @@ void registerBackend(BackendInfo info) {
 }
 
 const std::vector<BackendInfo>& registeredBackends() {
-  Registry& r = registry();
+  BackendRegistry& r = backends();
   registerBuiltins(r);
   return r.backends;
 }
@@ -111,7 +111,7 @@ const BackendInfo* findBackend(std::string_view name) {
 
 std::vector<BackendCaps> backendCatalog() {
   std::vector<BackendCaps> out;
-  Registry& r = registry();
+  BackendRegistry& r = backends();
   std::lock_guard lock(r.mutex);
   registerBuiltins(r);
   for (const BackendInfo& b : r.backends) out.push_back(b.caps);

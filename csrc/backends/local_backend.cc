@@ -27,7 +27,7 @@ namespace hir {
 
 namespace {
 
-constexpr int kAutoPriority = 5;
+constexpr int kLocalAutoPriority = 5;
 // A post's wait gives up this long after the backend timeout, so that the
 // evaluator's own host waits and watchdog report first (as mpi).
 constexpr Duration kWaitGrace{2000};
@@ -396,7 +396,7 @@ BackendCaps LocalBackend::caps() {
   c.reduce_ops = EnumSet<ReduceOp>::all(kReduceOpNames);
   c.rank_spaces = {RankSpace::Threads};
   c.post_order = PostOrder::kStartsInPostOrder;  // one start thread (host_post.h)
-  c.auto_priority = kAutoPriority;
+  c.auto_priority = kLocalAutoPriority;
   return c;
 }
 

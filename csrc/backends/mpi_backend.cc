@@ -41,7 +41,7 @@ namespace hir {
 
 namespace {
 
-constexpr int kAutoPriority = 10;
+constexpr int kMpiAutoPriority = 10;
 // One tag for every send/recv: MPI's non-overtaking rule keeps the order of
 // the messages between a pair of ranks, which is the order of the program.
 constexpr int kPointToPointTag = 0;
@@ -176,7 +176,7 @@ struct Call {
 // What the start and completion tasks of one post share. The start task
 // fills `requests` (and `temps`); the completion task reads them after the
 // `started` event, which orders the two.
-struct PostRecord {
+struct MpiPost {
   std::vector<Call> calls;
   std::vector<MPI_Request> requests;
   std::vector<std::unique_ptr<std::byte[]>> temps;
@@ -194,7 +194,7 @@ struct PostRecord {
   // its temporaries, and its requests stay with MPI (a collective cannot be
   // cancelled): both go to the abandoned lists, kept for the rest of the
   // process (the run has failed).
-  ~PostRecord();
+  ~MpiPost();
 };
 
 // What posts that never completed left with MPI: their temporaries (MPI may
@@ -211,7 +211,7 @@ Abandoned& abandoned() {
   return *a;
 }
 
-PostRecord::~PostRecord() {
+MpiPost::~MpiPost() {
   if (completed) return;
   Abandoned& a = abandoned();
   std::lock_guard lock(a.mutex);
@@ -220,7 +220,7 @@ PostRecord::~PostRecord() {
     if (r != MPI_REQUEST_NULL) a.requests.push_back(r);
 }
 
-void stageInput(Call& c, PostRecord& record) {
+void stageInput(Call& c, MpiPost& record) {
   switch (c.stage) {
     case Call::Stage::None:
       return;
@@ -278,7 +278,7 @@ MPI_Request startCall(const Call& c) {
 }
 
 // The start task: never waits for a peer.
-void startPost(PostRecord& record) {
+void startPost(MpiPost& record) {
   if (record.aborted->load()) {
     record.start_failed = true;
     throw BackendError(fmt::format("mpi: {} was not started on rank {}: the backend was aborted",
@@ -299,7 +299,7 @@ void startPost(PostRecord& record) {
 // Polls until every request of the post completed, or throws after the
 // timeout and its grace, or once the backend is aborted (this becomes the
 // device's sticky error). An abandoned request stays with MPI.
-void awaitPost(PostRecord& record) {
+void awaitPost(MpiPost& record) {
   using Clock = std::chrono::steady_clock;
   const Duration limit = record.timeout + kPollGrace;
   const Clock::time_point start = Clock::now();
@@ -337,7 +337,7 @@ void awaitPost(PostRecord& record) {
 }
 
 // The completion task.
-void completePost(PostRecord* record) {
+void completePost(MpiPost* record) {
   if (record->start_failed) return;  // the start task already reported it
   awaitPost(*record);
   record->completed = true;
@@ -598,7 +598,7 @@ BackendCaps MpiBackend::caps() {
   c.reduce_ops = EnumSet<ReduceOp>::all(kReduceOpNames);
   c.rank_spaces = {RankSpace::Processes};  // MPI_COMM_WORLD
   c.post_order = PostOrder::kStartsInPostOrder;  // one start thread (host_post.h)
-  c.auto_priority = kAutoPriority;
+  c.auto_priority = kMpiAutoPriority;
   return c;
 }
 
@@ -631,7 +631,7 @@ void MpiBackend::setup(const BackendContext& ctx) {
 void MpiBackend::post(std::span<const PostArgs> ops, Stream& current, Event& done) {
   State& st = *state_;
   checkPostable("mpi", ops, st.streams.created(), st.aborted->load(), st.rank);
-  auto record = std::make_shared<PostRecord>();
+  auto record = std::make_shared<MpiPost>();
   record->rank = st.rank;
   record->timeout = st.ctx.timeout;
   record->aborted = st.aborted;

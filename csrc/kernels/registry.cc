@@ -11,13 +11,13 @@
 namespace hir {
 namespace {
 
-struct Registry {
+struct KernelRegistry {
   std::mutex mutex;
   std::vector<KernelInfo> kernels;
 };
 
-Registry& registry() {
-  static Registry r;
+KernelRegistry& kernels() {
+  static KernelRegistry r;
   return r;
 }
 
@@ -36,7 +36,7 @@ void registerKernel(KernelInfo info) {
                info.name.empty() ? "name" : "function");
   HIR_CHECK_AS(UsageError, !info.devices.empty(),
                "registerKernel: kernel '{}' names no device kind it runs on", info.name);
-  Registry& r = registry();
+  KernelRegistry& r = kernels();
   std::lock_guard lock(r.mutex);
   for (const KernelInfo& k : r.kernels)
     HIR_CHECK_AS(UsageError, k.name != info.name,
@@ -45,7 +45,7 @@ void registerKernel(KernelInfo info) {
 }
 
 const KernelInfo* findKernel(std::string_view name) {
-  Registry& r = registry();
+  KernelRegistry& r = kernels();
   std::lock_guard lock(r.mutex);
   for (const KernelInfo& k : r.kernels)
     if (k.name == name) return &k;
@@ -53,7 +53,7 @@ const KernelInfo* findKernel(std::string_view name) {
 }
 
 std::vector<std::string> kernelNames() {
-  Registry& r = registry();
+  KernelRegistry& r = kernels();
   std::lock_guard lock(r.mutex);
   std::vector<std::string> out;
   for (const KernelInfo& k : r.kernels) out.push_back(k.name);

@@ -29,13 +29,6 @@ namespace {
 // Fixed width of a node name in the nodes() exchange (HOST_NAME_MAX is 64).
 constexpr std::size_t kNodeNameBytes = 256;
 
-std::string hostName() {
-  char name[kNodeNameBytes] = {};
-  if (gethostname(name, sizeof(name) - 1) != 0)
-    throw BackendError(fmt::format("gethostname failed: {}", std::strerror(errno)));
-  return name;
-}
-
 int toMpiCount(std::size_t bytes, std::string_view call) {
   HIR_CHECK_AS(BackendError, bytes <= static_cast<std::size_t>(INT_MAX),
                "bootstrap {} of {} bytes per rank: at most {} bytes are supported", call, bytes,
@@ -371,6 +364,13 @@ const std::vector<std::string>& Bootstrap::nodes() {
   }
   nodes_ = std::move(nodes);
   return nodes_;
+}
+
+std::string hostName() {
+  char name[kNodeNameBytes] = {};
+  if (gethostname(name, sizeof(name) - 1) != 0)
+    throw BackendError(fmt::format("gethostname failed: {}", std::strerror(errno)));
+  return name;
 }
 
 NodeAssignment fakeNodeAssignment(int rank, int world, int nodes) {

@@ -1,11 +1,15 @@
-// Internal: the fake node split of HIR_FAKE_NODES=k, which lets one machine
-// pretend to be k nodes (tests of multi-node behaviour: ipc to a peer on
-// another node is refused, lowering falls back to another backend).
+// Internal: node identity for the bootstraps: this machine's name, and the
+// fake node split of HIR_FAKE_NODES=k, which lets one machine pretend to be
+// k nodes (tests of multi-node behaviour: ipc to a peer on another node is
+// refused, lowering falls back to another backend).
 #pragma once
 
 #include <string>
 
 namespace hir {
+
+// This machine's host name (gethostname); throws BackendError when it fails.
+std::string hostName();
 
 struct NodeAssignment {
   std::string node;    // "node<i>"

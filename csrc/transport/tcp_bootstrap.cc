@@ -72,13 +72,6 @@ std::string_view opName(Op op) {
   throw BackendError(text);
 }
 
-std::string hostName() {
-  char name[kMaxNodeName + 1] = {};
-  if (gethostname(name, sizeof(name) - 1) != 0)
-    throw BackendError(fmt::format("gethostname failed: {}", std::strerror(errno)));
-  return name;
-}
-
 long long msLeft(Clock::time_point deadline) {
   return std::max<long long>(
       0, std::chrono::duration_cast<milliseconds>(deadline - Clock::now()).count());

@@ -18,7 +18,7 @@ namespace hir {
 
 namespace {
 
-constexpr int kAutoPriority = 10;
+constexpr int kNcclAutoPriority = 10;
 // A host wait polls its event in slices of this length and asks the
 // communicators for asynchronous errors (a peer gone, a network failure)
 // between them, so that such an error ends the wait at once.
@@ -177,7 +177,7 @@ BackendCaps NcclBackend::caps() {
   c.types = EnumSet<CommType>::all(kCommTypeNames);
   c.dtypes = EnumSet<DType>::all(kDTypeNames);
   c.reduce_ops = EnumSet<ReduceOp>::all(kReduceOpNames);
-  c.auto_priority = kAutoPriority;
+  c.auto_priority = kNcclAutoPriority;
   c.post_order = PostOrder::kPerRank;  // one backend stream per rank
   c.capturable = true;  // NCCL operations are capturable; setCapturing() resets the joins
   c.symmetric_memory = HIR_NCCL_HAS_WINDOWS != 0;  // and the library too, at allocateSymmetric
