@@ -55,8 +55,15 @@ void writeAll(int fd, const char* text, std::size_t size) {
   }
 }
 
+// How long what handled a signal before may take before the rank ends
+// anyway: Open MPI's handler prints a backtrace, which takes locks (the
+// allocator's, the loader's) that the interrupted thread may hold, and then
+// never returns (a rank killed by SIGSEGV hung so for 120 s, session 31).
+constexpr unsigned kPassOnSeconds = 5;
+
 // Notes the signal, then gives it back to what handled it before (mpirun's
-// library may print a backtrace; by default the rank ends). A fault the
+// library may print a backtrace; by default the rank ends); for a fault,
+// an alarm bounds that (SIGALRM ends the rank by default). A fault the
 // process caused itself recurs when this returns; any other signal is
 // raised again, and arrives once this returns.
 void onSignal(int sig, siginfo_t* info, void*) {
@@ -73,6 +80,7 @@ void onSignal(int sig, siginfo_t* info, void*) {
   if (g_report_fd >= 0) writeAll(g_report_fd, line, static_cast<std::size_t>(p - line));
   sigaction(sig, &g_previous[sig], nullptr);
   const bool fault = sig == SIGSEGV || sig == SIGBUS || sig == SIGFPE || sig == SIGILL;
+  if (fault) alarm(kPassOnSeconds);  // the rank ends either way
   if (!fault || info == nullptr || info->si_code <= 0) raise(sig);
   errno = saved_errno;
 }

@@ -162,7 +162,8 @@ TEST(LaunchOutcome, ACodeOutsideHirsIsAlwaysThree) {
 // ------------------------------------------------- the rank side, for real
 
 // Runs `body` in a child process whose reports go to `folder`; returns its
-// wait status.
+// wait status. A child still running after 60 s is killed (SIGKILL), which
+// the tests' expectations then report.
 template <class F>
 int inChild(const std::string& folder, F body) {
   pid_t pid = fork();
@@ -172,7 +173,15 @@ int inChild(const std::string& folder, F body) {
     _exit(0);
   }
   int status = 0;
-  waitpid(pid, &status, 0);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (waitpid(pid, &status, WNOHANG) == 0) {
+    if (std::chrono::steady_clock::now() > deadline) {
+      kill(pid, SIGKILL);
+      waitpid(pid, &status, 0);
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
   return status;
 }
 
@@ -218,6 +227,26 @@ TEST(RankReportSignals, ACrashSaysSoAndStillCrashes) {
   ASSERT_TRUE(WIFSIGNALED(status)) << status;
   EXPECT_EQ(WTERMSIG(status), SIGSEGV);
   EXPECT_EQ(folder.read()[0].signal, SIGSEGV);
+}
+
+TEST(RankReportSignals, AFaultWhoseEarlierHandlerNeverReturnsStillEndsTheRank) {
+  // As Open MPI's handler does when its backtrace waits for a lock that
+  // the interrupted thread holds: the rank must end anyway, in seconds.
+  RankReportFolder folder(1);
+  const auto start = std::chrono::steady_clock::now();
+  int status = inChild(folder.path(), [] {
+    signal(SIGSEGV, [](int) {
+      for (;;) pause();
+    });
+    startRankReport(0);
+    raise(SIGSEGV);  // as `kill -SEGV` from outside
+    _exit(99);
+  });
+  const auto took = std::chrono::steady_clock::now() - start;
+  ASSERT_TRUE(WIFSIGNALED(status)) << status;
+  EXPECT_EQ(WTERMSIG(status), SIGALRM);
+  EXPECT_LT(took, std::chrono::seconds(30));
+  EXPECT_EQ(folder.read()[0].signal, SIGSEGV) << "the report names the fault, not the alarm";
 }
 
 TEST(RankReportSignals, AnExitCodeIsReportedAndAnIgnoredSignalStaysIgnored) {
