@@ -174,8 +174,9 @@ struct Call {
 };
 
 // What the start and completion tasks of one post share. The start task
-// fills `requests` (and `temps`); the completion task reads them after the
-// `started` event, which orders the two.
+// fills `requests` (and `temps`); the completion task reads them after it:
+// behind the `started` event, or, for a start run on the posting thread,
+// enqueued once it returned (host_post.h).
 struct MpiPost {
   std::vector<Call> calls;
   std::vector<MPI_Request> requests;

@@ -55,10 +55,10 @@ struct HostDevice::Impl {
 
   // What a wait can wait for (a completion token, a worker's done count,
   // the sticky error, the device closing) is atomic, so a waiter checks it
-  // without a lock. A waiter spins on it briefly (waitUntil), then sleeps on
-  // `progress`; whoever changes it calls wake(), which notifies only while
-  // someone sleeps (`sleepers`), so that a hand-off between two running
-  // threads costs no system call.
+  // without a lock. A waiter that finds it not ready sleeps on `progress`
+  // (waitUntil); whoever changes it calls wake(), which notifies only while
+  // someone sleeps (`sleepers`), so that a change nobody waits for costs no
+  // system call.
   std::mutex mu;
   std::condition_variable progress;
   std::atomic<int> sleepers{0};
