@@ -277,8 +277,17 @@ class RankRun {
   // Their accesses were resolved and checked for hazards before they ran;
   // the patterns are evaluated as the run evaluates them (a division by zero
   // or a shift past 63 in them is found here, not on every rank at run time).
-  void operator()(const instr::Fill& f, int) { evaluate(f.value, f.step); }
-  void operator()(const instr::Check& c, int) { evaluate(c.value, c.step); }
+  void operator()(const instr::Fill& f, int) {
+    if (!f.random) return evaluate(f.value, f.step);
+    const DType t = plan_.allocs[f.ref.alloc].dtype;
+    attempt("evaluate", [&] { randomPattern(*f.random, t, scalars_.data()); });
+  }
+  void operator()(const instr::Check& c, int) {
+    attempt("evaluate", [&] { checkTolerance(c, scalars_.data()); });
+    if (!c.expected) return evaluate(c.value, c.step);
+    if (accessed_[0] && accessed_[1])
+      attempt("size", [&] { checkSameCount("check", operand(c.ref, 0), operand(*c.expected, 1)); });
+  }
   void operator()(const instr::Copy& c, int) {
     const DType from = plan_.allocs[c.src.alloc].dtype, to = plan_.allocs[c.dst.alloc].dtype;
     if (from != to)
@@ -307,6 +316,11 @@ class RankRun {
   void operator()(const instr::Add& a, int) {
     if (!accessed_[0] || !accessed_[1] || !accessed_[2]) return;
     attempt("size", [&] { checkAddShapes(operand(a.a, 0), operand(a.b, 1), operand(a.out, 2)); });
+  }
+  void operator()(const instr::Unary& u, int) {
+    attempt("evaluate", [&] { u.factor.eval(scalars_.data()); });
+    if (accessed_[0] && accessed_[1])
+      attempt("size", [&] { checkSameCount(toString(u.op), operand(u.in, 0), operand(u.out, 1)); });
   }
   void operator()(const instr::Kernel& k, int) {
     for (const auto& arg : k.args) attempt("evaluate", [&] { arg.second.eval(scalars_.data()); });

@@ -10,7 +10,8 @@
 // Rules that are deliberately simple (the cross-rank schedule check, which
 // runs the lowered plan per rank, catches what they let through):
 // - A wait may name any communication or group that appears earlier in the
-//   pre-order walk, wherever it is (even in the other branch of an if).
+//   pre-order walk, wherever it is (even in the other branch of an if), or
+//   later in the body of a loop around the wait.
 // - A deallocate inside a nested body ends the allocation only for the rest
 //   of that body; nodes after the nested body still see it.
 #include "analysis/validate.h"
@@ -28,6 +29,7 @@
 #include <hostir/expr.h>
 
 #include "analysis/validate_declarations.h"
+#include "analysis/validate_fields.h"
 #include "common/check.h"
 #include "common/overloaded.h"
 #include "common/text.h"
@@ -85,7 +87,7 @@ class Validator {
   void operator()(const Communication& c) {
     posted_.insert(c.name);
     if (group_) group_->members.push_back({c.name, c.backend, path_});
-    checkCommFields(c);
+    checkCommFields(c, path_, issues_);
     if (c.input) checkRef(*c.input, fieldPath(path_, "input"));
     if (c.output) checkRef(*c.output, fieldPath(path_, "output"));
     if (c.tensor) checkRef(*c.tensor, fieldPath(path_, "tensor"));
@@ -118,17 +120,29 @@ class Validator {
     }
   }
 
+  // A wait names what was posted before it, or what is posted later in the
+  // body of a loop around it: then it waits for the post of an earlier
+  // iteration (software pipelining; the cross-rank check reports a wait that
+  // runs before any post, with its loop indices).
   void operator()(const Wait& w) {
     if (posted_.count(w.communication)) return;
-    std::string later;
+    const std::string* later = nullptr;
     if (auto it = decl_.comms.find(w.communication); it != decl_.comms.end())
-      later = fmt::format(" (it is posted later, at {})", it->second.path);
+      later = &it->second.path;
     else if (auto g = decl_.groups.find(w.communication); g != decl_.groups.end())
-      later = fmt::format(" (it is posted later, at {})", g->second);
+      later = &g->second;
+    if (later != nullptr)
+      for (const Loop& l : loops_)
+        if (later->starts_with(l.path + "/")) return;
     issue(fieldPath(path_, "communication"),
           fmt::format("wait on '{}', which is not a communication or group posted before this "
                       "node{}",
-                      w.communication, later));
+                      w.communication,
+                      later ? fmt::format(" (it is posted later, at {}, outside every loop around "
+                                          "this wait: only a loop's later posts can be waited "
+                                          "for, from its next iterations)",
+                                          *later)
+                            : ""));
   }
 
   void operator()(const ForLoop& f) {
@@ -168,10 +182,25 @@ class Validator {
     group_ = std::move(outer);
   }
 
+  // The linear pattern (value, step) or the random one, not both.
   void operator()(const Fill& f) {
     checkRef(f.tensor, fieldPath(path_, "tensor"));
-    checkExpr(f.value, fieldPath(path_, "value"));
-    checkExpr(f.step, fieldPath(path_, "step"));
+    if (!checkPatternOrOther("fill", f.value, f.step, f.random.has_value(), "random")) return;
+    if (!f.random) return;
+    const std::string at = fieldPath(path_, "random");
+    checkExpr(f.random->seed, fieldPath(at, "seed"));
+    checkReal(f.random->low, fieldPath(at, "low"));
+    checkReal(f.random->high, fieldPath(at, "high"));
+    const Real &lo = f.random->low, &hi = f.random->high;
+    if (!lo.isExpr() && !hi.isExpr() && !(lo.number < hi.number))
+      issue(fieldPath(at, "high"), fmt::format("a random fill needs low < high; found [{}, {})",
+                                               lo.number, hi.number));
+    if (auto t = refDType(f.tensor); t && !isFloating(*t))
+      for (const auto& [r, field] : {std::pair{&lo, "low"}, std::pair{&hi, "high"}})
+        if (!r->isExpr() && r->number != std::floor(r->number))
+          issue(fieldPath(at, field),
+                fmt::format("'{}' is {}: a random fill of integers takes whole bounds; found {}",
+                            f.tensor.str(), toString(*t), r->number));
   }
 
   void operator()(const Copy& c) {
@@ -180,13 +209,37 @@ class Validator {
     checkSameDType("copy", c.src, c.dst, fieldPath(path_, "dst"));
   }
 
+  // Against the pattern (value, step) or a tensor, not both; atol or its
+  // older name tolerance, not both.
   void operator()(const Check& c) {
     checkRef(c.tensor, fieldPath(path_, "tensor"));
-    checkExpr(c.value, fieldPath(path_, "value"));
-    checkExpr(c.step, fieldPath(path_, "step"));
+    if (checkPatternOrOther("check", c.value, c.step, c.expected.has_value(), "expected") &&
+        c.expected)
+      checkRef(*c.expected, fieldPath(path_, "expected"));
+    checkReal(c.rtol, fieldPath(path_, "rtol"));
+    checkReal(c.atol, fieldPath(path_, "atol"));
     if (!(c.tolerance >= 0.0) || std::isinf(c.tolerance))
       issue(fieldPath(path_, "tolerance"),
             fmt::format("tolerance must be a finite number >= 0; found {}", c.tolerance));
+    if (c.tolerance != 0 && (c.atol.isExpr() || c.atol.number != 0))
+      issue(fieldPath(path_, "tolerance"),
+            "a check takes atol or tolerance (its older name), not both: keep atol");
+  }
+
+  // relu, gelu, silu and scale: one floating dtype in and out; cast: any.
+  template <UnaryOp Op>
+  void operator()(const Elementwise<Op>& e) {
+    checkRef(e.input, fieldPath(path_, "input"));
+    checkRef(e.output, fieldPath(path_, "output"));
+    if constexpr (Op == UnaryOp::Scale) checkReal(e.factor, fieldPath(path_, "factor"));
+    if constexpr (Op != UnaryOp::Cast) {
+      if (auto t = refDType(e.input); t && !isFloating(*t))
+        issue(fieldPath(path_, "input"),
+              fmt::format("{} runs on float32, float64, float16 or bfloat16; '{}' is {} (cast "
+                          "it first)",
+                          toString(Op), e.input.str(), toString(*t)));
+      checkSameDType(std::string(toString(Op)), e.input, e.output, fieldPath(path_, "output"));
+    }
   }
 
   // 2-D operands of one floating dtype; the sizes are checked per rank by
@@ -236,6 +289,32 @@ class Validator {
   }
 
  private:
+  // A fill's or check's pattern (value, step) or its alternative (`other`,
+  // named `field`): exactly one. False when neither or both are given.
+  bool checkPatternOrOther(std::string_view node, const Expr& value, const Expr& step,
+                           bool other, std::string_view field) {
+    const bool pattern = !value.empty();
+    if (pattern == other) {
+      issue(path_, pattern ? fmt::format("a {} takes 'value' or '{}', not both", node, field)
+                           : fmt::format("a {} needs 'value' (the pattern value + step * k) or "
+                                         "'{}'",
+                                         node, field));
+      return false;
+    }
+    if (pattern) {
+      checkExpr(value, fieldPath(path_, "value"));
+      checkExpr(step, fieldPath(path_, "step"));
+    } else if (!(step == Expr(int64_t{0}))) {
+      issue(fieldPath(path_, "step"),
+            fmt::format("'step' belongs to the pattern; a {} with '{}' takes none", node, field));
+    }
+    return true;
+  }
+
+  void checkReal(const Real& r, const std::string& at) {
+    if (r.isExpr()) checkExpr(r.expr, at);
+  }
+
   // What the declarations say of a reference, when its allocation is known.
   std::optional<std::size_t> refDims(const TensorRef& r) const {
     auto decl = decl_.allocs.find(r.name);
@@ -305,6 +384,9 @@ class Validator {
                                           [](const Check&) { return false; },
                                           [](const Matmul&) { return false; },
                                           [](const Add&) { return false; },
+                                          []<UnaryOp Op>(const Elementwise<Op>&) {
+                                            return false;
+                                          },
                                           [](const Kernel&) { return false; },
                                       },
                                       n.v);
@@ -466,40 +548,6 @@ class Validator {
     for (const BackendCaps& caps : options_.backends)
       if (caps.maps_peer_memory) out += fmt::format("{}'{}'", out.empty() ? "" : ", ", caps.name);
     return out.empty() ? std::string("none is registered") : out;
-  }
-
-  void checkCommFields(const Communication& c) {
-    const std::string_view type = toString(c.type);
-    auto need = [&](bool present, std::string_view field) {
-      if (!present) issue(path_, fmt::format("{} needs '{}'", type, field));
-    };
-    auto forbid = [&](bool present, std::string_view field, std::string_view why) {
-      if (present)
-        issue(fieldPath(path_, field), fmt::format("{} takes no '{}'{}", type, field, why));
-    };
-    if (isPointToPoint(c.type)) {
-      need(c.tensor.has_value(), "tensor");
-      need(c.peer.has_value(), "peer");
-      forbid(c.input.has_value(), "input", " (send/recv move 'tensor')");
-      forbid(c.output.has_value(), "output", " (send/recv move 'tensor')");
-      forbid(c.root.has_value(), "root", "");
-      forbid(c.reduce.has_value(), "reduce", "");
-      if (!c.team.all)
-        issue(fieldPath(path_, "team"), "send/recv have no team; the peer is an absolute rank");
-      return;
-    }
-    need(c.input.has_value(), "input");
-    need(c.output.has_value(), "output");
-    forbid(c.tensor.has_value(), "tensor", " (collectives read 'input' and write 'output')");
-    forbid(c.peer.has_value(), "peer", " (collectives run over a team)");
-    if (hasRoot(c.type))
-      need(c.root.has_value(), "root");
-    else
-      forbid(c.root.has_value(), "root", "");
-    if (hasReduceOp(c.type))
-      need(c.reduce.has_value(), "reduce");
-    else
-      forbid(c.reduce.has_value(), "reduce", "");
   }
 
   // --------------------------------------------------------------- tensors

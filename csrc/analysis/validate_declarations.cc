@@ -83,6 +83,8 @@ class Collector {
   void operator()(const Check&) {}
   void operator()(const Matmul&) {}
   void operator()(const Add&) {}
+  template <UnaryOp Op>
+  void operator()(const Elementwise<Op>&) {}
   void operator()(const Kernel& k) {
     if (auto error = textError("a kernel name", k.name))
       issue(fieldPath(path_, "name"), std::move(*error));

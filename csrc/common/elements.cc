@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "common/check.h"
+#include "common/random.h"
 
 namespace hir {
 
@@ -174,23 +175,52 @@ int64_t loadAsInt(const void* base, DType t, std::size_t k) {
   HIR_INTERNAL_ASSERT(false, "loadAsInt called on floating dtype {}", toString(t));
 }
 
-bool elementMatches(const void* base, DType t, std::size_t k, const PatternElement& expected,
-                    double tolerance) {
-  if (!isFloating(t)) {
-    int64_t got = loadAsInt(base, t, k);
-    if (got == expected.i) return true;
-    if (!(tolerance > 0)) return false;
-    // |got - expected| without signed overflow.
-    uint64_t diff = got > expected.i
-                        ? static_cast<uint64_t>(got) - static_cast<uint64_t>(expected.i)
-                        : static_cast<uint64_t>(expected.i) - static_cast<uint64_t>(got);
-    return static_cast<double>(diff) <= tolerance;
+PatternElement roundedElement(DType t, double d) {
+  switch (t) {
+    case DType::Float64: return {0, d};
+    case DType::Float32: return {0, static_cast<double>(static_cast<float>(d))};
+    case DType::Float16:
+      return {0, static_cast<double>(halfToFloat(floatToHalf(static_cast<float>(d))))};
+    case DType::BFloat16:
+      return {0, static_cast<double>(bfloat16ToFloat(floatToBFloat16(static_cast<float>(d))))};
+    default: break;
   }
-  double got = loadAsDouble(base, t, k);
-  if (std::isnan(got) || std::isnan(expected.f)) return false;
-  if (got == expected.f) return true;  // also equal infinities
+  HIR_INTERNAL_ASSERT(false, "roundedElement: dtype {} is not floating", toString(t));
+}
+
+PatternElement randomElement(DType t, const RandomPattern& p, uint64_t k) {
+  if (isFloating(t)) return roundedElement(t, randomReal(p.seed, k, p.low, p.high));
+  const int64_t v = randomInteger(p.seed, k, static_cast<int64_t>(p.low),
+                                  static_cast<int64_t>(p.high));
+  switch (t) {
+    case DType::Int32: return {static_cast<int32_t>(v), 0};
+    case DType::UInt8: return {static_cast<uint8_t>(v), 0};
+    default: return {v, 0};
+  }
+}
+
+bool closeEnough(double got, double expected, const Tolerance& tol) {
+  if (std::isnan(got) || std::isnan(expected)) return false;
+  if (got == expected) return true;  // also equal infinities
   // inf - inf is NaN and fails the comparison, as it should.
-  return tolerance > 0 && std::fabs(got - expected.f) <= tolerance;
+  return std::fabs(got - expected) <= tol.atol + tol.rtol * std::fabs(expected);
+}
+
+bool closeEnough(int64_t got, int64_t expected, const Tolerance& tol) {
+  if (got == expected) return true;
+  if (!(tol.atol > 0) && !(tol.rtol > 0)) return false;
+  // |got - expected| without signed overflow.
+  const uint64_t diff = got > expected
+                            ? static_cast<uint64_t>(got) - static_cast<uint64_t>(expected)
+                            : static_cast<uint64_t>(expected) - static_cast<uint64_t>(got);
+  return static_cast<double>(diff) <=
+         tol.atol + tol.rtol * std::fabs(static_cast<double>(expected));
+}
+
+bool elementMatches(const void* base, DType t, std::size_t k, const PatternElement& expected,
+                    const Tolerance& tolerance) {
+  if (!isFloating(t)) return closeEnough(loadAsInt(base, t, k), expected.i, tolerance);
+  return closeEnough(loadAsDouble(base, t, k), expected.f, tolerance);
 }
 
 void fillPattern(void* base, DType t, std::size_t count, int64_t value, int64_t step) {

@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include <hostir/device.h>
 #include <hostir/types.h>
 
 namespace hir {
@@ -32,10 +33,22 @@ double loadAsDouble(const void* base, DType t, std::size_t k);
 // Loads element `k` of `base` as int64 (integer dtypes only).
 int64_t loadAsInt(const void* base, DType t, std::size_t k);
 
+// `d` rounded to the floating dtype `t` as the pattern rounds (double to
+// float, float to half or bfloat16), as a PatternElement.
+PatternElement roundedElement(DType t, double d);
+
+// Element k of the random pattern (common/random.h) for dtype `t`.
+PatternElement randomElement(DType t, const RandomPattern& p, uint64_t k);
+
+// |got - expected| <= atol + rtol * |expected|; NaN never matches, equal
+// infinities do. The integer form computes the difference without overflow.
+bool closeEnough(double got, double expected, const Tolerance& tol);
+bool closeEnough(int64_t got, int64_t expected, const Tolerance& tol);
+
 // Does element `k` of `base` match the pattern within `tolerance`?
-// Integer dtypes compare exactly when tolerance is 0; NaN never matches.
+// Integer dtypes compare exactly when the tolerance is 0; NaN never matches.
 bool elementMatches(const void* base, DType t, std::size_t k, const PatternElement& expected,
-                    double tolerance);
+                    const Tolerance& tolerance);
 
 // Fills [0, count) of `base` with the pattern; checks [0, count) against it.
 void fillPattern(void* base, DType t, std::size_t count, int64_t value, int64_t step);

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "common/check.h"
+#include "common/unary.h"
 #include "common/elements.h"
 
 namespace hir {
@@ -221,6 +222,69 @@ void hostAdd(void* out, const void* a, const void* b, DType t, std::size_t count
     case DType::UInt8: return addAs<uint8_t>(out, a, b, count, wrappingAdd<uint8_t>);
   }
   HIR_INTERNAL_ASSERT(false, "host add: unknown dtype {}", static_cast<int>(t));
+}
+
+// ------------------------------------------------------------------- unary
+
+namespace {
+
+int64_t intBound(DType t, bool high) {
+  switch (t) {
+    case DType::Int32: return high ? INT32_MAX : INT32_MIN;
+    case DType::UInt8: return high ? 255 : 0;
+    default: return high ? INT64_MAX : INT64_MIN;
+  }
+}
+
+// Element k of a cast: floating to integer saturates, integer to integer
+// wraps, anything to floating rounds as the fill pattern does.
+PatternElement castElement(const UnaryArgs& x, std::size_t k) {
+  if (isFloating(x.out_type)) {
+    const double d = isFloating(x.in_type) ? loadAsDouble(x.in, x.in_type, k)
+                                           : static_cast<double>(loadAsInt(x.in, x.in_type, k));
+    return roundedElement(x.out_type, d);
+  }
+  const int64_t v =
+      isFloating(x.in_type)
+          ? saturatingToInt(loadAsDouble(x.in, x.in_type, k), intBound(x.out_type, false),
+                            intBound(x.out_type, true))
+          : loadAsInt(x.in, x.in_type, k);
+  return {v, 0.0};  // storeElement converts as a C++ cast
+}
+
+template <class F>
+F activation(UnaryOp op, F v) {
+  switch (op) {
+    case UnaryOp::Relu: return reluOf(v);
+    case UnaryOp::Gelu: return geluOf(v);
+    case UnaryOp::Silu: return siluOf(v);
+    case UnaryOp::Cast:
+    case UnaryOp::Scale: break;
+  }
+  return v;
+}
+
+}  // namespace
+
+void hostUnary(const UnaryArgs& x) {
+  HIR_INTERNAL_ASSERT(x.op == UnaryOp::Cast ||
+                          (x.in_type == x.out_type && isFloating(x.in_type)),
+                      "host unary {}: {} to {} (a floating dtype to itself expected)",
+                      static_cast<int>(x.op), toString(x.in_type), toString(x.out_type));
+  for (std::size_t k = 0; k < x.count; ++k) {
+    PatternElement e{};
+    if (x.op == UnaryOp::Cast) {
+      e = castElement(x, k);
+    } else if (x.op == UnaryOp::Scale) {
+      e = roundedElement(x.out_type, loadAsDouble(x.in, x.in_type, k) * x.factor);
+    } else if (x.in_type == DType::Float64) {
+      e.f = activation(x.op, loadAsDouble(x.in, x.in_type, k));
+    } else {
+      const float v = static_cast<float>(loadAsDouble(x.in, x.in_type, k));
+      e = roundedElement(x.out_type, activation(x.op, v));
+    }
+    storeElement(x.out, x.out_type, k, e);
+  }
 }
 
 }  // namespace hir

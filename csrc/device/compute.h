@@ -36,4 +36,7 @@ void hostMatmul(const MatmulArgs& args);
 // integer dtypes wrap around (two's complement). out may be a or b.
 void hostAdd(void* out, const void* a, const void* b, DType t, std::size_t count);
 
+// Device::unary on the calling thread (UnaryArgs says what each op does).
+void hostUnary(const UnaryArgs& args);
+
 }  // namespace hir

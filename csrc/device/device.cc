@@ -36,6 +36,14 @@ void Device::matmul(Stream&, const MatmulArgs&) { throwUnsupported(*this, "compu
 void Device::add(Stream&, void*, const void*, const void*, DType, std::size_t) {
   throwUnsupported(*this, "compute", "add");
 }
+void Device::unary(Stream&, const UnaryArgs&) { throwUnsupported(*this, "compute", "unary"); }
+void Device::fillRandom(Stream&, void*, DType, std::size_t, const RandomPattern&) {
+  throwUnsupported(*this, "compute", "fillRandom");
+}
+void Device::checkAgainst(Stream&, const void*, DType, const void*, DType, std::size_t, Tolerance,
+                          CheckRecord*, int64_t) {
+  throwUnsupported(*this, "compute", "checkAgainst");
+}
 void Device::reduce(Stream&, void*, const void* const*, std::size_t, DType, ReduceOp,
                     std::size_t) {
   throwUnsupported(*this, "reduce", "reduce");

@@ -310,13 +310,18 @@ struct CheckFindings {
   CheckValue expected[CheckRecord::kMaxReported] = {};
 };
 
-CheckFindings runCheck(const void* src, DType t, std::size_t count, int64_t value, int64_t step,
-                       double tolerance) {
+// Checks element k of `src` against expected(k) (a PatternElement) for k
+// in [0, count). `integer`: compare and report as int64.
+template <class Expected>
+CheckFindings runCheck(const void* src, DType t, std::size_t count, bool integer,
+                       const Tolerance& tolerance, Expected expected) {
   CheckFindings f;
-  f.integer = !isFloating(t);
+  f.integer = integer;
   for (std::size_t k = 0; k < count; ++k) {
-    PatternElement e = patternElement(t, value, step, static_cast<int64_t>(k));
-    if (elementMatches(src, t, k, e, tolerance)) continue;
+    const PatternElement e = expected(k);
+    const bool ok = integer ? closeEnough(loadAsInt(src, t, k), e.i, tolerance)
+                            : closeEnough(loadAsDouble(src, t, k), e.f, tolerance);
+    if (ok) continue;
     if (f.reported < CheckRecord::kMaxReported) {
       f.index[f.reported] = static_cast<int64_t>(k);
       if (f.integer) {
@@ -360,11 +365,43 @@ void mergeCheck(CheckRecord* out, std::size_t count, const CheckFindings& f,
 }  // namespace
 
 void HostDevice::check(Stream& s, const void* src, DType t, std::size_t count, int64_t value,
-                       int64_t step, double tolerance, CheckRecord* out, int64_t execution) {
+                       int64_t step, Tolerance tolerance, CheckRecord* out, int64_t execution) {
   HIR_INTERNAL_ASSERT(out != nullptr, "check without a record");
   impl_->stream(s).worker().enqueue([=] {
-    mergeCheck(out, count, runCheck(src, t, count, value, step, tolerance), execution);
+    auto pattern = [&](std::size_t k) {
+      return patternElement(t, value, step, static_cast<int64_t>(k));
+    };
+    mergeCheck(out, count, runCheck(src, t, count, !isFloating(t), tolerance, pattern),
+               execution);
   });
+}
+
+void HostDevice::checkAgainst(Stream& s, const void* got, DType t, const void* expected, DType et,
+                              std::size_t count, Tolerance tolerance, CheckRecord* out,
+                              int64_t execution) {
+  HIR_INTERNAL_ASSERT(out != nullptr, "check without a record");
+  impl_->stream(s).worker().enqueue([=] {
+    const bool integer = !isFloating(t) && !isFloating(et);
+    auto element = [&](std::size_t k) {
+      return integer ? PatternElement{loadAsInt(expected, et, k), 0.0}
+                     : PatternElement{0, loadAsDouble(expected, et, k)};
+    };
+    mergeCheck(out, count, runCheck(got, t, count, integer, tolerance, element), execution);
+  });
+}
+
+void HostDevice::fillRandom(Stream& s, void* dst, DType t, std::size_t count,
+                            const RandomPattern& pattern) {
+  impl_->stream(s).worker().enqueue([=] {
+    for (std::size_t k = 0; k < count; ++k) storeElement(dst, t, k, randomElement(t, pattern, k));
+  });
+}
+
+void HostDevice::unary(Stream& s, const UnaryArgs& args) {
+  if (args.count == 0) return;
+  HIR_INTERNAL_ASSERT(args.in != nullptr && args.out != nullptr,
+                      "host unary of {} elements with a null buffer", args.count);
+  impl_->stream(s).worker().enqueue([args] { hostUnary(args); });
 }
 
 void HostDevice::launchHostFunc(Stream& s, std::function<void()> fn) {

@@ -74,6 +74,18 @@ class BodyBuilder {
                       MatmulOptions opts = {});
   // out = a + b, elementwise (the "add" node).
   BodyBuilder& addTensors(std::string_view a, std::string_view b, std::string_view out);
+  // Uniform random values of `seed` in [low, high) (a fill with "random").
+  BodyBuilder& fillRandom(std::string_view tensor, Expr seed, Real low = 0.0, Real high = 1.0);
+  // tensor against `expected` within atol + rtol * |expected| (a check with
+  // "expected").
+  BodyBuilder& checkClose(std::string_view tensor, std::string_view expected, Real rtol = 0.0,
+                          Real atol = 0.0);
+  // output = f(input) (the "relu", "gelu", "silu", "scale" and "cast" nodes).
+  BodyBuilder& relu(std::string_view input, std::string_view output);
+  BodyBuilder& gelu(std::string_view input, std::string_view output);
+  BodyBuilder& silu(std::string_view input, std::string_view output);
+  BodyBuilder& scale(std::string_view input, std::string_view output, Real factor);
+  BodyBuilder& cast(std::string_view input, std::string_view output);
   // A kernel registered as `name` (hostir/kernel.h).
   BodyBuilder& kernel(std::string name, const std::vector<std::string>& reads,
                       const std::vector<std::string>& writes,

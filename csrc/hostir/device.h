@@ -84,6 +84,44 @@ struct CheckRecord {
   CheckValue expected[kMaxReported] = {};
 };
 
+// How close a checked element must be: |got - expected| <= atol + rtol *
+// |expected| (NumPy's allclose); NaN never matches. Integer dtypes compare
+// exactly when both are 0. A bare number is an absolute tolerance.
+struct Tolerance {
+  double atol = 0.0;
+  double rtol = 0.0;
+  Tolerance(double absolute = 0.0, double relative = 0.0)  // NOLINT: implicit from atol
+      : atol(absolute), rtol(relative) {}
+};
+
+// fillRandom's values: element k of the span is a function of (seed, k)
+// only (common/random.h), the same on every device: uniform in [low, high)
+// for floating dtypes (then rounded to the dtype), a uniform integer in
+// [low, high) for integer ones (low and high whole numbers, converted as a
+// C++ cast does). low < high.
+struct RandomPattern {
+  uint64_t seed = 0;
+  double low = 0.0, high = 1.0;
+};
+
+// out[i] = op(in[i]) for `count` elements (UnaryOp in <hostir/types.h>).
+// Cast converts only; the others compute in float (double for float64) and
+// round to the output's dtype: relu max(x, 0), gelu the tanh approximation
+// 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), silu x / (1 + e^-x),
+// scale x * factor (the product in double, then rounded). Cast: any dtypes (floating to
+// integer truncates toward zero and saturates, NaN gives 0; integer to
+// integer wraps as a C++ cast; integer or floating to floating rounds to
+// nearest). The others: in and out of one floating dtype. out may be in.
+struct UnaryArgs {
+  UnaryOp op = UnaryOp::Cast;
+  const void* in = nullptr;
+  DType in_type = DType::Float32;
+  void* out = nullptr;
+  DType out_type = DType::Float32;
+  std::size_t count = 0;
+  double factor = 1.0;  // Scale
+};
+
 // Optional capabilities.
 enum class DeviceFeature : uint8_t {
   Ipc,              // exportMemory / importMemory
@@ -159,7 +197,7 @@ class Device {
                     int64_t step) = 0;
   virtual void copy(Stream& s, void* dst, const void* src, std::size_t bytes) = 0;
   virtual void check(Stream& s, const void* src, DType t, std::size_t count, int64_t value,
-                     int64_t step, double tolerance, CheckRecord* out, int64_t execution) = 0;
+                     int64_t step, Tolerance tolerance, CheckRecord* out, int64_t execution) = 0;
   // Runs `fn` on a host thread once the work enqueued before it on `s` is
   // done; work after it waits for fn to return (cudaLaunchHostFunc).
   virtual void launchHostFunc(Stream& s, std::function<void()> fn) = 0;
@@ -175,6 +213,17 @@ class Device {
   // out[i] = a[i] + b[i] for `count` elements of dtype `t` (out may be a or b).
   virtual void add(Stream& s, void* out, const void* a, const void* b, DType t,
                    std::size_t count);
+  // See UnaryArgs.
+  virtual void unary(Stream& s, const UnaryArgs& args);
+  // dst[k] = the random pattern's element k, for k in [0, count).
+  virtual void fillRandom(Stream& s, void* dst, DType t, std::size_t count,
+                          const RandomPattern& pattern);
+  // check() against a tensor: got[k] (dtype t) against expected[k] (dtype
+  // et, any), both read as double (integers exactly as int64 when both are
+  // integer dtypes and the tolerance is 0).
+  virtual void checkAgainst(Stream& s, const void* got, DType t, const void* expected, DType et,
+                            std::size_t count, Tolerance tolerance, CheckRecord* out,
+                            int64_t execution);
 
   // --- Optional: reductions across buffers (supports(DeviceFeature::Reduce)), on `s`. ---
   // dst[i] = srcs[0][i] op srcs[1][i] op ... op srcs[n-1][i] for `count` elements of dtype `t`,

@@ -37,10 +37,27 @@ namespace hir {
   X(Check, "check")                        \
   X(Matmul, "matmul")                      \
   X(Add, "add")                            \
+  X(Relu, "relu")                          \
+  X(Gelu, "gelu")                          \
+  X(Silu, "silu")                          \
+  X(Scale, "scale")                        \
+  X(Cast, "cast")                          \
   X(Kernel, "kernel")
 
 struct Node;
 using Body = std::vector<Node>;
+
+// A real number of the program: a JSON number, or an int64 expression
+// (non-empty `expr`) evaluated when the node runs.
+struct Real {
+  double number = 0.0;
+  Expr expr;
+  Real() = default;
+  Real(double n) : number(n) {}  // NOLINT: implicit from a number
+  explicit Real(Expr e) : expr(std::move(e)) {}
+  bool isExpr() const { return !expr.empty(); }
+  friend bool operator==(const Real&, const Real&) = default;
+};
 
 // Allocates a tensor of `dtype` and `shape` (row-major) on the rank's device,
 // named `name` until a Deallocate. Shape extents are evaluated when the node
@@ -154,11 +171,22 @@ struct Group {
   bool operator==(const Group&) const;
 };
 
-// Writes element k of `tensor` := value + step * k, on the current stream.
+// Uniform values in [low, high), a function of `seed` and of the element's
+// index in the reference only (common/random.h): the same on every rank and
+// device for the same seed. Integer dtypes take whole low and high.
+struct RandomFill {
+  Expr seed;
+  Real low = 0.0, high = 1.0;
+  friend bool operator==(const RandomFill&, const RandomFill&) = default;
+};
+
+// Writes element k of `tensor` := value + step * k, or the random pattern
+// when `random` is set (then value is empty), on the current stream.
 struct Fill {
   TensorRef tensor;
   Expr value;
   Expr step = Expr(int64_t{0});
+  std::optional<RandomFill> random;
   friend bool operator==(const Fill&, const Fill&) = default;
 };
 
@@ -168,14 +196,19 @@ struct Copy {
   friend bool operator==(const Copy&, const Copy&) = default;
 };
 
-// Verifies element k of `tensor` == value + step * k (within `tolerance`), on
-// the current stream. Mismatches (rank, tensor, index, got, expected) are
-// reported after the run and make `hir run` exit 1.
+// Verifies, on the current stream, element k of `tensor` against value +
+// step * k, or against element k of `expected` (any dtype, the same number
+// of elements; then value is empty): |got - e| <= atol + rtol * |e|.
+// `tolerance` is atol's older name (one of the two may be set). Mismatches
+// (rank, tensor, index, got, expected) are reported after the run and make
+// `hir run` exit 1.
 struct Check {
   TensorRef tensor;
   Expr value;
   Expr step = Expr(int64_t{0});
   double tolerance = 0.0;
+  std::optional<TensorRef> expected;
+  Real rtol = 0.0, atol = 0.0;
   friend bool operator==(const Check&, const Check&) = default;
 };
 
@@ -199,6 +232,24 @@ struct Add {
   TensorRef a, b, out;
   friend bool operator==(const Add&, const Add&) = default;
 };
+
+// output[i] = f(input[i]) on the current stream, for references with the
+// same number of elements; output is input itself or apart from it. relu,
+// gelu (tanh approximation), silu and scale (x * factor) take one floating
+// dtype for both; cast converts between any two dtypes (the references'
+// dtypes say which). Device::unary says how each computes and rounds.
+template <UnaryOp Op>
+struct Elementwise {
+  static constexpr UnaryOp op = Op;
+  TensorRef input, output;
+  Real factor = 1.0;  // scale only
+  friend bool operator==(const Elementwise&, const Elementwise&) = default;
+};
+using Relu = Elementwise<UnaryOp::Relu>;
+using Gelu = Elementwise<UnaryOp::Gelu>;
+using Silu = Elementwise<UnaryOp::Silu>;
+using Scale = Elementwise<UnaryOp::Scale>;
+using Cast = Elementwise<UnaryOp::Cast>;
 
 // Runs the kernel an embedder registered as `name` (hostir/kernel.h) on the
 // current stream, with the buffers of `reads` and `writes` resolved and the

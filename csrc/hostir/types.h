@@ -20,6 +20,9 @@ enum class CommType : uint8_t {
 enum class WaitMode : uint8_t { Stream, Host };
 // IPC protocol of a send/recv pair. Auto lets the backend pick (put).
 enum class Protocol : uint8_t { Auto, Put, Get, Eager };
+// Elementwise functions of one tensor (the IR's relu, gelu, silu, scale and
+// cast nodes; Device::unary).
+enum class UnaryOp : uint8_t { Cast, Relu, Gelu, Silu, Scale };
 
 inline constexpr std::pair<DType, std::string_view> kDTypeNames[] = {
     {DType::Float32, "float32"}, {DType::Float64, "float64"}, {DType::Float16, "float16"},
@@ -44,6 +47,10 @@ inline constexpr std::pair<WaitMode, std::string_view> kWaitModeNames[] = {
 inline constexpr std::pair<Protocol, std::string_view> kProtocolNames[] = {
     {Protocol::Auto, "auto"}, {Protocol::Put, "put"}, {Protocol::Get, "get"},
     {Protocol::Eager, "eager"}};
+
+inline constexpr std::pair<UnaryOp, std::string_view> kUnaryOpNames[] = {
+    {UnaryOp::Cast, "cast"}, {UnaryOp::Relu, "relu"}, {UnaryOp::Gelu, "gelu"},
+    {UnaryOp::Silu, "silu"}, {UnaryOp::Scale, "scale"}};
 
 // Name of an enum value, from its table.
 template <class E, std::size_t N>
@@ -84,6 +91,7 @@ inline std::string_view toString(ReduceOp v) { return enumName(kReduceOpNames, v
 inline std::string_view toString(CommType v) { return enumName(kCommTypeNames, v); }
 inline std::string_view toString(WaitMode v) { return enumName(kWaitModeNames, v); }
 inline std::string_view toString(Protocol v) { return enumName(kProtocolNames, v); }
+inline std::string_view toString(UnaryOp v) { return enumName(kUnaryOpNames, v); }
 
 // Size in bytes of one element.
 constexpr std::size_t dtypeSize(DType t) {

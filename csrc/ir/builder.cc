@@ -180,6 +180,37 @@ BodyBuilder& BodyBuilder::matmul(std::string_view a, std::string_view b, std::st
                     opts.accumulate});
 }
 
+BodyBuilder& BodyBuilder::fillRandom(std::string_view tensor, Expr seed, Real low, Real high) {
+  Fill f{ref(tensor), Expr(), Expr(int64_t{0}), RandomFill{std::move(seed), low, high}};
+  return add(std::move(f));
+}
+
+BodyBuilder& BodyBuilder::checkClose(std::string_view tensor, std::string_view expected,
+                                     Real rtol, Real atol) {
+  Check c;
+  c.tensor = ref(tensor);
+  c.expected = ref(expected);
+  c.rtol = std::move(rtol);
+  c.atol = std::move(atol);
+  return add(std::move(c));
+}
+
+BodyBuilder& BodyBuilder::relu(std::string_view input, std::string_view output) {
+  return add(Relu{ref(input), ref(output)});
+}
+BodyBuilder& BodyBuilder::gelu(std::string_view input, std::string_view output) {
+  return add(Gelu{ref(input), ref(output)});
+}
+BodyBuilder& BodyBuilder::silu(std::string_view input, std::string_view output) {
+  return add(Silu{ref(input), ref(output)});
+}
+BodyBuilder& BodyBuilder::scale(std::string_view input, std::string_view output, Real factor) {
+  return add(Scale{ref(input), ref(output), std::move(factor)});
+}
+BodyBuilder& BodyBuilder::cast(std::string_view input, std::string_view output) {
+  return add(Cast{ref(input), ref(output)});
+}
+
 BodyBuilder& BodyBuilder::addTensors(std::string_view a, std::string_view b,
                                      std::string_view out) {
   return add(Add{ref(a), ref(b), ref(out)});

@@ -23,6 +23,10 @@ std::string joinExprs(const std::vector<Expr>& exprs) {
 // A reference the loader left out (the validator reports it) prints as "?".
 std::string refText(const std::optional<TensorRef>& ref) { return ref ? ref->str() : "?"; }
 
+std::string realText(const Real& r) {
+  return r.isExpr() ? r.expr.str() : fmt::format("{}", r.number);
+}
+
 std::string patternText(const Expr& value, const Expr& step) {
   return step == Expr(int64_t{0}) ? value.str() : fmt::format("{}, step {}", value.str(), step.str());
 }
@@ -77,12 +81,19 @@ class Lister {
   void operator()(const SyncStream& n) { row(fmt::format("sync_stream {}", n.stream.str())); }
   void operator()(const Group& n) { nested(fmt::format("group {}:", n.name), n.body, "body"); }
   void operator()(const Fill& n) {
-    row(fmt::format("fill {} with {}", n.tensor.str(), patternText(n.value, n.step)));
+    if (n.random)
+      row(fmt::format("fill {} with random values in [{}, {}) of seed {}", n.tensor.str(),
+                      realText(n.random->low), realText(n.random->high), n.random->seed.str()));
+    else
+      row(fmt::format("fill {} with {}", n.tensor.str(), patternText(n.value, n.step)));
   }
   void operator()(const Copy& n) { row(fmt::format("copy {} -> {}", n.src.str(), n.dst.str())); }
   void operator()(const Check& n) {
     std::string tolerance = n.tolerance == 0 ? "" : fmt::format(", tolerance {}", n.tolerance);
-    row(fmt::format("check {} equals {}{}", n.tensor.str(), patternText(n.value, n.step), tolerance));
+    if (n.atol.isExpr() || n.atol.number != 0) tolerance += ", atol " + realText(n.atol);
+    if (n.rtol.isExpr() || n.rtol.number != 0) tolerance += ", rtol " + realText(n.rtol);
+    row(fmt::format("check {} equals {}{}", n.tensor.str(),
+                    n.expected ? n.expected->str() : patternText(n.value, n.step), tolerance));
   }
 
   void operator()(const Matmul& n) {
@@ -92,6 +103,13 @@ class Lister {
   }
   void operator()(const Add& n) {
     row(fmt::format("add {} = {} + {}", n.out.str(), n.a.str(), n.b.str()));
+  }
+  template <UnaryOp Op>
+  void operator()(const Elementwise<Op>& n) {
+    if constexpr (Op == UnaryOp::Scale)
+      row(fmt::format("scale {} = {} * {}", n.output.str(), n.input.str(), realText(n.factor)));
+    else
+      row(fmt::format("{} {} = {}({})", toString(Op), n.output.str(), toString(Op), n.input.str()));
   }
   void operator()(const Kernel& n) {
     std::vector<std::string> reads, writes, args;

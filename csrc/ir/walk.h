@@ -38,6 +38,7 @@ void walkNodes(const Node& n, F&& f) {
                  [](const Check&) {},
                  [](const Matmul&) {},
                  [](const Add&) {},
+                 []<UnaryOp Op>(const Elementwise<Op>&) {},
                  [](const Kernel&) {},
              },
              n.v);

@@ -66,6 +66,13 @@ class Lowerer {
   CompiledExpr compile(const Expr& e) const {
     return CompiledExpr::compile(e, [this](std::string_view n) { return slotOf(n); });
   }
+  instr::CompiledReal compile(const Real& r) const {
+    instr::CompiledReal out;
+    out.number = r.number;
+    out.is_expr = r.isExpr();
+    if (out.is_expr) out.expr = compile(r.expr);
+    return out;
+  }
 
   std::vector<int> loopSlots() const {
     std::vector<int> out;
@@ -114,6 +121,7 @@ class Lowerer {
               [&](const Check&) {},
               [&](const Matmul&) {},
               [&](const Add&) {},
+              [&]<UnaryOp Op>(const Elementwise<Op>&) {},
               [&](const Kernel&) {},
           },
           n.v);
@@ -289,7 +297,13 @@ class Lowerer {
               current_group_ = -1;
             },
             [&](const Fill& f) {
-              emit(instr::Fill{lowerRef(f.tensor, path), compile(f.value), compile(f.step)}, node);
+              instr::Fill out{lowerRef(f.tensor, path), {}, {}, std::nullopt};
+              if (f.random)
+                out.random = instr::RandomFill{compile(f.random->seed), compile(f.random->low),
+                                               compile(f.random->high)};
+              else
+                out.value = compile(f.value), out.step = compile(f.step);
+              emit(std::move(out), node);
             },
             [&](const Copy& c) {
               emit(instr::Copy{lowerRef(c.src, path), lowerRef(c.dst, path)}, node);
@@ -297,9 +311,14 @@ class Lowerer {
             [&](const Check& c) {
               int check = static_cast<int>(plan_.checks.size());
               plan_.checks.push_back(PlanCheck{node, c.tensor.str()});
-              emit(instr::Check{lowerRef(c.tensor, path), compile(c.value), compile(c.step),
-                                c.tolerance, check},
-                   node);
+              instr::Check out{lowerRef(c.tensor, path), {}, {}, std::nullopt,
+                               compile(c.rtol), compile(c.atol), check};
+              if (c.expected)
+                out.expected = lowerRef(*c.expected, path);
+              else
+                out.value = compile(c.value), out.step = compile(c.step);
+              if (c.tolerance != 0) out.atol.number = c.tolerance;
+              emit(std::move(out), node);
             },
             [&](const Matmul& m) {
               emit(instr::Matmul{lowerRef(m.a, path), lowerRef(m.b, path), lowerRef(m.out, path),
@@ -308,6 +327,11 @@ class Lowerer {
             },
             [&](const Add& a) {
               emit(instr::Add{lowerRef(a.a, path), lowerRef(a.b, path), lowerRef(a.out, path)},
+                   node);
+            },
+            [&]<UnaryOp Op>(const Elementwise<Op>& e) {
+              emit(instr::Unary{Op, lowerRef(e.input, path), lowerRef(e.output, path),
+                                compile(e.factor)},
                    node);
             },
             [&](const Kernel& k) {

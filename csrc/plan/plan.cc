@@ -31,6 +31,16 @@ NodeKind nodeKindOf(const Instr& in) {
           [](const instr::Check&) { return K::Check; },
           [](const instr::Matmul&) { return K::Matmul; },
           [](const instr::Add&) { return K::Add; },
+          [](const instr::Unary& u) {
+            switch (u.op) {
+              case UnaryOp::Relu: return K::Relu;
+              case UnaryOp::Gelu: return K::Gelu;
+              case UnaryOp::Silu: return K::Silu;
+              case UnaryOp::Scale: return K::Scale;
+              case UnaryOp::Cast: break;
+            }
+            return K::Cast;
+          },
           [](const instr::Kernel&) { return K::Kernel; },
       },
       in.op);

@@ -174,9 +174,26 @@ struct JumpIfZero { CompiledExpr cond; int target; HIR_NO_ACCESSES };
 struct Jump { int target; HIR_NO_ACCESSES };
 struct SetStream { CompiledExpr stream; HIR_NO_ACCESSES };
 struct SyncStream { CompiledExpr stream; HIR_NO_ACCESSES };
+// A Real of the program (program.h), compiled: the number, or the
+// expression when `is_expr`.
+struct CompiledReal {
+  double number = 0.0;
+  CompiledExpr expr;
+  bool is_expr = false;
+  double eval(const int64_t* slots) const {
+    return is_expr ? static_cast<double>(expr.eval(slots)) : number;
+  }
+};
+
+struct RandomFill {
+  CompiledExpr seed;
+  CompiledReal low, high;
+};
+
 struct Fill {
   PlanRef ref;
   CompiledExpr value, step;
+  std::optional<RandomFill> random;  // instead of value + step * k
   static constexpr Aliasing aliasing = Aliasing::Free;
   template <class F>
   void accesses(const Plan&, F&& f) const { f(ref, Access::Write); }
@@ -190,14 +207,20 @@ struct Copy {
     f(dst, Access::Write);
   }
 };
+// Against value + step * k, or element k of `expected`; |got - e| <=
+// atol + rtol * |e|.
 struct Check {
   PlanRef ref;
   CompiledExpr value, step;
-  double tolerance;
+  std::optional<PlanRef> expected;
+  CompiledReal rtol, atol;
   int check;
   static constexpr Aliasing aliasing = Aliasing::Free;
   template <class F>
-  void accesses(const Plan&, F&& f) const { f(ref, Access::Read); }
+  void accesses(const Plan&, F&& f) const {
+    f(ref, Access::Read);
+    if (expected) f(*expected, Access::Read);
+  }
 };
 // Compute on the current stream (nodes Matmul, Add, Kernel).
 struct Matmul {
@@ -218,6 +241,18 @@ struct Add {
   void accesses(const Plan&, F&& f) const {
     f(a, Access::Read);
     f(b, Access::Read);
+    f(out, Access::Write);
+  }
+};
+// relu, gelu, silu, scale, cast (Device::unary).
+struct Unary {
+  UnaryOp op;
+  PlanRef in, out;
+  CompiledReal factor;  // Scale
+  static constexpr Aliasing aliasing = Aliasing::ElementWise;
+  template <class F>
+  void accesses(const Plan&, F&& f) const {
+    f(in, Access::Read);
     f(out, Access::Write);
   }
 };
@@ -242,7 +277,7 @@ struct Instr {
                instr::GroupEnd, instr::Share, instr::Wait, instr::LoopInit, instr::LoopNext,
                instr::JumpIfZero, instr::Jump, instr::SetStream, instr::SyncStream,
                instr::Fill, instr::Copy, instr::Check, instr::Matmul, instr::Add,
-               instr::Kernel>
+               instr::Unary, instr::Kernel>
       op;
   int node = -1;
 };

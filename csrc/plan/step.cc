@@ -109,6 +109,32 @@ void checkAddShapes(const Operand& a, const Operand& b, const Operand& out) {
   }
 }
 
+RandomPattern randomPattern(const instr::RandomFill& r, DType t, const int64_t* scalars) {
+  RandomPattern p;
+  p.seed = static_cast<uint64_t>(r.seed.eval(scalars));
+  p.low = r.low.eval(scalars);
+  p.high = r.high.eval(scalars);
+  HIR_CHECK(p.low < p.high, "a random fill needs low < high; found [{}, {})", p.low, p.high);
+  if (!isFloating(t))
+    HIR_CHECK(p.low >= -0x1p63 && p.high <= 0x1p63,
+              "a random fill of {} takes bounds within int64; found [{}, {})", toString(t), p.low,
+              p.high);
+  return p;
+}
+
+Tolerance checkTolerance(const instr::Check& c, const int64_t* scalars) {
+  const Tolerance tol(c.atol.eval(scalars), c.rtol.eval(scalars));
+  HIR_CHECK(tol.atol >= 0 && tol.rtol >= 0,
+            "a check's atol and rtol must be >= 0; found atol {}, rtol {}", tol.atol, tol.rtol);
+  return tol;
+}
+
+void checkSameCount(std::string_view what, const Operand& a, const Operand& b) {
+  HIR_CHECK(a.span.count == b.span.count,
+            "{} needs the same number of elements on both sides; '{}' has {} but '{}' has {}",
+            what, a.ref->text, a.span.count, b.ref->text, b.span.count);
+}
+
 void checkAliasing(const Instr& in, std::span<const ResolvedAccess> accesses) {
   const Aliasing rule = aliasingOf(in);
   if (rule == Aliasing::Free) return;

@@ -25,6 +25,8 @@
 #include <variant>
 #include <vector>
 
+#include <hostir/device.h>
+
 #include "common/overloaded.h"
 #include "plan/plan.h"
 
@@ -99,6 +101,17 @@ MatmulShape matmulShape(const instr::Matmul& mm, const Operand& a, const Operand
 
 // Throws ProgramError unless the operands of an add have one shape.
 void checkAddShapes(const Operand& a, const Operand& b, const Operand& out);
+
+// A random fill's pattern and a check's tolerance, evaluated now (their
+// bounds may be expressions): ProgramError unless low < high (within int64
+// for an integer dtype `t`) and atol, rtol >= 0.
+RandomPattern randomPattern(const instr::RandomFill& r, DType t, const int64_t* scalars);
+Tolerance checkTolerance(const instr::Check& c, const int64_t* scalars);
+
+// Throws ProgramError unless `a` and `b` have the same number of elements
+// (an elementwise node's input and output, a check and its expected
+// tensor); `what` names the node ("relu", "check against 'e'").
+void checkSameCount(std::string_view what, const Operand& a, const Operand& b);
 
 // How `in` declares its writes may share memory with its reads.
 inline Aliasing aliasingOf(const Instr& in) {

@@ -221,7 +221,8 @@ void Evaluator::Impl::operator()(const instr::GroupEnd& in, int pc) {
 bool Evaluator::Impl::waitFor(PostState state, int joined_on, Event* done, int backend, int node,
                               std::string_view what, const std::string& name, WaitMode mode,
                               Stream& cur) {
-  HIR_CHECK(state != PostState::Never, "wait on {}'{}', which was never posted", what, name);
+  HIR_CHECK(state != PostState::Never, "wait on {}'{}', which this rank has not posted yet",
+            what, name);
   if (state == PostState::Skipped) return false;
   // Posted on this stream (postJoined): already in its order.
   if (mode == WaitMode::Stream && joined_on == current) return true;
@@ -275,8 +276,14 @@ void Evaluator::Impl::operator()(const instr::SyncStream& in, int) {
 
 void Evaluator::Impl::operator()(const instr::Fill& in, int) {
   const DType t = plan.allocs[in.ref.alloc].dtype;
-  dev.fill(stream(current), spans[0].data(t), t, static_cast<std::size_t>(spans[0].count()),
-           in.value.eval(scalars.data()), in.step.eval(scalars.data()));
+  const auto count = static_cast<std::size_t>(spans[0].count());
+  if (in.random) {
+    const RandomPattern p = randomPattern(*in.random, t, scalars.data());
+    dev.fillRandom(stream(current), spans[0].data(t), t, count, p);
+    return;
+  }
+  dev.fill(stream(current), spans[0].data(t), t, count, in.value.eval(scalars.data()),
+           in.step.eval(scalars.data()));
 }
 
 void Evaluator::Impl::operator()(const instr::Copy& in, int) {
@@ -291,10 +298,18 @@ void Evaluator::Impl::operator()(const instr::Copy& in, int) {
 
 void Evaluator::Impl::operator()(const instr::Check& in, int) {
   const DType t = plan.allocs[in.ref.alloc].dtype;
+  const Tolerance tol = checkTolerance(in, scalars.data());
+  if (in.expected) checkSameCount("check", operand(in.ref, 0), operand(*in.expected, 1));
   const int64_t exec = diag.beginCheck(in.check, scalars.data());
-  dev.check(stream(current), spans[0].data(t), t, static_cast<std::size_t>(spans[0].count()),
-            in.value.eval(scalars.data()), in.step.eval(scalars.data()), in.tolerance,
-            diag.record(in.check), exec);
+  const auto count = static_cast<std::size_t>(spans[0].count());
+  if (in.expected) {
+    const DType et = plan.allocs[in.expected->alloc].dtype;
+    dev.checkAgainst(stream(current), spans[0].data(t), t, spans[1].data(et), et, count, tol,
+                     diag.record(in.check), exec);
+    return;
+  }
+  dev.check(stream(current), spans[0].data(t), t, count, in.value.eval(scalars.data()),
+            in.step.eval(scalars.data()), tol, diag.record(in.check), exec);
 }
 
 // ----------------------------------------------------------------- compute
@@ -322,6 +337,19 @@ void Evaluator::Impl::operator()(const instr::Add& in, int) {
   const DType t = plan.allocs[in.a.alloc].dtype;
   dev.add(stream(current), spans[2].data(t), spans[0].data(t), spans[1].data(t), t,
           static_cast<std::size_t>(spans[0].count()));
+}
+
+void Evaluator::Impl::operator()(const instr::Unary& in, int) {
+  checkSameCount(toString(in.op), operand(in.in, 0), operand(in.out, 1));
+  UnaryArgs args;
+  args.op = in.op;
+  args.in_type = plan.allocs[in.in.alloc].dtype;
+  args.out_type = plan.allocs[in.out.alloc].dtype;
+  args.in = spans[0].data(args.in_type);
+  args.out = spans[1].data(args.out_type);
+  args.count = static_cast<std::size_t>(spans[0].count());
+  args.factor = in.factor.eval(scalars.data());
+  dev.unary(stream(current), args);
 }
 
 void Evaluator::Impl::operator()(const instr::Kernel& in, int pc) {

@@ -199,6 +199,7 @@ struct Evaluator::Impl {
   void operator()(const instr::Check& in, int pc);
   void operator()(const instr::Matmul& in, int pc);
   void operator()(const instr::Add& in, int pc);
+  void operator()(const instr::Unary& in, int pc);
   void operator()(const instr::Kernel& in, int pc);
 
   // ---------------------------- evaluator_run.cc: runs, failures, graphs

@@ -106,6 +106,7 @@ InstrInfo describe(const Plan& plan, const Instr& in) {
           [&](const instr::Check& c) { return named(c.ref.text, SpanKind::Compute); },
           [&](const instr::Matmul& m) { return named(m.out.text, SpanKind::Compute); },
           [&](const instr::Add& a) { return named(a.out.text, SpanKind::Compute); },
+          [&](const instr::Unary& u) { return named(u.out.text, SpanKind::Compute); },
           [&](const instr::Kernel& k) { return named(plan.kernels[k.kernel], SpanKind::Compute); },
       },
       in.op);

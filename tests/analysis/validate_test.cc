@@ -530,7 +530,32 @@ TEST(Validate, WaitOnUnknownCommunicationIsRejected) {
 TEST(Validate, WaitBeforeThePostIsRejected) {
   Issues issues =
       issuesOf(doc(kTwoBuffers + R"(, {"op": "wait", "communication": "s"},)" + kIpcSend));
-  EXPECT_TRUE(hasIssue(issues, "/body/2/communication", "(it is posted later, at /body/3)"));
+  EXPECT_TRUE(hasIssue(issues, "/body/2/communication", "(it is posted later, at /body/3,"));
+}
+
+TEST(Validate, AWaitOnALaterPostInALoopAroundItIsAccepted) {
+  // Software pipelining: the wait at the top of iteration i waits for the
+  // post of iteration i - 1; the loop's first iteration skips it.
+  Issues issues = issuesOf(doc(
+      kTwoBuffers + R"(, {"op": "for", "index": "i", "stop": 4, "body": [
+        {"op": "if", "cond": "i > 0", "then": [{"op": "wait", "communication": "s"}]},
+        {"op": "if", "cond": "1", "then": [)" +
+      kIpcSend + R"(]}]})"));
+  EXPECT_TRUE(issues.empty()) << show(issues);
+}
+
+TEST(Validate, AWaitOnALaterPostOutsideItsLoopsIsRejectedSayingWhy) {
+  // The post is in a loop after the wait's loop: no iteration of the wait's
+  // loop follows one that posted it.
+  Issues issues = issuesOf(doc(
+      kTwoBuffers + R"(, {"op": "for", "index": "i", "stop": 2, "body": [
+        {"op": "wait", "communication": "s"}]},
+      {"op": "for", "index": "j", "stop": 2, "body": [)" +
+      kIpcSend + R"(]})"));
+  EXPECT_TRUE(hasIssue(issues, "/body/2/body/0/communication",
+                       "(it is posted later, at /body/3/body/0, outside every loop around this "
+                       "wait"))
+      << show(issues);
 }
 
 TEST(Validate, WaitOnAGroupOrACommunicationInItIsAccepted) {

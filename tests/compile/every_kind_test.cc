@@ -50,6 +50,13 @@ constexpr const char* kEveryKind = R"json({
     {"op": "allocate", "name": "mo", "dtype": "float32", "shape": [2, 2]},
     {"op": "matmul", "a": "m", "b": "m", "out": "mo", "accumulate": true},
     {"op": "add", "a": "x", "b": "y", "out": "y"},
+    {"op": "fill", "tensor": "m", "random": {"seed": "rank", "low": -1, "high": 1}},
+    {"op": "relu", "input": "m", "output": "m"},
+    {"op": "gelu", "input": "m", "output": "mo"},
+    {"op": "silu", "input": "mo", "output": "mo"},
+    {"op": "scale", "input": "mo", "output": "m", "factor": "world"},
+    {"op": "cast", "input": "m", "output": "x"},
+    {"op": "check", "tensor": "m", "expected": "mo", "rtol": 0.5, "atol": 1},
     {"op": "kernel", "name": "test_kernel", "reads": ["x"], "writes": ["y"],
      "args": {"shift": "rank"}},
     {"op": "deallocate", "name": "y"}

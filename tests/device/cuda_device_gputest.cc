@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <bit>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -18,6 +19,7 @@
 #include <filesystem>
 #include <fstream>
 #include <initializer_list>
+#include <limits>
 #include <memory>
 #include <string>
 #include <thread>
@@ -660,6 +662,487 @@ TEST(CudaDevice, AddGivesExactlyRoundedOrWrappedSumsForEveryDtypeAlsoInPlace) {
     device->add(*s, b.data(), a.data(), b.data(), t, kCount);  // b = a + b
     device->synchronize(*s, testTimeout());
     EXPECT_EQ(firstDifference(readBack(b.data(), bytes), d.sum, t), -1) << name << " (out == b)";
+  }
+}
+
+// ------------------------------------- random fill, unary, checkAgainst
+//
+// The reference is the host device running the same call on host buffers;
+// outputs are poisoned first (with other bytes on either side, so that an
+// element neither wrote still differs) and compared byte for byte.
+
+// The cuda device under test and the host device of the reference.
+struct BothDevices {
+  std::unique_ptr<Device> cuda = makeCudaDevice();
+  std::unique_ptr<Device> host = createDevice("host", 0);
+  std::unique_ptr<Stream> stream = cuda->createStream();
+
+  void syncCuda() { cuda->synchronize(*stream, testTimeout()); }
+  void syncHost() { host->synchronize(host->defaultStream(), testTimeout()); }
+};
+
+constexpr std::byte kCudaPoison{0xa5};
+constexpr std::byte kHostPoison{0x5a};
+
+void poisonCuda(const Buffer& b) {
+  const std::vector<std::byte> poison(b.bytes(), kCudaPoison);
+  upload(b.data(), poison.data(), poison.size());
+}
+
+// A host device buffer's bytes (its work synchronized).
+std::vector<std::byte> hostBytes(const Buffer& b) {
+  const auto* p = static_cast<const std::byte*>(b.data());
+  return {p, p + b.bytes()};
+}
+
+// Element k of an image as its bits, for messages (NaN payloads show).
+uint64_t elementBits(const std::vector<std::byte>& image, DType t, std::size_t k) {
+  uint64_t bits = 0;
+  std::memcpy(&bits, image.data() + k * dtypeSize(t), dtypeSize(t));
+  return bits;
+}
+
+std::string describeElement(const std::vector<std::byte>& image, DType t, std::size_t k) {
+  return fmt::format("{} ({:#x})", loadAsDouble(image.data(), t, k), elementBits(image, t, k));
+}
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+// Floating inputs every unary test feeds in: signed zeros, halves (ties),
+// subnormals of each dtype, the edges of the integer dtypes' and the half
+// types' ranges, beyond float's, infinities and NaN.
+const double kSpecialReals[] = {
+    0.0, -0.0, 0.5, -0.5, 1.5, -1.5, 2.5, -2.5, 0.1, 1.0 / 3, 1e-8, 6e-8, 1e-40, -1e-40, 1e-310,
+    127.5, 128.0, 255.0, 255.5, 256.0, 300.7, -1.0, -128.5, -129.0, -300.2, 65504.0, 65519.0,
+    65520.0, 1e5, -1e5, 3.4e38, 3.5e38, -1e39, 2147483647.0, 2147483647.5, 2147483648.0,
+    -2147483648.0, -2147483649.0, 9007199254740994.0, 9223372036854775807.0,
+    -9223372036854775808.0, 1e19, -1e19, 1e300, -1e300, kInf, -kInf,
+    std::numeric_limits<double>::quiet_NaN()};
+
+// Integer inputs: the edges of each integer dtype and of the floating
+// dtypes' exact integers.
+const int64_t kSpecialIntegers[] = {0, 1, -1, 127, 128, 255, 256, -128, -129, 65504, 65505,
+                                    (int64_t{1} << 24) + 1, INT32_MAX, INT32_MIN,
+                                    int64_t{INT32_MAX} + 1, (int64_t{1} << 53) + 1, INT64_MAX,
+                                    INT64_MIN, -(int64_t{1} << 40) - 3, 1234567890123456789};
+
+// Two NaNs with payloads, as raw bits of a floating dtype: a signaling one
+// and a negative quiet one.
+void storeNaNs(std::vector<std::byte>& image, DType t, std::size_t k) {
+  auto put = [&](std::size_t i, auto bits) {
+    std::memcpy(image.data() + i * sizeof(bits), &bits, sizeof(bits));
+  };
+  switch (t) {
+    case DType::Float32: put(k, uint32_t{0x7fa00001}), put(k + 1, uint32_t{0xffc12345}); return;
+    case DType::Float64:
+      put(k, uint64_t{0x7ff4000000000001}), put(k + 1, uint64_t{0xfff80000000abcde});
+      return;
+    case DType::Float16: put(k, uint16_t{0x7d01}), put(k + 1, uint16_t{0xfe55}); return;
+    case DType::BFloat16: put(k, uint16_t{0x7f81}), put(k + 1, uint16_t{0xffc1}); return;
+    default: return;
+  }
+}
+
+// `count` elements of dtype t: the special values above (NaNs with payloads
+// too, for floating dtypes), then random values (common/random.h) cycling
+// over a wide range, one of a few hundred and one around zero.
+std::vector<std::byte> unaryInput(DType t, std::size_t count, uint64_t seed) {
+  std::vector<std::byte> image(count * dtypeSize(t));
+  std::size_t k = 0;
+  if (isFloating(t)) {
+    for (double v : kSpecialReals) storeElement(image.data(), t, k++, PatternElement{0, v});
+    storeNaNs(image, t, k);
+    k += 2;
+  } else {
+    for (int64_t v : kSpecialIntegers) storeElement(image.data(), t, k++, PatternElement{v, 0});
+  }
+  const RandomPattern ranges[] = {
+      isFloating(t) ? RandomPattern{seed, -3e5, 3e5} : RandomPattern{seed, -1e12, 1e12},
+      RandomPattern{seed + 1, -300, 300}, RandomPattern{seed + 2, -8, 8}};
+  for (; k < count; ++k)
+    storeElement(image.data(), t, k, randomElement(t, ranges[k % 3], k));
+  return image;
+}
+
+// Runs `args` over `input` (args.count elements of args.in_type) on both
+// devices and returns {the cuda device's output, the host device's}. In
+// place: the cuda device writes over its copy of the input (the host device
+// still writes a buffer of its own).
+std::pair<std::vector<std::byte>, std::vector<std::byte>> unaryOnBoth(
+    BothDevices& d, UnaryArgs args, const std::vector<std::byte>& input, bool in_place = false) {
+  const std::size_t out_bytes = args.count * dtypeSize(args.out_type);
+  Buffer cuda_in(*d.cuda, input.size()), cuda_out(*d.cuda, out_bytes);
+  upload(cuda_in.data(), input.data(), input.size());
+  poisonCuda(cuda_out);
+  args.in = cuda_in.data();
+  args.out = in_place ? cuda_in.data() : cuda_out.data();
+  d.cuda->unary(*d.stream, args);
+  d.syncCuda();
+  std::vector<std::byte> got = readBack(args.out, out_bytes);
+
+  Buffer host_in(*d.host, input.size()), host_out(*d.host, out_bytes);
+  std::memcpy(host_in.data(), input.data(), input.size());
+  std::memset(host_out.data(), static_cast<int>(kHostPoison), out_bytes);
+  args.in = host_in.data();
+  args.out = host_out.data();
+  d.host->unary(d.host->defaultStream(), args);
+  d.syncHost();
+  return {std::move(got), hostBytes(host_out)};
+}
+
+const char* unaryName(UnaryOp op) {
+  switch (op) {
+    case UnaryOp::Cast: return "cast";
+    case UnaryOp::Relu: return "relu";
+    case UnaryOp::Gelu: return "gelu";
+    case UnaryOp::Silu: return "silu";
+    case UnaryOp::Scale: return "scale";
+  }
+  return "?";
+}
+
+// Expects the two outputs of unaryOnBoth() to be equal byte for byte.
+void expectSameBits(const std::vector<std::byte>& input, const UnaryArgs& args,
+                    const std::pair<std::vector<std::byte>, std::vector<std::byte>>& outputs,
+                    const std::string& what) {
+  const auto& [got, want] = outputs;
+  const int64_t k = firstDifference(got, want, args.out_type);
+  if (k < 0) return;
+  const auto i = static_cast<std::size_t>(k);
+  ADD_FAILURE() << what << ": " << unaryName(args.op) << " " << toString(args.in_type) << " to "
+                << toString(args.out_type) << ", element " << k << " of "
+                << describeElement(input, args.in_type, i) << " is "
+                << describeElement(got, args.out_type, i) << ", host has "
+                << describeElement(want, args.out_type, i);
+}
+
+TEST(CudaDeviceMath, ARandomFillMatchesTheHostBitForBitForEveryDtype) {
+  HIR_REQUIRE_GPUS(1);
+  BothDevices d;
+  // Floating: rounding to each dtype, a negative low, overflow of float16
+  // (beyond 65504) and float32's top range. Integer: wrap-around of the
+  // narrow dtypes, spans above 2^32 and up to 2^63.
+  const std::vector<RandomPattern> kReal = {
+      {0, 0.0, 1.0}, {0, -1000.0, 1000.0}, {0, -1e-3, 5e-4}, {0, 1e30, 3e38}, {0, -7e4, 7e4}};
+  const std::vector<RandomPattern> kInteger = {{0, 0.0, 256.0},
+                                               {0, -100.0, 100.0},
+                                               {0, -3e9, 3e9},
+                                               {0, 0.0, 0x1.0p40},
+                                               {0, -0x1.0p62, 0x1.0p62}};
+  for (const auto& [t, name] : kDTypeNames) {
+    for (RandomPattern p : isFloating(t) ? kReal : kInteger) {
+      for (uint64_t seed : {uint64_t{0}, uint64_t{1}, uint64_t{0xdeadbeefcafef00d}}) {
+        p.seed = seed;
+        for (std::size_t count : {std::size_t{1}, std::size_t{1000}, (std::size_t{1} << 20) + 3}) {
+          if (count > 1000 && seed != 1) continue;  // the large count once per range
+          const std::size_t bytes = count * dtypeSize(t);
+          Buffer cuda_out(*d.cuda, bytes), host_out(*d.host, bytes);
+          poisonCuda(cuda_out);
+          std::memset(host_out.data(), static_cast<int>(kHostPoison), bytes);
+          d.cuda->fillRandom(*d.stream, cuda_out.data(), t, count, p);
+          d.host->fillRandom(d.host->defaultStream(), host_out.data(), t, count, p);
+          d.syncCuda();
+          d.syncHost();
+          const std::vector<std::byte> got = readBack(cuda_out.data(), bytes);
+          const std::vector<std::byte> want = hostBytes(host_out);
+          const int64_t k = firstDifference(got, want, t);
+          EXPECT_EQ(k, -1) << name << " seed " << p.seed << " in [" << p.low << ", " << p.high
+                           << "), " << count << " elements: element " << k << " is "
+                           << (k >= 0 ? describeElement(got, t, k) : "") << ", host has "
+                           << (k >= 0 ? describeElement(want, t, k) : "");
+        }
+      }
+    }
+  }
+}
+
+TEST(CudaDeviceMath, ARandomFillOfNoElementsWritesNothing) {
+  HIR_REQUIRE_GPUS(1);
+  BothDevices d;
+  Buffer out(*d.cuda, 64);
+  poisonCuda(out);
+  d.cuda->fillRandom(*d.stream, out.data(), DType::Float32, 0, RandomPattern{7, 0.0, 1.0});
+  UnaryArgs x{.op = UnaryOp::Cast, .in = out.data(), .out = out.data(), .count = 0};
+  d.cuda->unary(*d.stream, x);
+  d.syncCuda();
+  EXPECT_EQ(readBack(out.data(), 64), std::vector<std::byte>(64, kCudaPoison));
+}
+
+TEST(CudaDeviceMath, EveryCastMatchesTheHostBitForBit) {
+  HIR_REQUIRE_GPUS(1);
+  BothDevices d;
+  constexpr std::size_t kCount = 4099;
+  for (const auto& [in, in_name] : kDTypeNames) {
+    const std::vector<std::byte> input = unaryInput(in, kCount, 5);
+    for (const auto& [out, out_name] : kDTypeNames) {
+      const UnaryArgs x{.op = UnaryOp::Cast, .in_type = in, .out_type = out, .count = kCount};
+      expectSameBits(input, x, unaryOnBoth(d, x, input), "out of place");
+    }
+  }
+}
+
+// Gelu and silu: the GPU's tanhf and expf (tanh and exp) may differ from the
+// host's by a few units in the last place, which 1 + tanh(...) of a negative
+// x scales up by |x| (cancellation); a half type's rounding may then go to
+// the neighbouring value, one unit in its last place away.
+bool activationClose(DType t, double x, double got, double want) {
+  if (std::isnan(got) && std::isnan(want)) return true;
+  if (got == want) return true;
+  if (std::isinf(got) || std::isinf(want)) return false;
+  const double scale = std::max(1.0, std::fabs(x));
+  if (t == DType::Float64)
+    return std::fabs(got - want) <= 1e-14 * std::fabs(want) + 1e-15 * scale;
+  double bound = 1e-6 * std::fabs(want) + 4 * 0x1.0p-24 * scale;
+  if (t == DType::Float16)
+    bound += want == 0 ? 0x1.0p-24 : std::max(0x1.0p-24, std::ldexp(1.0, std::ilogb(want) - 10));
+  if (t == DType::BFloat16)
+    bound += want == 0 ? 0x1.0p-133 : std::ldexp(1.0, std::ilogb(want) - 7);
+  return std::fabs(got - want) <= bound;
+}
+
+TEST(CudaDeviceMath, ActivationsMatchTheHostWithinAFewUlps) {
+  HIR_REQUIRE_GPUS(1);
+  BothDevices d;
+  constexpr std::size_t kCount = 30011;
+  for (DType t : {DType::Float32, DType::Float64, DType::Float16, DType::BFloat16}) {
+    const std::vector<std::byte> input = unaryInput(t, kCount, 9);
+    for (UnaryOp op : {UnaryOp::Relu, UnaryOp::Gelu, UnaryOp::Silu}) {
+      const UnaryArgs x{.op = op, .in_type = t, .out_type = t, .count = kCount};
+      const auto outputs = unaryOnBoth(d, x, input);
+      if (op == UnaryOp::Relu) {  // a comparison only: exact
+        expectSameBits(input, x, outputs, "relu");
+        continue;
+      }
+      const auto& [got, want] = outputs;
+      int failures = 0;
+      for (std::size_t k = 0; k < kCount && failures < 5; ++k) {
+        const double xk = loadAsDouble(input.data(), t, k);
+        if (activationClose(t, xk, loadAsDouble(got.data(), t, k),
+                            loadAsDouble(want.data(), t, k)))
+          continue;
+        ++failures;
+        ADD_FAILURE() << unaryName(op) << " " << toString(t) << " of element " << k << ", "
+                      << describeElement(input, t, k) << ", is " << describeElement(got, t, k)
+                      << ", host has " << describeElement(want, t, k);
+      }
+    }
+  }
+}
+
+TEST(CudaDeviceMath, ScaleMatchesTheHostBitForBit) {
+  HIR_REQUIRE_GPUS(1);
+  BothDevices d;
+  constexpr std::size_t kCount = 4099;
+  for (DType t : {DType::Float32, DType::Float64, DType::Float16, DType::BFloat16}) {
+    const std::vector<std::byte> input = unaryInput(t, kCount, 13);
+    // 0.1: inexact, rounded twice for the narrow dtypes; 1e30 and 1e300
+    // overflow, 1e-30 underflows; 0 makes NaN of the infinities.
+    for (double factor : {1.0, -3.0, 0.1, 1e30, 1e-30, 1e300, 0.0, -0.0}) {
+      const UnaryArgs x{
+          .op = UnaryOp::Scale, .in_type = t, .out_type = t, .count = kCount, .factor = factor};
+      expectSameBits(input, x, unaryOnBoth(d, x, input), fmt::format("factor {}", factor));
+    }
+  }
+}
+
+TEST(CudaDeviceMath, InPlaceUnaryReadsEachElementBeforeWritingIt) {
+  HIR_REQUIRE_GPUS(1);
+  BothDevices d;
+  constexpr std::size_t kCount = (std::size_t{1} << 20) + 3;  // several elements per thread
+  struct Case {
+    UnaryOp op;
+    DType in, out;
+  };
+  const Case kCases[] = {{UnaryOp::Cast, DType::Float32, DType::Int32},
+                         {UnaryOp::Cast, DType::Int32, DType::Float32},
+                         {UnaryOp::Cast, DType::Float16, DType::BFloat16},
+                         {UnaryOp::Cast, DType::BFloat16, DType::Float16},
+                         {UnaryOp::Cast, DType::Float64, DType::Int64},
+                         {UnaryOp::Cast, DType::Int64, DType::Float64},
+                         {UnaryOp::Cast, DType::UInt8, DType::UInt8},
+                         {UnaryOp::Relu, DType::Float32, DType::Float32},
+                         {UnaryOp::Relu, DType::Float16, DType::Float16},
+                         {UnaryOp::Scale, DType::Float64, DType::Float64},
+                         {UnaryOp::Scale, DType::BFloat16, DType::BFloat16}};
+  for (const Case& c : kCases) {
+    const std::vector<std::byte> input = unaryInput(c.in, kCount, 17);
+    const UnaryArgs x{.op = c.op, .in_type = c.in, .out_type = c.out, .count = kCount,
+                      .factor = -0.75};
+    expectSameBits(input, x, unaryOnBoth(d, x, input, /*in_place=*/true), "in place");
+  }
+  // Dtypes of two sizes cannot be converted in place by parallel threads.
+  Buffer buf(*d.cuda, 64);
+  const UnaryArgs widening{.op = UnaryOp::Cast, .in = buf.data(), .in_type = DType::Float32,
+                           .out = buf.data(), .out_type = DType::Float64, .count = 8};
+  EXPECT_THROW(d.cuda->unary(*d.stream, widening), InternalError);
+}
+
+// Runs checkAgainst of `got` (dtype t) against `expected` (dtype et) on both
+// devices into fresh records, with execution 3, then again with execution 4
+// into the same records.
+std::pair<CheckRecord, CheckRecord> checkAgainstOnBoth(BothDevices& d,
+                                                       const std::vector<std::byte>& got, DType t,
+                                                       const std::vector<std::byte>& expected,
+                                                       DType et, std::size_t count,
+                                                       Tolerance tolerance) {
+  Buffer cuda_got(*d.cuda, got.size()), cuda_expected(*d.cuda, expected.size());
+  upload(cuda_got.data(), got.data(), got.size());
+  upload(cuda_expected.data(), expected.data(), expected.size());
+  Records cuda_rec(*d.cuda, 1);
+  for (int64_t execution : {3, 4})
+    d.cuda->checkAgainst(*d.stream, cuda_got.data(), t, cuda_expected.data(), et, count,
+                         tolerance, cuda_rec.get(), execution);
+  d.syncCuda();
+
+  Buffer host_got(*d.host, got.size()), host_expected(*d.host, expected.size());
+  std::memcpy(host_got.data(), got.data(), got.size());
+  std::memcpy(host_expected.data(), expected.data(), expected.size());
+  Records host_rec(*d.host, 1);
+  for (int64_t execution : {3, 4})
+    d.host->checkAgainst(d.host->defaultStream(), host_got.data(), t, host_expected.data(), et,
+                         count, tolerance, host_rec.get(), execution);
+  d.syncHost();
+  return {cuda_rec[0], host_rec[0]};
+}
+
+// The cuda device's record against the host device's: the same counts and
+// flags; the reports may name other mismatches (any kMaxReported of the
+// first failing execution), so each is checked to be one, with the values
+// as the host reads them.
+void expectRecordLikeTheHost(const CheckRecord& r, const CheckRecord& want,
+                             const std::vector<std::byte>& got, DType t,
+                             const std::vector<std::byte>& expected, DType et,
+                             Tolerance tolerance, const std::string& what) {
+  EXPECT_EQ(r.checked, want.checked) << what;
+  EXPECT_EQ(r.mismatches, want.mismatches) << what;
+  EXPECT_EQ(r.first_execution, want.first_execution) << what;
+  EXPECT_EQ(r.reported, want.reported) << what;
+  if (want.reported > 0) {
+    EXPECT_EQ(r.integer, want.integer) << what;
+  }
+  const bool integer = !isFloating(t) && !isFloating(et);
+  std::vector<int64_t> seen;
+  for (int j = 0; j < std::min(r.reported, CheckRecord::kMaxReported); ++j) {
+    const int64_t k = r.index[j];
+    ASSERT_GE(k, 0) << what;
+    ASSERT_LT(static_cast<std::size_t>(k) * dtypeSize(t), got.size()) << what;
+    seen.push_back(k);
+    const auto i = static_cast<std::size_t>(k);
+    if (integer) {
+      const int64_t g = loadAsInt(got.data(), t, i), e = loadAsInt(expected.data(), et, i);
+      EXPECT_FALSE(closeEnough(g, e, tolerance)) << what << ": element " << k << " matches";
+      EXPECT_EQ(r.got[j].i, g) << what << ": element " << k;
+      EXPECT_EQ(r.expected[j].i, e) << what << ": element " << k;
+    } else {
+      const double g = loadAsDouble(got.data(), t, i), e = loadAsDouble(expected.data(), et, i);
+      EXPECT_FALSE(closeEnough(g, e, tolerance)) << what << ": element " << k << " matches";
+      EXPECT_EQ(std::bit_cast<uint64_t>(r.got[j].f), std::bit_cast<uint64_t>(g))
+          << what << ": element " << k;
+      EXPECT_EQ(std::bit_cast<uint64_t>(r.expected[j].f), std::bit_cast<uint64_t>(e))
+          << what << ": element " << k;
+    }
+  }
+  std::sort(seen.begin(), seen.end());
+  EXPECT_EQ(std::adjacent_find(seen.begin(), seen.end()), seen.end())
+      << what << ": an element was reported twice";
+}
+
+TEST(CudaDeviceMath, CheckAgainstATensorCountsAndReportsLikeTheHost) {
+  HIR_REQUIRE_GPUS(1);
+  BothDevices d;
+  constexpr std::size_t kCount = 5003;
+  // Both tensors from one random pattern, so that they differ by their
+  // dtypes' rounding (and integer wrap-around); then every 101st element of
+  // `got` is off by 1 or 3 and, for a floating `got`, every 499th is NaN.
+  const RandomPattern pattern{21, -200.0, 200.0};
+  auto image = [&](DType t) {
+    std::vector<std::byte> out(kCount * dtypeSize(t));
+    for (std::size_t k = 0; k < kCount; ++k)
+      storeElement(out.data(), t, k, randomElement(t, pattern, k));
+    return out;
+  };
+  const Tolerance kTolerances[] = {0.0, 0.5, Tolerance(0.0, 1e-2), Tolerance(1.0, 1e-3),
+                                   Tolerance(0.0, 0.3)};
+  for (const auto& [t, t_name] : kDTypeNames) {
+    std::vector<std::byte> got = image(t);
+    for (std::size_t k = 0; k < kCount; k += 101) {
+      const double off = k % 2 ? 1.0 : 3.0;
+      if (isFloating(t))
+        storeElement(got.data(), t, k,
+                     roundedElement(t, loadAsDouble(got.data(), t, k) + off));
+      else
+        storeElement(got.data(), t, k,
+                     PatternElement{loadAsInt(got.data(), t, k) + static_cast<int64_t>(off), 0});
+    }
+    if (isFloating(t))
+      for (std::size_t k = 7; k < kCount; k += 499)
+        storeElement(got.data(), t, k, PatternElement{0, std::nan("")});
+    for (const auto& [et, et_name] : kDTypeNames) {
+      const std::vector<std::byte> expected = image(et);
+      for (const Tolerance& tol : kTolerances) {
+        const std::string what = fmt::format("{} against {}, atol {} rtol {}", t_name, et_name,
+                                             tol.atol, tol.rtol);
+        const auto [r, want] = checkAgainstOnBoth(d, got, t, expected, et, kCount, tol);
+        expectRecordLikeTheHost(r, want, got, t, expected, et, tol, what);
+      }
+    }
+  }
+  // A tensor equal to itself: nothing reported, every element counted.
+  const std::vector<std::byte> same = image(DType::Float32);
+  const auto [r, want] =
+      checkAgainstOnBoth(d, same, DType::Float32, same, DType::Float32, kCount, 0.0);
+  EXPECT_EQ(r.mismatches, 0u);
+  EXPECT_EQ(r.checked, 2 * kCount);
+  EXPECT_EQ(r.first_execution, -1);
+  EXPECT_EQ(want.checked, 2 * kCount);
+}
+
+TEST(CudaDeviceMath, ACheckWithRtolAcceptsRelativeErrors) {
+  HIR_REQUIRE_GPUS(1);
+  BothDevices d;
+  Stream& s = *d.stream;
+  constexpr std::size_t kCount = 1000;
+  // got = 1000 (k + 1) against expected = 1001 (k + 1): off by 1/1001 of
+  // the expected value, and by k + 1 in absolute terms.
+  for (DType t : {DType::Float32, DType::Float64, DType::Int32, DType::Int64}) {
+    Buffer got(*d.cuda, kCount * dtypeSize(t)), expected(*d.cuda, kCount * dtypeSize(t));
+    d.cuda->fill(s, got.data(), t, kCount, 1000, 1000);
+    d.cuda->fill(s, expected.data(), t, kCount, 1001, 1001);
+    // rtol 1e-3 alone, atol 500 and rtol 5e-4 together (each alone is too
+    // little), atol 1000 alone.
+    const Tolerance kAccepting[] = {Tolerance(0.0, 1e-3), Tolerance(500.0, 5e-4),
+                                    Tolerance(1000.0, 0.0)};
+    const Tolerance kRefusing[] = {0.0, Tolerance(0.0, 9e-4), Tolerance(0.5, 4e-4),
+                                   Tolerance(999.0, 0.0), Tolerance(500.0, 0.0)};
+    const std::size_t n = std::size(kAccepting) + std::size(kRefusing);
+    Records pattern_rec(*d.cuda, n), tensor_rec(*d.cuda, n);
+    std::size_t i = 0;
+    for (const Tolerance& tol : kAccepting) {
+      d.cuda->check(s, got.data(), t, kCount, 1001, 1001, tol, pattern_rec.get(i), 1);
+      d.cuda->checkAgainst(s, got.data(), t, expected.data(), t, kCount, tol,
+                           tensor_rec.get(i), 1);
+      ++i;
+    }
+    for (const Tolerance& tol : kRefusing) {
+      d.cuda->check(s, got.data(), t, kCount, 1001, 1001, tol, pattern_rec.get(i), 1);
+      d.cuda->checkAgainst(s, got.data(), t, expected.data(), t, kCount, tol,
+                           tensor_rec.get(i), 1);
+      ++i;
+    }
+    d.syncCuda();
+    for (std::size_t j = 0; j < std::size(kAccepting); ++j) {
+      EXPECT_EQ(pattern_rec[j].mismatches, 0u) << toString(t) << " tolerance " << j;
+      EXPECT_EQ(tensor_rec[j].mismatches, 0u) << toString(t) << " tolerance " << j;
+      EXPECT_EQ(pattern_rec[j].checked, kCount) << toString(t) << " tolerance " << j;
+      EXPECT_EQ(tensor_rec[j].checked, kCount) << toString(t) << " tolerance " << j;
+    }
+    // atol 999 accepts all but the last element, 500 the first 500.
+    const uint64_t kRefused[] = {kCount, kCount, kCount, 1, kCount - 500};
+    for (std::size_t j = 0; j < std::size(kRefusing); ++j) {
+      const std::size_t r = std::size(kAccepting) + j;
+      EXPECT_EQ(pattern_rec[r].mismatches, kRefused[j]) << toString(t) << " refusing " << j;
+      EXPECT_EQ(tensor_rec[r].mismatches, kRefused[j]) << toString(t) << " refusing " << j;
+    }
   }
 }
 

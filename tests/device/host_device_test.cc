@@ -1780,7 +1780,7 @@ class BareDevice : public Device {
   void synchronize(Stream&, Duration) override {}
   void fill(Stream&, void*, DType, std::size_t, int64_t, int64_t) override {}
   void copy(Stream&, void*, const void*, std::size_t) override {}
-  void check(Stream&, const void*, DType, std::size_t, int64_t, int64_t, double, CheckRecord*,
+  void check(Stream&, const void*, DType, std::size_t, int64_t, int64_t, Tolerance, CheckRecord*,
              int64_t) override {}
   void launchHostFunc(Stream&, std::function<void()>) override {}
 

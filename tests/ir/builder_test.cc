@@ -221,5 +221,23 @@ TEST(Builder, KernelNodesSortTheirArgsLikeJson) {
   EXPECT_EQ(k.args[0].first, "extra");
 }
 
+TEST(Builder, ElementwiseNodesRandomFillsAndTensorChecksMatchTheirJson) {
+  ProgramBuilder b("e");
+  b.allocate("x", DType::Float32, {8}).allocate("h", DType::BFloat16, {8});
+  b.fillRandom("x", "rank + 1", -0.5, 2.0).relu("x", "x").gelu("x", "x").silu("x", "x");
+  b.scale("x", "x", Real(Expr("world"))).cast("x", "h").checkClose("h", "x", 0.01, 1e-3);
+  const Program json = parseProgram(R"({"format": "hostir/1", "name": "e", "body": [
+    {"op": "allocate", "name": "x", "dtype": "float32", "shape": [8]},
+    {"op": "allocate", "name": "h", "dtype": "bfloat16", "shape": [8]},
+    {"op": "fill", "tensor": "x", "random": {"seed": "rank + 1", "low": -0.5, "high": 2}},
+    {"op": "relu", "input": "x", "output": "x"},
+    {"op": "gelu", "input": "x", "output": "x"},
+    {"op": "silu", "input": "x", "output": "x"},
+    {"op": "scale", "input": "x", "output": "x", "factor": "world"},
+    {"op": "cast", "input": "x", "output": "h"},
+    {"op": "check", "tensor": "h", "expected": "x", "rtol": 0.01, "atol": 0.001}]})");
+  EXPECT_EQ(b.program(), json) << saveProgram(b.program(), 2);
+}
+
 }  // namespace
 }  // namespace hir

@@ -88,6 +88,59 @@ TEST(Json, EveryNodeAndOptionalFieldSurvivesSaveAndLoad) {
   }
 }
 
+TEST(Json, ElementwiseNodesRandomFillsAndTensorChecksSurviveSaveAndLoad) {
+  Program p = parseProgram(withBody(R"(
+    {"op": "allocate", "name": "x", "dtype": "float32", "shape": [8]},
+    {"op": "allocate", "name": "h", "dtype": "bfloat16", "shape": [8]},
+    {"op": "fill", "tensor": "x", "random": {"seed": "rank + 1", "low": -0.5, "high": 2}},
+    {"op": "relu", "input": "x", "output": "x"},
+    {"op": "gelu", "input": "x", "output": "x"},
+    {"op": "silu", "input": "x", "output": "x"},
+    {"op": "scale", "input": "x", "output": "x", "factor": 0.25},
+    {"op": "scale", "input": "x", "output": "x", "factor": "world"},
+    {"op": "cast", "input": "x", "output": "h"},
+    {"op": "check", "tensor": "h", "expected": "x", "rtol": 0.01, "atol": "rank"})"));
+  const auto& fill = nodeAs<Fill>(p.body, 2);
+  ASSERT_TRUE(fill.random.has_value());
+  EXPECT_EQ(fill.random->seed, Expr("rank + 1"));
+  EXPECT_EQ(fill.random->low, Real(-0.5));
+  EXPECT_EQ(fill.random->high, Real(2.0));
+  EXPECT_TRUE(fill.value.empty());
+  EXPECT_EQ(nodeAs<Scale>(p.body, 6).factor, Real(0.25));
+  EXPECT_EQ(nodeAs<Scale>(p.body, 7).factor, Real(Expr("world")));
+  EXPECT_EQ(nodeAs<Cast>(p.body, 8).output.str(), "h");
+  const auto& check = nodeAs<Check>(p.body, 9);
+  EXPECT_EQ(check.expected->str(), "x");
+  EXPECT_EQ(check.rtol, Real(0.01));
+  EXPECT_EQ(check.atol, Real(Expr("rank")));
+  for (int indent : {2, -1}) {
+    std::string saved = saveProgram(p, indent);
+    EXPECT_EQ(parseProgram(saved, "saved"), p) << saved;
+  }
+}
+
+TEST(Json, BadNumbersOfTheNewFieldsNameTheirPointer) {
+  auto error = [](const std::string& node) {
+    try {
+      parseProgram(withBody(R"({"op": "allocate", "name": "x", "dtype": "float32", "shape": [8]},
+                               )" + node));
+    } catch (const ParseError& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_TRUE(contains(error(R"({"op": "check", "tensor": "x", "expected": "x", "rtol": -1})"),
+                       "/body/1/rtol: expected a number >= 0, found -1"));
+  EXPECT_TRUE(contains(error(R"({"op": "scale", "input": "x", "output": "x"})"),
+                       "missing required key 'factor'"));
+  EXPECT_TRUE(contains(error(R"({"op": "relu", "input": "x", "output": "x", "factor": 2})"),
+                       "/body/1/factor: unknown key"));
+  EXPECT_TRUE(contains(error(R"({"op": "fill", "tensor": "x", "random": {"seed": 1, "lo": 0}})"),
+                       "/body/1/random/lo: unknown key"));
+  EXPECT_TRUE(contains(error(R"({"op": "fill", "tensor": "x", "random": {"low": 0}})"),
+                       "/body/1/random: missing required key 'seed'"));
+}
+
 TEST(Json, SaveOmitsDefaultsAndWritesConstantsAsIntegers) {
   Program p = parseProgram(withBody(R"(
     {"op": "for", "index": "i", "start": 0, "stop": "4", "step": 1, "body": [
@@ -212,7 +265,7 @@ TEST(Json, UnknownOpListsEveryOp) {
   EXPECT_TRUE(contains(e.what(), "unknown op 'barrier'; expected one of \"allocate\", "
                                  "\"deallocate\", \"communication\""))
       << e.what();
-  EXPECT_TRUE(contains(e.what(), "\"check\", \"matmul\", \"add\" or \"kernel\""));
+  EXPECT_TRUE(contains(e.what(), "\"add\", \"relu\", \"gelu\", \"silu\", \"scale\", \"cast\" or \"kernel\""));
 }
 
 TEST(Json, NodeWithoutOpOrNotAnObject) {

@@ -53,6 +53,7 @@ std::vector<std::string> words(const Plan& plan) {
             [&](const instr::Check&) { return std::string("check"); },
             [&](const instr::Matmul&) { return std::string("matmul"); },
             [&](const instr::Add&) { return std::string("add"); },
+            [&](const instr::Unary& u) { return std::string(toString(u.op)); },
             [&](const instr::Kernel&) { return std::string("kernel"); },
         },
         in.op));

@@ -14,6 +14,7 @@
 
 #include <type_traits>
 
+#include "device/cuda/cuda_check.cuh"
 #include "device/cuda/cuda_kernel_common.cuh"
 #include "device/cuda/cuda_kernels.h"
 
@@ -34,25 +35,20 @@ __device__ __forceinline__ double doublePattern(int64_t value, int64_t step, int
 }
 
 // Per element type: make(value, step, k) gives the stored element; matches()
-// compares like elementMatches() and gives got/expected as CheckValues
-// (integers exactly).
+// compares like elementMatches() (within atol + rtol * |expected|) and gives
+// got/expected as CheckValues (integers exactly).
 template <class T>
 struct IntElem {
   __device__ static T make(int64_t value, int64_t step, int64_t k) {
     return static_cast<T>(exactPattern(value, step, k));
   }
-  __device__ static bool matches(T raw, int64_t value, int64_t step, int64_t k, double tolerance,
-                                 CheckValue* got_out, CheckValue* expected_out) {
+  __device__ static bool matches(T raw, int64_t value, int64_t step, int64_t k, double atol,
+                                 double rtol, CheckValue* got_out, CheckValue* expected_out) {
     int64_t got = static_cast<int64_t>(raw);
     int64_t expected = static_cast<int64_t>(make(value, step, k));
     got_out->i = got;
     expected_out->i = expected;
-    if (got == expected) return true;
-    if (!(tolerance > 0)) return false;
-    uint64_t diff = got > expected
-                        ? static_cast<uint64_t>(got) - static_cast<uint64_t>(expected)
-                        : static_cast<uint64_t>(expected) - static_cast<uint64_t>(got);
-    return static_cast<double>(diff) <= tolerance;
+    return closeEnoughInt(got, expected, atol, rtol);
   }
 };
 
@@ -88,15 +84,13 @@ struct FloatElem {
   __device__ static T make(int64_t value, int64_t step, int64_t k) {
     return Convert<T>::from(doublePattern(value, step, k));
   }
-  __device__ static bool matches(T raw, int64_t value, int64_t step, int64_t k, double tolerance,
-                                 CheckValue* got_out, CheckValue* expected_out) {
+  __device__ static bool matches(T raw, int64_t value, int64_t step, int64_t k, double atol,
+                                 double rtol, CheckValue* got_out, CheckValue* expected_out) {
     double got = Convert<T>::toDouble(raw);
     double expected = Convert<T>::toDouble(make(value, step, k));
     got_out->f = got;
     expected_out->f = expected;
-    if (isnan(got) || isnan(expected)) return false;
-    if (got == expected) return true;  // also equal infinities
-    return tolerance > 0 && fabs(got - expected) <= tolerance;
+    return closeEnoughReal(got, expected, atol, rtol);
   }
 };
 
@@ -110,87 +104,18 @@ __global__ void fillKernel(T* dst, std::size_t count, int64_t value, int64_t ste
     dst[k] = E::make(value, step, static_cast<int64_t>(k));
 }
 
-// Tries to record one mismatch of `execution` in `rec`. The first failing
-// execution claims rec->first_execution with a 64-bit compare-and-swap; the
-// threads of that execution then take report slots one at a time, so that
-// `reported` never exceeds kMaxReported. Which mismatches get the slots is
-// up to the scheduling: any kMaxReported of that execution, not necessarily
-// those with the smallest indices. Returns false once this execution may
-// report nothing more (another execution owns the record, or it is full).
-__device__ bool tryReport(CheckRecord* rec, int64_t execution, std::size_t k, CheckValue got,
-                          CheckValue expected, bool integer) {
-  auto* first = reinterpret_cast<unsigned long long*>(&rec->first_execution);
-  const unsigned long long none = static_cast<unsigned long long>(-1LL);
-  const unsigned long long mine = static_cast<unsigned long long>(execution);
-  unsigned long long owner = atomicCAS(first, none, mine);
-  if (owner != none && owner != mine) return false;
-  rec->integer = integer ? 1 : 0;
-  int* reported = &rec->reported;
-  int slot = *reinterpret_cast<volatile int*>(reported);
-  while (slot < CheckRecord::kMaxReported) {
-    int previous = atomicCAS(reported, slot, slot + 1);
-    if (previous == slot) {
-      rec->index[slot] = static_cast<int64_t>(k);
-      rec->got[slot] = got;
-      rec->expected[slot] = expected;
-      return true;
-    }
-    slot = previous;
-  }
-  return false;
-}
-
-__device__ __forceinline__ unsigned long long warpSum(unsigned long long v) {
-  for (int offset = 16; offset > 0; offset /= 2) v += __shfl_down_sync(0xffffffffu, v, offset);
-  return v;
-}
-
-// The record lives in mapped host memory, so every access crosses the bus,
-// and atomics from many blocks queue there (docs/performance.md, "A
-// check's bus atomics"). So the kernel adds `count` to `checked` once
-// (every element is checked), each block adds its mismatches with one
-// atomic only when it found some, and a block stops trying to report as
-// soon as one of its threads learns that reporting is over.
+// Checks src against the pattern (cuda_check.cuh counts and reports).
 template <class T>
 __global__ void __launch_bounds__(kBlockThreads)
-    checkKernel(const T* src, std::size_t count, int64_t value, int64_t step, double tolerance,
-                CheckRecord* rec, int64_t execution) {
+    checkKernel(const T* src, std::size_t count, int64_t value, int64_t step, double atol,
+                double rtol, CheckRecord* rec, int64_t execution) {
   followPrevious();
   using E = std::conditional_t<std::is_integral_v<T>, IntElem<T>, FloatElem<T>>;
-  constexpr int kWarps = kBlockThreads / 32;
-  __shared__ volatile int reporting_over;
-  __shared__ unsigned long long warp_mismatches[kWarps];
-  if (threadIdx.x == 0) reporting_over = 0;
-  if (blockIdx.x == 0 && threadIdx.x == 0 && count > 0)
-    atomicAdd(reinterpret_cast<unsigned long long*>(&rec->checked),
-              static_cast<unsigned long long>(count));
-  __syncthreads();
-
-  unsigned long long mismatches = 0;
-  const std::size_t stride = static_cast<std::size_t>(gridDim.x) * blockDim.x;
-  for (std::size_t k = static_cast<std::size_t>(blockIdx.x) * blockDim.x + threadIdx.x; k < count;
-       k += stride) {
-    CheckValue got{}, expected{};
-    if (E::matches(src[k], value, step, static_cast<int64_t>(k), tolerance, &got, &expected))
-      continue;
-    ++mismatches;
-    if (!reporting_over &&
-        !tryReport(rec, execution, k, got, expected, std::is_integral_v<T>))
-      reporting_over = 1;
-  }
-
-  // A block with no mismatch has nothing to add (the usual case: no atomic).
-  if (!__syncthreads_or(mismatches != 0)) return;
-  mismatches = warpSum(mismatches);
-  const int warp = threadIdx.x / 32;
-  const int lane = threadIdx.x % 32;
-  if (lane == 0) warp_mismatches[warp] = mismatches;
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    unsigned long long block_mismatches = 0;
-    for (int w = 0; w < kWarps; ++w) block_mismatches += warp_mismatches[w];
-    atomicAdd(reinterpret_cast<unsigned long long*>(&rec->mismatches), block_mismatches);
-  }
+  checkElements(count, rec, execution, std::is_integral_v<T>,
+                [&](std::size_t k, CheckValue* got, CheckValue* expected) {
+                  return E::matches(src[k], value, step, static_cast<int64_t>(k), atol, rtol,
+                                    got, expected);
+                });
 }
 
 __device__ __forceinline__ uint64_t globalTimerNs() {
@@ -217,10 +142,11 @@ cudaError_t fillAs(cudaStream_t stream, void* dst, std::size_t count, int64_t va
 
 template <class T>
 cudaError_t checkAs(cudaStream_t stream, const void* src, std::size_t count, int64_t value,
-                    int64_t step, double tolerance, CheckRecord* rec, int64_t execution,
+                    int64_t step, Tolerance tolerance, CheckRecord* rec, int64_t execution,
                     int max_blocks) {
   const T* typed = static_cast<const T*>(src);
-  void* args[] = {&typed, &count, &value, &step, &tolerance, &rec, &execution};
+  double atol = tolerance.atol, rtol = tolerance.rtol;
+  void* args[] = {&typed, &count, &value, &step, &atol, &rtol, &rec, &execution};
   return launchKernel(reinterpret_cast<const void*>(&checkKernel<T>),
                       dim3(blocksFor(count, max_blocks)), dim3(kBlockThreads), args,
                       stream);
@@ -245,7 +171,7 @@ cudaError_t launchFill(cudaStream_t stream, void* dst, DType t, std::size_t coun
 }
 
 cudaError_t launchCheck(cudaStream_t stream, const void* src, DType t, std::size_t count,
-                        int64_t value, int64_t step, double tolerance, CheckRecord* record,
+                        int64_t value, int64_t step, Tolerance tolerance, CheckRecord* record,
                         int64_t execution, int max_blocks) {
   if (count == 0) return cudaSuccess;
   switch (t) {

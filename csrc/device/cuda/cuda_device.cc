@@ -263,7 +263,7 @@ void CudaDevice::copy(Stream& s, void* dst, const void* src, std::size_t bytes) 
 }
 
 void CudaDevice::check(Stream& s, const void* src, DType t, std::size_t count, int64_t value,
-                       int64_t step, double tolerance, CheckRecord* out, int64_t execution) {
+                       int64_t step, Tolerance tolerance, CheckRecord* out, int64_t execution) {
   activate(ordinal_);
   CheckRecord* device_record = devicePointerOf(out);
   CudaStream& cs = cudaStream(s, "check");
@@ -357,6 +357,47 @@ void CudaDevice::add(Stream& s, void* out, const void* a, const void* b, DType t
   activate(ordinal_);
   CudaStream& cs = cudaStream(s, "add");
   HIR_CUDA_CHECK(ordinal_, launchAdd(cs.native(), out, a, b, t, count, max_blocks_));
+  cs.noteWork();
+}
+
+void CudaDevice::unary(Stream& s, const UnaryArgs& args) {
+  HIR_INTERNAL_ASSERT(args.op == UnaryOp::Cast ||
+                          (args.in_type == args.out_type && isFloating(args.in_type)),
+                      "cuda unary {}: {} to {} (a floating dtype to itself expected)",
+                      static_cast<int>(args.op), toString(args.in_type), toString(args.out_type));
+  if (args.count == 0) return;
+  HIR_INTERNAL_ASSERT(args.in != nullptr && args.out != nullptr,
+                      "cuda unary of {} elements with a null buffer", args.count);
+  // In place, each thread reads and writes its own element only when both
+  // have one size; else it would overwrite what another thread still reads.
+  HIR_INTERNAL_ASSERT(args.in != args.out || dtypeSize(args.in_type) == dtypeSize(args.out_type),
+                      "cuda unary in place from {} to {}: the dtypes differ in size",
+                      toString(args.in_type), toString(args.out_type));
+  activate(ordinal_);
+  CudaStream& cs = cudaStream(s, "unary");
+  HIR_CUDA_CHECK(ordinal_, launchUnary(cs.native(), args, max_blocks_));
+  cs.noteWork();
+}
+
+void CudaDevice::fillRandom(Stream& s, void* dst, DType t, std::size_t count,
+                            const RandomPattern& pattern) {
+  if (count == 0) return;
+  activate(ordinal_);
+  CudaStream& cs = cudaStream(s, "fillRandom");
+  HIR_CUDA_CHECK(ordinal_, launchFillRandom(cs.native(), dst, t, count, pattern, max_blocks_));
+  cs.noteWork();
+}
+
+void CudaDevice::checkAgainst(Stream& s, const void* got, DType t, const void* expected, DType et,
+                              std::size_t count, Tolerance tolerance, CheckRecord* out,
+                              int64_t execution) {
+  HIR_INTERNAL_ASSERT(out != nullptr, "check without a record");
+  if (count == 0) return;
+  activate(ordinal_);
+  CheckRecord* device_record = devicePointerOf(out);
+  CudaStream& cs = cudaStream(s, "checkAgainst");
+  HIR_CUDA_CHECK(ordinal_, launchCheckAgainst(cs.native(), got, t, expected, et, count, tolerance,
+                                              device_record, execution, max_blocks_));
   cs.noteWork();
 }
 

@@ -28,6 +28,10 @@
 //   than the host device). add() and reduce() are kernels (reduce: bit for
 //   bit the host device's result). Timing events
 //   are CUDA events with timing; elapsedMs() is cudaEventElapsedTime.
+// - fillRandom(), unary() and checkAgainst() are kernels, bit for bit the
+//   host device's (NaN payloads too), but for gelu and silu, whose tanhf and
+//   expf may differ by a few units in the last place. unary() in place
+//   needs dtypes of one size (each element is read before it is written).
 // - nativeStream() counts as work on the stream (the caller enqueues on it).
 #pragma once
 

@@ -115,7 +115,7 @@ class CudaDevice final : public Device, public DeviceMessages {
             int64_t step) override;
   void copy(Stream& s, void* dst, const void* src, std::size_t bytes) override;
   void check(Stream& s, const void* src, DType t, std::size_t count, int64_t value, int64_t step,
-             double tolerance, CheckRecord* out, int64_t execution) override;
+             Tolerance tolerance, CheckRecord* out, int64_t execution) override;
   void launchHostFunc(Stream& s, std::function<void()> fn) override;
 
   // --------------------------------------------------------------- graphs
@@ -129,6 +129,12 @@ class CudaDevice final : public Device, public DeviceMessages {
   void matmul(Stream& s, const MatmulArgs& args) override;
   void add(Stream& s, void* out, const void* a, const void* b, DType t,
            std::size_t count) override;
+  void unary(Stream& s, const UnaryArgs& args) override;
+  void fillRandom(Stream& s, void* dst, DType t, std::size_t count,
+                  const RandomPattern& pattern) override;
+  void checkAgainst(Stream& s, const void* got, DType t, const void* expected, DType et,
+                    std::size_t count, Tolerance tolerance, CheckRecord* out,
+                    int64_t execution) override;
   void* nativeStream(Stream& s) override;
 
   // --------------------------------------------------------------- timing

@@ -1,9 +1,10 @@
 // Host-side launchers of the CUDA device's kernels: the data kernels
-// (cuda_data_kernels.cu), the copies (cuda_copy_kernels.cu), the messages
-// (cuda_message_kernels.cu), the reductions (cuda_reduce_kernels.cu), and
-// their launch switches and preloading (cuda_launch.cu). Each returns the
-// launch's error code; the caller checks it (cudaLaunchKernel reports
-// launch errors directly, so no stale cudaGetLastError is involved).
+// (cuda_data_kernels.cu), the elementwise math (cuda_math_kernels.cu), the
+// copies (cuda_copy_kernels.cu), the messages (cuda_message_kernels.cu), the
+// reductions (cuda_reduce_kernels.cu), and their launch switches and
+// preloading (cuda_launch.cu). Each returns the launch's error code; the
+// caller checks it (cudaLaunchKernel reports launch errors directly, so no
+// stale cudaGetLastError is involved).
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -29,10 +30,11 @@ inline constexpr int kBlockThreads = 256;
 cudaError_t launchFill(cudaStream_t stream, void* dst, DType t, std::size_t count, int64_t value,
                        int64_t step, int max_blocks);
 
-// Compares src[k] with the pattern like elementMatches() and accumulates into
-// `record`, a device-accessible pointer to a CheckRecord in mapped host memory.
+// Compares src[k] with the pattern like elementMatches() (within atol + rtol *
+// |expected|) and accumulates into `record`, a device-accessible pointer to a
+// CheckRecord in mapped host memory.
 cudaError_t launchCheck(cudaStream_t stream, const void* src, DType t, std::size_t count,
-                        int64_t value, int64_t step, double tolerance, CheckRecord* record,
+                        int64_t value, int64_t step, Tolerance tolerance, CheckRecord* record,
                         int64_t execution, int max_blocks);
 
 // dst[0, bytes) = src[0, bytes) by a kernel (device or peer-mapped memory);
@@ -99,6 +101,26 @@ cudaError_t launchSlotCopy(cudaStream_t stream, const CountedStep& step, int max
 // around. Uses at most `max_blocks` blocks (grid-stride loop).
 cudaError_t launchAdd(cudaStream_t stream, void* out, const void* a, const void* b, DType t,
                       std::size_t count, int max_blocks);
+
+// The elementwise math of cuda_math_kernels.cu, each bit for bit what the
+// host device gives (gelu and silu within a few units in the last place),
+// with at most `max_blocks` blocks (grid-stride loop).
+//
+// dst[k] = randomElement(t, pattern, k) (common/elements.h) for k in [0,
+// count): Device::fillRandom.
+cudaError_t launchFillRandom(cudaStream_t stream, void* dst, DType t, std::size_t count,
+                             const RandomPattern& pattern, int max_blocks);
+// Device::unary as hostUnary() computes it (device/compute.cc). args.out may
+// be args.in when both dtypes have one size. cudaErrorInvalidValue for an op
+// other than Cast of other than one floating dtype in and out.
+cudaError_t launchUnary(cudaStream_t stream, const UnaryArgs& args, int max_blocks);
+// Device::checkAgainst: got[k] (dtype t) against expected[k] (dtype et) as
+// int64 when both dtypes are integer, else as double, within `tolerance`
+// (closeEnough()); counts and reports into `record` as launchCheck does.
+cudaError_t launchCheckAgainst(cudaStream_t stream, const void* got, DType t,
+                               const void* expected, DType et, std::size_t count,
+                               Tolerance tolerance, CheckRecord* record, int64_t execution,
+                               int max_blocks);
 
 // dst[k] = srcs[0][k] op srcs[1][k] op ... op srcs[n-1][k] for k in [0,
 // count), combined left to right as common/reductions.h combines (float16 and

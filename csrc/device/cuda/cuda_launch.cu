@@ -79,6 +79,9 @@ cudaError_t preloadKernels() {
       note(launchReduce(nullptr, p, srcs, 1, t, op.first, 1, &fused, 1, 0, &gridded));
     }
   }
+  note(launchFillRandom(nullptr, p, DType::Float32, 1, RandomPattern{}, 1));
+  note(launchUnary(nullptr, UnaryArgs{.in = p, .out = p, .count = 1}, 1));
+  note(launchCheckAgainst(nullptr, p, DType::Float32, p, DType::Float32, 1, 0, nullptr, 0, 1));
   note(launchCopy(nullptr, p, p, 16, 1));
   {
     MessageStep pushes;  // two pushes over a grid: gridMessageStepKernel
