@@ -8,6 +8,8 @@
 
 #include <cstdint>
 
+#include <hostir/types.h>
+
 #include "common/random.h"  // HIR_HOST_DEVICE
 
 namespace hir {
@@ -32,6 +34,20 @@ HIR_HOST_DEVICE inline double geluOf(double x) {
 // x / (1 + e^-x).
 HIR_HOST_DEVICE inline float siluOf(float x) { return x / (1.0f + expf(-x)); }
 HIR_HOST_DEVICE inline double siluOf(double x) { return x / (1.0 + exp(-x)); }
+
+// relu, gelu or silu of v by `op` (cast and scale leave v as it is: they
+// are not activations).
+template <class F>
+HIR_HOST_DEVICE inline F activationOf(UnaryOp op, F v) {
+  switch (op) {
+    case UnaryOp::Relu: return reluOf(v);
+    case UnaryOp::Gelu: return geluOf(v);
+    case UnaryOp::Silu: return siluOf(v);
+    case UnaryOp::Cast:
+    case UnaryOp::Scale: break;
+  }
+  return v;
+}
 
 // A floating value converted to an integer dtype of range [lo, hi]:
 // truncated toward zero, saturated, NaN to 0.

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <climits>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <type_traits>
@@ -252,19 +253,18 @@ PatternElement castElement(const UnaryArgs& x, std::size_t k) {
   return {v, 0.0};  // storeElement converts as a C++ cast
 }
 
-template <class F>
-F activation(UnaryOp op, F v) {
-  switch (op) {
-    case UnaryOp::Relu: return reluOf(v);
-    case UnaryOp::Gelu: return geluOf(v);
-    case UnaryOp::Silu: return siluOf(v);
-    case UnaryOp::Cast:
-    case UnaryOp::Scale: break;
-  }
-  return v;
-}
 
 }  // namespace
+
+void checkRandomPattern(DType t, const RandomPattern& p, std::string_view device) {
+  HIR_INTERNAL_ASSERT(p.low < p.high, "{} fillRandom: low {} is not below high {}", device, p.low,
+                      p.high);
+  if (isFloating(t)) return;
+  HIR_INTERNAL_ASSERT(p.low >= -0x1p63 && p.high < 0x1p63 && p.low == std::floor(p.low) &&
+                          p.high == std::floor(p.high),
+                      "{} fillRandom of {}: bounds [{}, {}) are not whole numbers within int64",
+                      device, toString(t), p.low, p.high);
+}
 
 void hostUnary(const UnaryArgs& x) {
   HIR_INTERNAL_ASSERT(x.op == UnaryOp::Cast ||
@@ -278,10 +278,10 @@ void hostUnary(const UnaryArgs& x) {
     } else if (x.op == UnaryOp::Scale) {
       e = roundedElement(x.out_type, loadAsDouble(x.in, x.in_type, k) * x.factor);
     } else if (x.in_type == DType::Float64) {
-      e.f = activation(x.op, loadAsDouble(x.in, x.in_type, k));
+      e.f = activationOf(x.op, loadAsDouble(x.in, x.in_type, k));
     } else {
       const float v = static_cast<float>(loadAsDouble(x.in, x.in_type, k));
-      e = roundedElement(x.out_type, activation(x.op, v));
+      e = roundedElement(x.out_type, activationOf(x.op, v));
     }
     storeElement(x.out, x.out_type, k, e);
   }

@@ -36,6 +36,11 @@ void hostMatmul(const MatmulArgs& args);
 // integer dtypes wrap around (two's complement). out may be a or b.
 void hostAdd(void* out, const void* a, const void* b, DType t, std::size_t count);
 
+// Checks a random fill's pattern at enqueue time, as every device does
+// (InternalError naming `device`): low < high, and for an integer dtype
+// whole bounds within int64 that keep low < high.
+void checkRandomPattern(DType t, const RandomPattern& p, std::string_view device);
+
 // Device::unary on the calling thread (UnaryArgs says what each op does).
 void hostUnary(const UnaryArgs& args);
 

@@ -392,6 +392,8 @@ void HostDevice::checkAgainst(Stream& s, const void* got, DType t, const void* e
 
 void HostDevice::fillRandom(Stream& s, void* dst, DType t, std::size_t count,
                             const RandomPattern& pattern) {
+  checkRandomPattern(t, pattern, "host");
+  if (count == 0) return;
   impl_->stream(s).worker().enqueue([=] {
     for (std::size_t k = 0; k < count; ++k) storeElement(dst, t, k, randomElement(t, pattern, k));
   });

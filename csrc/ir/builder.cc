@@ -163,7 +163,11 @@ BodyBuilder& BodyBuilder::group(std::string name, const std::function<void(BodyB
 }
 
 BodyBuilder& BodyBuilder::fill(std::string_view tensor, Expr value, Expr step) {
-  return add(Fill{ref(tensor), std::move(value), std::move(step)});
+  Fill f;
+  f.tensor = ref(tensor);
+  f.value = std::move(value);
+  f.step = std::move(step);
+  return add(std::move(f));
 }
 
 BodyBuilder& BodyBuilder::copy(std::string_view src, std::string_view dst) {
@@ -171,7 +175,12 @@ BodyBuilder& BodyBuilder::copy(std::string_view src, std::string_view dst) {
 }
 
 BodyBuilder& BodyBuilder::check(std::string_view tensor, Expr value, Expr step, double tolerance) {
-  return add(Check{ref(tensor), std::move(value), std::move(step), tolerance});
+  Check c;
+  c.tensor = ref(tensor);
+  c.value = std::move(value);
+  c.step = std::move(step);
+  c.tolerance = tolerance;
+  return add(std::move(c));
 }
 
 BodyBuilder& BodyBuilder::matmul(std::string_view a, std::string_view b, std::string_view out,
@@ -196,19 +205,19 @@ BodyBuilder& BodyBuilder::checkClose(std::string_view tensor, std::string_view e
 }
 
 BodyBuilder& BodyBuilder::relu(std::string_view input, std::string_view output) {
-  return add(Relu{ref(input), ref(output)});
+  return add(Relu{ref(input), ref(output), 1.0});
 }
 BodyBuilder& BodyBuilder::gelu(std::string_view input, std::string_view output) {
-  return add(Gelu{ref(input), ref(output)});
+  return add(Gelu{ref(input), ref(output), 1.0});
 }
 BodyBuilder& BodyBuilder::silu(std::string_view input, std::string_view output) {
-  return add(Silu{ref(input), ref(output)});
+  return add(Silu{ref(input), ref(output), 1.0});
 }
 BodyBuilder& BodyBuilder::scale(std::string_view input, std::string_view output, Real factor) {
   return add(Scale{ref(input), ref(output), std::move(factor)});
 }
 BodyBuilder& BodyBuilder::cast(std::string_view input, std::string_view output) {
-  return add(Cast{ref(input), ref(output)});
+  return add(Cast{ref(input), ref(output), 1.0});
 }
 
 BodyBuilder& BodyBuilder::addTensors(std::string_view a, std::string_view b,

@@ -116,7 +116,7 @@ RandomPattern randomPattern(const instr::RandomFill& r, DType t, const int64_t* 
   p.high = r.high.eval(scalars);
   HIR_CHECK(p.low < p.high, "a random fill needs low < high; found [{}, {})", p.low, p.high);
   if (!isFloating(t))
-    HIR_CHECK(p.low >= -0x1p63 && p.high <= 0x1p63,
+    HIR_CHECK(p.low >= -0x1p63 && p.high < 0x1p63,
               "a random fill of {} takes bounds within int64; found [{}, {})", toString(t), p.low,
               p.high);
   return p;

@@ -228,7 +228,8 @@ TEST(Trace, ComputeAndCommunicationsAreOnTheTracksTheyRanOn) {
 TEST(Trace, EveryWaitHasAnArrowFromItsPost) {
   Traced t = runOverlap("flows");
   auto ranks = viewOf(t.trace);
-  for (auto& [rank, r] : ranks) {
+  for (auto& [rank, view] : ranks) {
+    auto& r = view;  // a lambda may not capture a structured binding (clang 14)
     // The span on track `tid` whose interval holds `ts`.
     auto at = [&](int tid, double ts) -> const Span* {
       for (const Span& s : r.spans)

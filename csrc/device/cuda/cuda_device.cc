@@ -381,6 +381,7 @@ void CudaDevice::unary(Stream& s, const UnaryArgs& args) {
 
 void CudaDevice::fillRandom(Stream& s, void* dst, DType t, std::size_t count,
                             const RandomPattern& pattern) {
+  checkRandomPattern(t, pattern, "cuda");
   if (count == 0) return;
   activate(ordinal_);
   CudaStream& cs = cudaStream(s, "fillRandom");

@@ -192,17 +192,6 @@ __device__ __forceinline__ double scaled(double x, double factor, double default
   return default_nan;
 }
 
-template <class F>
-__device__ __forceinline__ F activation(UnaryOp op, F v) {
-  switch (op) {
-    case UnaryOp::Relu: return reluOf(v);
-    case UnaryOp::Gelu: return geluOf(v);
-    case UnaryOp::Silu: return siluOf(v);
-    case UnaryOp::Cast:
-    case UnaryOp::Scale: break;
-  }
-  return v;
-}
 
 // hostUnary()'s element k (castElement() for casts).
 __device__ __forceinline__ void unaryElement(const UnaryParams& p, std::size_t k) {
@@ -223,9 +212,9 @@ __device__ __forceinline__ void unaryElement(const UnaryParams& p, std::size_t k
   if (p.op == UnaryOp::Scale)
     storeRounded(p.out, p.out_type, k, scaled(x, p.factor, p.default_nan));
   else if (p.in_type == DType::Float64)
-    static_cast<double*>(p.out)[k] = activation(p.op, x);
+    static_cast<double*>(p.out)[k] = activationOf(p.op, x);
   else
-    storeRounded(p.out, p.out_type, k, widen(activation(p.op, narrow(x))));
+    storeRounded(p.out, p.out_type, k, widen(activationOf(p.op, narrow(x))));
 }
 
 // Each thread reads its element before it writes it: out may be in (same
