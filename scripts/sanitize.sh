@@ -9,8 +9,9 @@
 #            mpi.np1/np3/np4 and a few (ASAN_EXCLUDE below says why)
 #     tsan   build-tsan: ThreadSanitizer (HIR_SANITIZE=thread), the same
 #            and a few more (TSAN_EXCLUDE below says why)
-# Environment: CC, CXX (default: the system compiler, as scripts/setup.sh
-# builds), JOBS (build and ctest jobs, default nproc), ASAN_BUILD, TSAN_BUILD
+# Environment: CC, CXX (default: clang for asan where it is installed, as
+# scripts/fuzz.sh uses it: it builds AddressSanitizer + UBSan in less time
+# than GCC; the system compiler for tsan and otherwise), JOBS (build and ctest jobs, default nproc), ASAN_BUILD, TSAN_BUILD
 # (the build directories), HIR_UNITY_BUILD (ON by default: a unity build,
 # a third of the compile time; OFF compiles each file on its own). Packages: scripts/setup.sh installs them.
 # Exit status: 0 when every suite passed with no sanitizer report, 1 otherwise.
@@ -79,9 +80,16 @@ for kind in "${kinds[@]}"; do
     asan) build=${ASAN_BUILD:-$root/build-asan}; sanitize=address,undefined; exclude=$ASAN_EXCLUDE ;;
     tsan) build=${TSAN_BUILD:-$root/build-tsan}; sanitize=thread; exclude=$TSAN_EXCLUDE ;;
   esac
+  # The compiler is chosen at a build directory's first configure only.
+  compiler=()
+  if [ "$kind" = asan ] && [ -z "${CC:-}${CXX:-}" ] && [ ! -e "$build/CMakeCache.txt" ] &&
+     command -v clang >/dev/null && command -v clang++ >/dev/null; then
+    compiler=(-DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++)
+  fi
   # -O1 with line tables only (-g1): half the compile time of -O2 -g, and
   # the sanitizers' reports still name file and line.
   cmake -S "$root" -B "$build" -G Ninja -DHIR_SANITIZE=$sanitize -DHIR_WITH_CUDA=OFF \
+    "${compiler[@]}" \
     -DCMAKE_UNITY_BUILD="${HIR_UNITY_BUILD:-ON}" \
     -DHIR_BUILD_BENCH=OFF -DCMAKE_BUILD_TYPE=RelWithDebInfo \
     "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=$SANITIZE_OPT" "-DCMAKE_C_FLAGS_RELWITHDEBINFO=$SANITIZE_OPT" \

@@ -1316,12 +1316,7 @@ int hostirMappings() {
 
 // Whether this build runs under a sanitizer, whose allocator (quarantine,
 // shadow memory) grows resident memory on its own.
-constexpr bool kSanitized =
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-    true;
-#else
-    false;
-#endif
+constexpr bool kSanitized = HIR_TEST_SANITIZED;
 
 TEST(Ipc, AThousandRunsLeaveResidentMemoryFlat) {
   HIR_REQUIRE_WORLD_AT_LEAST(2);

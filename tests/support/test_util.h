@@ -4,6 +4,19 @@
 #include <string>
 #include <vector>
 
+// 1 when this build runs under AddressSanitizer or ThreadSanitizer (GCC
+// defines __SANITIZE_*__; clang answers __has_feature), else 0.
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#define HIR_TEST_SANITIZED 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+#define HIR_TEST_SANITIZED 1
+#endif
+#endif
+#ifndef HIR_TEST_SANITIZED
+#define HIR_TEST_SANITIZED 0
+#endif
+
 namespace hir::test {
 
 struct CommandResult {

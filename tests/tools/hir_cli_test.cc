@@ -535,9 +535,8 @@ TEST(HirCli, AResultFileThatIsADirectoryIsRefusedBeforeTheRun) {
 // The check at a world too large for the memory it may use: an error that
 // says so (exit 3), not "internal error: std::bad_alloc" (exit 4).
 TEST(HirCli, RunningOutOfHostMemoryIsARuntimeFailure) {
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-  GTEST_SKIP() << "a sanitizer reserves more address space than the limit this test sets";
-#endif
+  if (HIR_TEST_SANITIZED)
+    GTEST_SKIP() << "a sanitizer reserves more address space than the limit this test sets";
   CommandResult r = shell("ulimit -v 2000000 && " + shellQuoted(hirBinary()) + " check " +
                               shellQuoted(example("ring_allgather.json")) + " --world 100000",
                           120);
