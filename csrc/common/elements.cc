@@ -218,9 +218,14 @@ bool closeEnough(int64_t got, int64_t expected, const Tolerance& tol) {
 }
 
 bool elementMatches(const void* base, DType t, std::size_t k, const PatternElement& expected,
-                    const Tolerance& tolerance) {
-  if (!isFloating(t)) return closeEnough(loadAsInt(base, t, k), expected.i, tolerance);
+                    const Tolerance& tolerance, bool integer) {
+  if (integer) return closeEnough(loadAsInt(base, t, k), expected.i, tolerance);
   return closeEnough(loadAsDouble(base, t, k), expected.f, tolerance);
+}
+
+bool elementMatches(const void* base, DType t, std::size_t k, const PatternElement& expected,
+                    const Tolerance& tolerance) {
+  return elementMatches(base, t, k, expected, tolerance, !isFloating(t));
 }
 
 void fillPattern(void* base, DType t, std::size_t count, int64_t value, int64_t step) {

@@ -45,8 +45,12 @@ PatternElement randomElement(DType t, const RandomPattern& p, uint64_t k);
 bool closeEnough(double got, double expected, const Tolerance& tol);
 bool closeEnough(int64_t got, int64_t expected, const Tolerance& tol);
 
-// Does element `k` of `base` match the pattern within `tolerance`?
-// Integer dtypes compare exactly when the tolerance is 0; NaN never matches.
+// Does element `k` of `base` match `expected` within `tolerance`?
+// `integer`: as int64 (expected.i; `t` an integer dtype), else as double
+// (expected.f; an integer `t` converted). Integers compare exactly when the
+// tolerance is 0; NaN never matches. Without `integer`: as `t` is.
+bool elementMatches(const void* base, DType t, std::size_t k, const PatternElement& expected,
+                    const Tolerance& tolerance, bool integer);
 bool elementMatches(const void* base, DType t, std::size_t k, const PatternElement& expected,
                     const Tolerance& tolerance);
 

@@ -6,6 +6,7 @@
 
 #include <math.h>
 
+#include <climits>
 #include <cstdint>
 
 #include <hostir/types.h>
@@ -47,6 +48,15 @@ HIR_HOST_DEVICE inline F activationOf(UnaryOp op, F v) {
     case UnaryOp::Scale: break;
   }
   return v;
+}
+
+// The range of an integer dtype, [integerMin(t), integerMax(t)], at which a
+// cast from a floating dtype saturates (int64's for any other dtype).
+HIR_HOST_DEVICE inline int64_t integerMin(DType t) {
+  return t == DType::Int32 ? INT32_MIN : t == DType::UInt8 ? 0 : INT64_MIN;
+}
+HIR_HOST_DEVICE inline int64_t integerMax(DType t) {
+  return t == DType::Int32 ? INT32_MAX : t == DType::UInt8 ? 255 : INT64_MAX;
 }
 
 // A floating value converted to an integer dtype of range [lo, hi]:

@@ -229,14 +229,6 @@ void hostAdd(void* out, const void* a, const void* b, DType t, std::size_t count
 
 namespace {
 
-int64_t intBound(DType t, bool high) {
-  switch (t) {
-    case DType::Int32: return high ? INT32_MAX : INT32_MIN;
-    case DType::UInt8: return high ? 255 : 0;
-    default: return high ? INT64_MAX : INT64_MIN;
-  }
-}
-
 // Element k of a cast: floating to integer saturates, integer to integer
 // wraps, anything to floating rounds as the fill pattern does.
 PatternElement castElement(const UnaryArgs& x, std::size_t k) {
@@ -247,12 +239,11 @@ PatternElement castElement(const UnaryArgs& x, std::size_t k) {
   }
   const int64_t v =
       isFloating(x.in_type)
-          ? saturatingToInt(loadAsDouble(x.in, x.in_type, k), intBound(x.out_type, false),
-                            intBound(x.out_type, true))
+          ? saturatingToInt(loadAsDouble(x.in, x.in_type, k), integerMin(x.out_type),
+                            integerMax(x.out_type))
           : loadAsInt(x.in, x.in_type, k);
   return {v, 0.0};  // storeElement converts as a C++ cast
 }
-
 
 }  // namespace
 

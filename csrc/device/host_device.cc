@@ -319,9 +319,7 @@ CheckFindings runCheck(const void* src, DType t, std::size_t count, bool integer
   f.integer = integer;
   for (std::size_t k = 0; k < count; ++k) {
     const PatternElement e = expected(k);
-    const bool ok = integer ? closeEnough(loadAsInt(src, t, k), e.i, tolerance)
-                            : closeEnough(loadAsDouble(src, t, k), e.f, tolerance);
-    if (ok) continue;
+    if (elementMatches(src, t, k, e, tolerance, integer)) continue;
     if (f.reported < CheckRecord::kMaxReported) {
       f.index[f.reported] = static_cast<int64_t>(k);
       if (f.integer) {

@@ -298,11 +298,13 @@ class Lowerer {
             },
             [&](const Fill& f) {
               instr::Fill out{lowerRef(f.tensor, path), {}, {}, std::nullopt};
-              if (f.random)
+              if (f.random) {
                 out.random = instr::RandomFill{compile(f.random->seed), compile(f.random->low),
                                                compile(f.random->high)};
-              else
-                out.value = compile(f.value), out.step = compile(f.step);
+              } else {
+                out.value = compile(f.value);
+                out.step = compile(f.step);
+              }
               emit(std::move(out), node);
             },
             [&](const Copy& c) {
@@ -313,10 +315,12 @@ class Lowerer {
               plan_.checks.push_back(PlanCheck{node, c.tensor.str()});
               instr::Check out{lowerRef(c.tensor, path), {}, {}, std::nullopt,
                                compile(c.rtol), compile(c.atol), check};
-              if (c.expected)
+              if (c.expected) {
                 out.expected = lowerRef(*c.expected, path);
-              else
-                out.value = compile(c.value), out.step = compile(c.step);
+              } else {
+                out.value = compile(c.value);
+                out.step = compile(c.step);
+              }
               if (c.tolerance != 0) out.atol.number = c.tolerance;
               emit(std::move(out), node);
             },

@@ -16,7 +16,6 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
-#include <climits>
 #include <cstdint>
 #include <limits>
 
@@ -171,7 +170,7 @@ struct UnaryParams {
   std::size_t count;
   double factor;
   double default_nan;  // the host's inf * 0 (x86-64: negative, AArch64: positive)
-  int64_t low, high;   // an integer out_type's range (saturating casts)
+  int64_t low, high;   // an integer out_type's range (integerMin/Max)
   UnaryOp op;
   DType in_type, out_type;
 };
@@ -191,7 +190,6 @@ __device__ __forceinline__ double scaled(double x, double factor, double default
   if (isnan(factor)) return quiet(factor);
   return default_nan;
 }
-
 
 // hostUnary()'s element k (castElement() for casts).
 __device__ __forceinline__ void unaryElement(const UnaryParams& p, std::size_t k) {
@@ -268,15 +266,6 @@ bool validDType(DType t) {
   return false;
 }
 
-// An integer dtype's range (castElement()'s intBound()).
-void intRange(DType t, int64_t* low, int64_t* high) {
-  switch (t) {
-    case DType::Int32: *low = INT32_MIN, *high = INT32_MAX; return;
-    case DType::UInt8: *low = 0, *high = 255; return;
-    default: *low = INT64_MIN, *high = INT64_MAX; return;
-  }
-}
-
 // What inf * 0 gives on this host (its default NaN), at run time: a
 // constant would be folded by the compiler, not computed by the CPU.
 double hostDefaultNaN() {
@@ -309,9 +298,8 @@ cudaError_t launchUnary(cudaStream_t stream, const UnaryArgs& x, int max_blocks)
   if (!validDType(x.in_type) || !validDType(x.out_type)) return cudaErrorInvalidValue;
   if (x.op != UnaryOp::Cast && (x.in_type != x.out_type || !isFloating(x.in_type)))
     return cudaErrorInvalidValue;
-  UnaryParams p{x.in,  x.out, x.count, x.factor, hostDefaultNaN(), 0, 0, x.op, x.in_type,
-                x.out_type};
-  intRange(x.out_type, &p.low, &p.high);
+  UnaryParams p{x.in,     x.out,   x.count, x.factor, hostDefaultNaN(), integerMin(x.out_type),
+                integerMax(x.out_type), x.op, x.in_type, x.out_type};
   void* args[] = {&p};
   return launchKernel(reinterpret_cast<const void*>(&unaryKernel),
                       dim3(blocksFor(x.count, max_blocks)), dim3(kBlockThreads), args, stream);
